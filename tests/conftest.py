@@ -1,0 +1,13 @@
+"""Test-wide settings: one torch thread (two threads on a busy 2-core CI box run several times slower)."""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+try:
+    import torch
+
+    torch.set_num_threads(1)
+except ImportError:  # torch is only needed by the model tests
+    pass
