@@ -51,7 +51,7 @@ def moments(eigs: np.ndarray, k: int = 4) -> np.ndarray:
     return out
 
 
-def atom_at_zero(eigs: np.ndarray, rtol: float = 1e-9) -> float:
+def atom_at_zero(eigs: np.ndarray, rtol: float = 1e-11) -> float:
     """Fraction of eigenvalues ``<= rtol * max(eigs)`` (the rank deficiency of ``Y``)."""
     x = pooled(eigs)
     if x.size == 0:
