@@ -1,0 +1,189 @@
+"""Recording multi-head attention: the one attention primitive of every zoo model.
+
+Architecture of :class:`MHA` (H heads of width d_h, model width D, D_v = H * d_h)::
+
+    Q, K, V = x W_Q, x W_K, x W_V                         x: [B, L, D] -> each [B, H, L, d_h]
+    S       = Q K^T / sqrt(d_h)                            scores, [B, H, L, L] (= logits / beta)
+    A       = softmax(beta * S) over the allowed keys      probs,  [B, H, L, L], 0 on disallowed pairs
+    C_h     = A_h V_h                                      context, [B, H, L, d_h]
+    out     = out_proj(concat_h C_h)                       out_proj = nn.Linear(D_v, D)
+
+``allowed`` ([B, L, L] bool, True = query i may attend to key j) merges a structure mask
+([L, L] or [B, L, L]) and a key-padding mask ([B, L], True = padding). Block-structured attention
+(a token sees only its own electrode, or only its own time step) is expressed through this mask, so
+statistics can ignore disallowed pairs.
+
+Because ``out_proj`` is a separate ``nn.Linear`` whose input is the concatenation of the head
+contexts in head order, head h can be removed by a forward pre-hook that zeroes input columns
+``h*d_h:(h+1)*d_h`` (:func:`remove_heads`).
+
+Recording: with ``block.recording = True`` every forward appends an :class:`AttentionRecord`
+(detached tensors) to ``block.records``; :func:`record_attention` does this for a whole model.
+:func:`attention_blocks` yields ``(name, block)`` for every block of a model; the name is the
+module's qualified name (e.g. ``blocks.0.temporal``), and ``block.path`` says which attention path
+(``temporal``, ``spatial``, ``time``, ``tokens``) it implements.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+from torch import nn
+
+__all__ = ["MHA", "AttentionRecord", "attention_blocks", "record_attention", "remove_heads",
+           "masked_softmax", "block_diagonal_mask"]
+
+
+@dataclass
+class AttentionRecord:
+    """What one forward of one attention block exposes (all tensors detached, on CPU).
+
+    scores  [B, H, L, L]  pre-softmax scores S (logits / beta); disallowed pairs keep their raw value
+    probs   [B, H, L, L]  attention probabilities; exactly softmax(beta * S) over allowed keys
+    values  [B, H, L, d_h]
+    context [B, H, L, d_h] per-head output before the output projection
+    allowed [B, L, L]     bool, True where query i may attend to key j
+    beta    float         nominal inverse temperature (logits = beta * scores)
+    extra   dict          model-specific extras (e.g. first-pass attention of the diffuse corrector)
+    """
+
+    scores: torch.Tensor
+    probs: torch.Tensor
+    values: torch.Tensor
+    context: torch.Tensor
+    allowed: torch.Tensor
+    beta: float
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.probs.shape[1])
+
+
+def masked_softmax(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis restricted to ``allowed`` (broadcastable bool); rows with no
+    allowed key are all zero (never NaN)."""
+    neg = torch.finfo(logits.dtype).min
+    z = logits.masked_fill(~allowed, neg)
+    p = torch.softmax(z, dim=-1)
+    return p * allowed
+
+
+def block_diagonal_mask(groups: torch.Tensor) -> torch.Tensor:
+    """[L, L] bool mask: token i may attend to token j iff ``groups[i] == groups[j]``."""
+    return groups[:, None] == groups[None, :]
+
+
+class MHA(nn.Module):
+    """Multi-head self-attention that exposes scores, probabilities, values and head contexts.
+
+    Parameters
+    ----------
+    d_model: token width D.
+    n_heads: H.
+    d_head: per-head query/key/value width d_h (default D // H).
+    beta: nominal inverse temperature; the logits are ``beta * S``.
+    dropout: dropout on the attention probabilities (training only).
+    path: a label saying which attention path this block implements.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int | None = None, beta: float = 1.0,
+                 dropout: float = 0.0, path: str = "tokens"):
+        super().__init__()
+        d_head = d_head or d_model // n_heads
+        self.d_model, self.n_heads, self.d_head, self.beta, self.path = d_model, n_heads, d_head, float(beta), path
+        self.q_proj = nn.Linear(d_model, n_heads * d_head)
+        self.k_proj = nn.Linear(d_model, n_heads * d_head)
+        self.v_proj = nn.Linear(d_model, n_heads * d_head)
+        self.out_proj = nn.Linear(n_heads * d_head, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.recording = False
+        self.records: list[AttentionRecord] = []
+
+    # -- pieces a subclass may override -------------------------------------------------------
+    def refine(self, scores: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Second-pass hook: return (possibly refined) scores [B, H, L, L] and a dict of extras to
+        record. The base block does nothing."""
+        return scores, {}
+
+    # -- forward -------------------------------------------------------------------------------
+    @staticmethod
+    def merge_masks(B: int, L: int, mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None,
+                    device) -> torch.Tensor:
+        allowed = torch.ones(B, L, L, dtype=torch.bool, device=device)
+        if mask is not None:
+            allowed = allowed & (mask if mask.dim() == 3 else mask[None])
+        if key_padding_mask is not None:
+            allowed = allowed & ~key_padding_mask[:, None, :]
+        return allowed
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, L, D] -> [B, L, D]; see the module docstring for the masks."""
+        B, L, _ = x.shape
+        H, dh = self.n_heads, self.d_head
+        q = self.q_proj(x).view(B, L, H, dh).transpose(1, 2)
+        k = self.k_proj(x).view(B, L, H, dh).transpose(1, 2)
+        v = self.v_proj(x).view(B, L, H, dh).transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
+        allowed = self.merge_masks(B, L, mask, key_padding_mask, x.device)
+        scores, extra = self.refine(scores, allowed[:, None])
+        probs = masked_softmax(self.beta * scores, allowed[:, None])
+        context = self.dropout(probs) @ v
+        out = self.out_proj(context.transpose(1, 2).reshape(B, L, H * dh))
+        if self.recording:
+            self.records.append(AttentionRecord(
+                scores=scores.detach().cpu(), probs=probs.detach().cpu(), values=v.detach().cpu(),
+                context=context.detach().cpu(), allowed=allowed.detach().cpu(), beta=self.beta,
+                extra={k_: t.detach().cpu() for k_, t in extra.items()}))
+        return out
+
+
+def attention_blocks(model: nn.Module) -> Iterator[tuple[str, MHA]]:
+    """Yield ``(qualified name, block)`` for every :class:`MHA` of ``model``, in module order."""
+    for name, mod in model.named_modules():
+        if isinstance(mod, MHA):
+            yield name, mod
+
+
+@contextlib.contextmanager
+def record_attention(model: nn.Module, blocks: list[str] | None = None):
+    """Record every forward of the model's attention blocks.
+
+    Yields a dict ``name -> list[AttentionRecord]`` (one record per forward) that fills as the model
+    runs; recording stops and the blocks' buffers are cleared on exit.
+    """
+    chosen = [(n, b) for n, b in attention_blocks(model) if blocks is None or n in blocks]
+    out: dict[str, list[AttentionRecord]] = {}
+    for n, b in chosen:
+        b.records = []
+        out[n] = b.records
+        b.recording = True
+    try:
+        yield out
+    finally:
+        for _, b in chosen:
+            b.recording = False
+            b.records = []
+
+
+@contextlib.contextmanager
+def remove_heads(block: MHA, heads: list[int]):
+    """Zero the given heads' contexts at the input of ``block.out_proj`` (forward pre-hook)."""
+    dh = block.d_head
+
+    def hook(_mod, args):
+        (z,) = args
+        z = z.clone()
+        for h in heads:
+            z[..., h * dh:(h + 1) * dh] = 0
+        return (z,)
+
+    handle = block.out_proj.register_forward_pre_hook(hook)
+    try:
+        yield block
+    finally:
+        handle.remove()
