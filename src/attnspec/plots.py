@@ -21,7 +21,7 @@ __all__ = ["plot_spectra", "save_figure"]
 _COLORS = {"softmax": "tab:blue", "surrogate": "tab:orange", "law": "black"}
 
 
-def plot_spectra(ax, samples: dict[str, np.ndarray], law=None, bins: int = 120, log_y: bool | None = None,
+def plot_spectra(ax, samples: dict[str, np.ndarray], law=None, bins: int | None = None, log_y: bool | None = None,
                  title: str | None = None, x_max: float | None = None):
     """Overlay eigenvalue histograms (``samples``: label -> eigenvalues) and optionally a law.
 
@@ -33,6 +33,8 @@ def plot_spectra(ax, samples: dict[str, np.ndarray], law=None, bins: int = 120, 
     pools = {k: pooled(v) for k, v in samples.items()}
     allx = np.concatenate(list(pools.values())) if pools else np.zeros(1)
     top = x_max if x_max is not None else max(np.quantile(allx, 0.999), getattr(law, "right_edge", 0.0)) * 1.05
+    if bins is None:  # about sqrt(n) bins, enough to resolve the law without drowning in noise
+        bins = int(np.clip(1.5 * np.sqrt(max(v.size for v in pools.values()) if pools else 1), 30, 150))
     edges = np.linspace(0.0, top, bins + 1)
     heavy = False
     for label, x in pools.items():

@@ -12,6 +12,7 @@ import pkgutil
 import sys
 
 from .. import __version__
+from ..config import ConfigError
 
 __all__ = ["main", "build_parser"]
 
@@ -37,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, FileNotFoundError) as err:  # user input: one clear line, no traceback
+        print(f"attnspec {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

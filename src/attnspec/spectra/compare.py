@@ -121,12 +121,18 @@ def wasserstein1_to_cdf(sample: np.ndarray, cdf: Callable[[np.ndarray], np.ndarr
 
 
 def ks_to_cdf(sample: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> float:
-    """One-sample KS distance ``sup_x |F_n(x) - F(x)|`` (both one-sided gaps at every sample point)."""
+    """One-sample KS distance ``sup_x |F_n(x) - F(x)|``, exact for ties and for atoms of ``F``.
+
+    The supremum is attained at a sample point, from the right (``F_n(x) - F(x)``) or from the left
+    (``F(x^-) - F_n(x^-)``, with ``F(x^-)`` taken at the next float below ``x``).
+    """
     x = np.sort(pooled(sample))
     n = x.size
+    right = np.searchsorted(x, x, side="right") / n
+    left = np.searchsorted(x, x, side="left") / n
     F = np.asarray(cdf(x), dtype=float)
-    i = np.arange(1, n + 1)
-    return float(max(np.max(i / n - F), np.max(F - (i - 1) / n)))
+    F_left = np.asarray(cdf(np.nextafter(x, -np.inf)), dtype=float)
+    return float(max(np.max(right - F), np.max(F_left - left), 0.0))
 
 
 def summarize(eigs: np.ndarray, edge: float | None = None, rel_tol: float = 0.02) -> dict:
