@@ -1,0 +1,100 @@
+"""Exporting stored sweep results: a flat pandas DataFrame, Parquet, and per-point lookups.
+
+:func:`to_frame` flattens each stored row into one record: identification columns (``key``,
+``sweep``, ``seed``, ``draws``, ``code_version``, ``elapsed_s``, ``worker``), the configuration
+(``cfg.<field>``, per-head widths as lists plus ``heads``, ``gamma``, ``psi`` (mean), ``phi``
+(mean), ``omega``), the tags (``tag.<name>``) and the scalar results, dotted
+(``softmax.m1`` .. ``softmax.m4``, ``surrogate.max``, ``law.right_edge``,
+``dist.law~softmax.w1``, ...). Quantile vectors stay out of the frame (use :func:`quantile_table`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .spec import SweepPoint
+from .store import ResultStore, StoredPoint
+
+__all__ = ["row_record", "to_frame", "to_parquet", "points_frame", "quantile_table"]
+
+
+def _flatten(prefix: str, obj, out: dict) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(obj, list):
+        return  # vectors (quantiles, per-head ratios) are not frame columns
+    else:
+        out[prefix] = obj
+
+
+def row_record(row: StoredPoint, tags: dict | None = None) -> dict:
+    """One flat record for a stored row (``tags`` override the stored ones)."""
+    r = row.results
+    rec = {"key": row.key, "sweep": row.sweep, "seed": row.seed, "draws": row.draws,
+           "evaluations": ",".join(row.evaluations), "code_version": row.code_version,
+           "elapsed_s": row.elapsed_s, "worker": row.worker, "finished_at": row.finished_at}
+    for k, v in row.config.items():
+        rec[f"cfg.{k}"] = tuple(v) if isinstance(v, list) else v
+    c = r.get("config", {})
+    rec.update({"heads": c.get("heads"), "gamma": c.get("gamma"), "psi": float(np.mean(c.get("psi", [np.nan]))),
+                "phi": float(np.mean(c.get("phi", [np.nan]))), "omega": c.get("omega")})
+    for k, v in (tags if tags is not None else row.tags).items():
+        rec[f"tag.{k}"] = v
+    for model in ("softmax", "surrogate", "law"):
+        block = r.get(model)
+        if not block:
+            continue
+        for j, m in enumerate(block.get("moments") or []):
+            rec[f"{model}.m{j + 1}"] = np.nan if m is None else m
+        for k in ("atom_at_zero", "max", "right_edge", "source", "n"):
+            if k in block:
+                rec[f"{model}.{k}"] = block[k]
+    for pair, d in r.get("distances", {}).items():
+        _flatten(f"dist.{pair}", d, rec)
+    _flatten("timing", r.get("timing", {}), rec)
+    return rec
+
+
+def to_frame(db: str | Path, sweep: str | None = None) -> pd.DataFrame:
+    """All rows of the store (or those first computed by ``sweep``) as a flat DataFrame."""
+    with ResultStore(db) as store:
+        return pd.DataFrame([row_record(r) for r in store.rows(sweep)])
+
+
+def points_frame(points: Sequence[SweepPoint], db: str | Path) -> pd.DataFrame:
+    """Rows for exactly ``points``, in their order, with *their* tags (points not stored yet are absent)."""
+    recs = []
+    with ResultStore(db) as store:
+        for p in points:
+            row = store.get(p.key)
+            if row is not None:
+                recs.append(row_record(row, tags=p.tags))
+    return pd.DataFrame(recs)
+
+
+def quantile_table(db: str | Path, points: Sequence[SweepPoint], model: str) -> np.ndarray:
+    """``(len(points), 100)`` stored quantiles of ``model`` (``'softmax'``, ``'surrogate'``, ``'law'``); NaN if absent."""
+    out = np.full((len(points), 100), np.nan)
+    with ResultStore(db) as store:
+        for i, p in enumerate(points):
+            row = store.get(p.key)
+            q = None if row is None else (row.results.get(model) or {}).get("quantiles_100")
+            if q is not None:
+                out[i] = np.asarray(q, dtype=float)
+    return out
+
+
+def to_parquet(db: str | Path, path: str | Path, sweep: str | None = None) -> Path:
+    """Write :func:`to_frame` to Parquet (tuple columns as strings)."""
+    df = to_frame(db, sweep)
+    for col in df.columns:
+        if df[col].map(lambda v: isinstance(v, tuple)).any():
+            df[col] = df[col].map(lambda v: ",".join(map(str, v)) if isinstance(v, tuple) else v)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(path, index=False)
+    return path
