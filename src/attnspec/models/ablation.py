@@ -1,0 +1,215 @@
+"""Exact head removal with activation reuse, and first-order (gradient) head importance.
+
+Functional effect of a model's output ``f`` (per text ``b``):
+
+* causal LM: total next-token negative log-likelihood over real next tokens; the effect of removing
+  a head is ``Delta L = (NLL_removed - NLL) / n_tokens`` (mean per predicted token, nats);
+* encoder / generic: ``1 - cos(e_removed, e)`` with ``e`` the mean over real tokens of the final
+  hidden states (mean-pooled sentence embedding), averaged over texts.
+
+Exact ablation never runs the layers below the removed head again: a pre-hook records the input
+(hidden states and keyword arguments such as masks and rotary tables) of every block in the one
+reference forward pass, and removing a head of layer ``i`` re-runs blocks ``i..N-1`` and the tail
+only. Several heads are removed per forward pass by stacking ``K`` replicas of the batch, replica
+``k`` with head ``heads[k]`` removed (pre-hook on the output projection). Inputs arrive in length
+buckets, so padding costs little. Models without block structure (custom modules,
+``nn.MultiheadAttention``) fall back to one full forward pass per head.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from .adapters import ModelAdapter
+from .hooks import HeadEdit, ablate, gate
+
+__all__ = ["FunctionalMetric", "exact_removal", "naive_removal", "michel_importance", "run_blocks"]
+
+
+def _block_out(out: Any) -> torch.Tensor:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _replicate(obj: Any, B: int, K: int) -> Any:
+    if K == 1:
+        return obj
+    if isinstance(obj, torch.Tensor):
+        return obj.repeat((K,) + (1,) * (obj.dim() - 1)) if obj.dim() and obj.shape[0] == B else obj
+    if isinstance(obj, tuple):
+        return tuple(_replicate(o, B, K) for o in obj)
+    if isinstance(obj, list):
+        return [_replicate(o, B, K) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _replicate(v, B, K) for k, v in obj.items()}
+    return obj
+
+
+def run_blocks(adapter: ModelAdapter, start: int, hidden: torch.Tensor, block_inputs: Sequence, B: int,
+               K: int = 1) -> torch.Tensor:
+    """Run blocks ``start..N-1`` on ``hidden`` (``(K*B, L, D)``) with each block's recorded kwargs."""
+    for i in range(start, len(adapter.sites)):
+        args, kwargs = block_inputs[i]
+        hidden = _block_out(adapter.sites[i].block(hidden, *_replicate(tuple(args[1:]), B, K),
+                                                   **_replicate(kwargs, B, K)))
+    return hidden
+
+
+class FunctionalMetric:
+    """Reference quantities of one batch and the effect of a modified forward (see module docstring)."""
+
+    def __init__(self, adapter: ModelAdapter, batch: dict, tail: Callable | None, token_chunk: int = 512):
+        self.kind = adapter.kind
+        self.mask = batch["attention_mask"].bool()
+        self.tail = tail
+        self.token_chunk = token_chunk
+        if self.kind == "causal-lm":
+            self.target = batch["input_ids"][:, 1:]
+            self.pred_mask = self.mask[:, 1:] & self.mask[:, :-1]
+            self.n_tokens = int(self.pred_mask.sum())
+
+    # --- causal LM: NLL summed per text, computed in token chunks (vocabularies are large)
+    def nll(self, hidden: torch.Tensor, K: int = 1, grad: bool = False) -> torch.Tensor:
+        """Per-replica, per-text summed NLL ``(K, B)`` from final hidden states ``(K*B, L, D)``."""
+        B = self.mask.shape[0]
+        h = hidden[:, :-1]
+        pm = self.pred_mask.repeat(K, 1)
+        tgt = self.target.repeat(K, 1)[pm]
+        rows = torch.arange(K * B)[:, None].expand_as(pm)[pm]
+        hv = h[pm]
+        out = torch.zeros(K * B, dtype=torch.float64)
+
+        def chunk_nll(hc, tc):
+            logits = self.tail(hc).float()
+            return torch.nn.functional.cross_entropy(logits, tc, reduction="none")
+        for s in range(0, hv.shape[0], self.token_chunk):
+            hc, tc = hv[s:s + self.token_chunk], tgt[s:s + self.token_chunk]
+            nl = checkpoint(chunk_nll, hc, tc, use_reentrant=False) if grad else chunk_nll(hc, tc)
+            out = out.index_add(0, rows[s:s + self.token_chunk], nl.double())
+        return out.view(K, B)
+
+    def pooled(self, out: torch.Tensor, K: int = 1) -> torch.Tensor:
+        """Mean over real tokens: ``(K*B, L, D) -> (K, B, D)``."""
+        B = self.mask.shape[0]
+        m = self.mask.repeat(K, 1)[..., None].to(out.dtype)
+        return ((out * m).sum(1) / m.sum(1)).view(K, B, -1)
+
+    def reference(self, output: torch.Tensor, from_hidden: bool) -> None:
+        """Store the unmodified quantities; ``output`` is final hidden (``from_hidden``) or model output."""
+        if self.kind == "causal-lm":
+            self.ref = self.nll(output)[0] if from_hidden else self._nll_from_logits(output)
+        else:
+            self.ref = self.pooled(output)[0]
+
+    def _nll_from_logits(self, logits: torch.Tensor, K: int = 1) -> torch.Tensor:
+        B = self.mask.shape[0]
+        lp = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                               self.target.repeat(K, 1).reshape(-1), reduction="none")
+        lp = lp.view(K * B, -1) * self.pred_mask.repeat(K, 1)
+        return lp.sum(1).double().view(K, B)
+
+    def effects(self, output: torch.Tensor, K: int, from_hidden: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Per-replica effect summed over texts and the normalizer: ``(sum (K,), count)``."""
+        if self.kind == "causal-lm":
+            nll = self.nll(output, K) if from_hidden else self._nll_from_logits(output, K)
+            return (nll - self.ref[None]).sum(1).numpy(), np.full(K, self.n_tokens)
+        e = self.pooled(output, K)
+        cos = torch.nn.functional.cosine_similarity(e.double(), self.ref[None].double(), dim=-1)
+        return (1 - cos).sum(1).numpy(), np.full(K, e.shape[1])
+
+
+def _edit(mode: str, heads: Sequence[int], means) -> HeadEdit:
+    return HeadEdit(list(heads), mode, means)
+
+
+def exact_removal(adapter: ModelAdapter, batch: dict, block_inputs: Sequence | None, metric: FunctionalMetric,
+                  means: Sequence[torch.Tensor] | None = None, mode: str = "zero", max_tokens: int = 16384,
+                  reuse: bool = True, progress: Callable | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Summed effects ``(n_sites, H)`` and their normalizers for one batch.
+
+    With ``reuse`` (and block inputs recorded), removing head ``h`` of layer ``i`` re-runs blocks
+    ``i..N-1``; ``K = max(1, max_tokens // (B*L))`` heads are removed per forward pass.
+    """
+    sites = adapter.sites
+    H = max(s.n_heads for s in sites)
+    tot = np.full((len(sites), H), np.nan)
+    cnt = np.ones((len(sites), H))
+    B, L = batch["attention_mask"].shape
+    with torch.inference_mode():
+        for i, site in enumerate(sites):
+            K = max(1, min(site.n_heads, max_tokens // max(1, B * L))) if reuse else 1
+            for h0 in range(0, site.n_heads, K):
+                heads = list(range(h0, min(site.n_heads, h0 + K)))
+                k = len(heads)
+                edit = _edit(mode, heads, None if means is None else means[i])
+                with ablate(site, edit):
+                    if reuse:
+                        hidden = block_inputs[i][0][0].repeat(k, 1, 1)
+                        out = run_blocks(adapter, i, hidden, block_inputs, B, k)
+                        s, c = metric.effects(out, k, from_hidden=True)
+                    else:
+                        out = adapter.run(batch)
+                        s, c = metric.effects(out, 1, from_hidden=False)
+                tot[i, heads], cnt[i, heads] = s, c
+                if progress:
+                    progress(k)
+    return tot, cnt
+
+
+def naive_removal(adapter: ModelAdapter, batch: dict, metric: FunctionalMetric) -> np.ndarray:
+    """One full forward pass per head on the padded batch (the baseline of ``benchmarks/bench_ablation.py``)."""
+    return exact_removal(adapter, batch, None, metric, reuse=False)[0]
+
+
+def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.ndarray:
+    """Per-text gate gradients ``|dL_b / d xi_{b,h}|``, summed over texts: ``(n_sites, H)``.
+
+    Michel et al. (2019): gate each head's output by ``xi_h = 1`` and take ``E_x |dL/dxi_h|``, from one
+    forward and one backward pass (gates are per text, so one backward gives every per-text gradient).
+    ``L_b`` is the text's mean next-token NLL for causal LMs. Encoders have no loss: ``L_b = r_b^T
+    e_b / ||e_b||`` with ``e_b`` the mean-pooled embedding and ``r_b`` a seeded standard Gaussian
+    vector projected orthogonally to the unmodified ``e_b``; then ``E_r |dL/dxi| = sqrt(2/pi)
+    ||J_perp|| / ||e||``, the first-order size of the embedding's rotation when the head is scaled.
+    """
+    sites = adapter.sites
+    B = batch["attention_mask"].shape[0]
+    gates = [torch.ones(B, s.n_heads, requires_grad=True) for s in sites]
+    metric = FunctionalMetric(adapter, batch, adapter.tail)
+    with torch.enable_grad(), gate(sites, gates):
+        if adapter.kind == "causal-lm" and adapter.tail is not None:
+            out = _hidden_before_tail(adapter, batch)
+            loss_b = metric.nll(out, 1, grad=True)[0] / metric.pred_mask.sum(1).clamp_min(1)
+        elif adapter.kind == "causal-lm":
+            logits = adapter.run(batch)
+            loss_b = metric._nll_from_logits(logits)[0] / metric.pred_mask.sum(1).clamp_min(1)
+        else:
+            out = adapter.run(batch)
+            e = metric.pooled(out)[0].double()
+            g = torch.Generator().manual_seed(seed)
+            r = torch.randn(e.shape, generator=g, dtype=torch.float64)
+            u = (e / e.norm(dim=-1, keepdim=True)).detach()
+            r = r - (r * u).sum(-1, keepdim=True) * u
+            loss_b = (r * e / e.norm(dim=-1, keepdim=True)).sum(-1)
+        grads = torch.autograd.grad(loss_b.sum(), gates)
+    H = max(s.n_heads for s in sites)
+    out = np.full((len(sites), H), np.nan)
+    for i, g in enumerate(grads):
+        out[i, :g.shape[1]] = g.abs().sum(0).numpy()
+    if adapter.kind != "causal-lm":
+        out *= math.sqrt(math.pi / 2)
+    return out
+
+
+def _hidden_before_tail(adapter: ModelAdapter, batch: dict) -> torch.Tensor:
+    """Final hidden states before the tail (the LM head is applied in checkpointed chunks)."""
+    last = adapter.sites[-1].block
+    store = {}
+    h = last.register_forward_hook(lambda m, a, o: store.__setitem__("h", _block_out(o)))
+    try:
+        adapter.run_base(batch)
+    finally:
+        h.remove()
+    return store["h"]

@@ -1,0 +1,163 @@
+"""What attnspec needs from one attention layer, and the protocol for custom attention modules.
+
+An :class:`AttentionSite` describes one multi-head self-attention layer of a model in terms of
+three hook points, all on *unmodified* modules (forward hooks only; nothing is patched):
+
+* ``weights``: where the post-softmax attention weights ``A`` of shape ``(B, H, L, L)`` appear —
+  the second element of the attention module's output (transformers eager attention) or the output
+  of a probe sub-module;
+* ``values``: where the per-head values appear, normalized by :meth:`AttentionSite.values_of` to
+  shape ``(B, H_kv, L, d_head)``;
+* ``out_proj``: the output projection; its *input* is the concatenation of the per-head contexts
+  ``C = [A_1 V_1, ..., A_H V_H]`` of shape ``(B, L, H * d_head)`` (head-major). Per-head outputs
+  are ``C_h W_O^h`` with ``W_O^h`` the rows ``h*d_head:(h+1)*d_head`` of :meth:`w_out`. Head
+  removal is a forward *pre*-hook on ``out_proj`` that zeroes (or mean-replaces) a head's slice.
+
+Custom attention modules (EEG, SPD, ... models)
+-----------------------------------------------
+A module is diagnosed through :class:`CustomAttention` when it sets ``attnspec_protocol = 1`` and
+exposes:
+
+=====================  =========================================================================
+``n_heads: int``       number of query heads ``H``
+``n_kv_heads: int``    (optional, default ``H``) number of key/value heads; query head ``h`` uses
+                       kv head ``h // (H // n_kv_heads)``
+``head_dim: int``      per-head value width ``d_head``
+``causal: bool``       (optional, default False) query ``i`` may attend to keys ``j <= i`` only
+``window: int|None``   (optional) sliding window: keys with ``i - j < window`` only
+``attn_probe``         an ``nn.Identity`` the module calls on its attention weights, shape
+                       ``(B, H, L, L)``, after softmax and masking: ``A = self.attn_probe(A)``
+``value_probe``        an ``nn.Identity`` the module calls on its values, shape
+                       ``(B, n_kv_heads, L, head_dim)``: ``V = self.value_probe(V)``
+``out_proj``           an ``nn.Linear(H * head_dim, d_out)`` applied to the head-major
+                       concatenation of the contexts ``A_h V_h`` (``(B, L, H * head_dim)``)
+=====================  =========================================================================
+
+Inputs are batch-first with tokens on axis 1. Padding: pass ``attention_mask`` (``(B, L)``, 1 for
+real tokens) to :func:`attnspec.diagnose`; the module itself must mask padded keys. Example::
+
+    class EEGAttention(nn.Module):
+        attnspec_protocol = 1
+        def __init__(self, d, H):
+            super().__init__()
+            self.n_heads, self.head_dim = H, d // H
+            self.qkv = nn.Linear(d, 3 * d)
+            self.out_proj = nn.Linear(d, d)
+            self.attn_probe, self.value_probe = nn.Identity(), nn.Identity()
+        def forward(self, x, key_padding_mask=None):            # x: (B, L, d)
+            B, L, _ = x.shape
+            q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            s = q @ k.transpose(-1, -2) / self.head_dim ** 0.5
+            if key_padding_mask is not None:                     # True = padded
+                s = s.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+            A = self.attn_probe(s.softmax(-1))
+            v = self.value_probe(v)
+            return self.out_proj((A @ v).transpose(1, 2).reshape(B, L, -1))
+
+Functional effects of head removal on such models use the model's own output (see
+:class:`attnspec.models.adapters.ModelAdapter`): ``1 - cos`` of the mean-pooled output for a
+``(B, L, D)`` output, or a user ``effect_fn``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+__all__ = ["AttentionSite", "CustomAttention"]
+
+
+@runtime_checkable
+class CustomAttention(Protocol):
+    """Typed form of the custom-module protocol described in the module docstring."""
+
+    attnspec_protocol: int
+    n_heads: int
+    head_dim: int
+    attn_probe: nn.Module
+    value_probe: nn.Module
+    out_proj: nn.Linear
+
+
+@dataclass
+class AttentionSite:
+    """One attention layer: hook points and geometry.
+
+    Attributes
+    ----------
+    index : int
+        Position of the layer in the model (0-based).
+    name : str
+        Dotted module path of the attention module.
+    module : nn.Module
+        The attention module itself.
+    out_proj : nn.Module
+        Output projection; its input is the concatenated per-head context ``(B, L, H*d_head)``.
+    weights_module : nn.Module or None
+        Module whose forward output carries ``A``; ``weights_pick`` extracts it.
+    values_module : nn.Module or None
+        Module whose forward output carries the values; ``values_pick`` maps it to
+        ``(B, H_kv, L, d_head)``.
+    n_heads, n_kv_heads, head_dim, d_out : int
+        Geometry: query heads, key/value heads (GQA when smaller), per-head value width, output width.
+    causal : bool
+        Causal attention (key ``j`` allowed for query ``i`` only if ``j <= i``).
+    window : int or None
+        Sliding window (key ``j`` allowed only if ``i - j < window``); ``None`` = full.
+    block : nn.Module or None
+        The residual block that contains this layer, called as ``block(hidden, **kwargs)``; enables
+        activation reuse in exact ablation. ``None`` falls back to full forward passes.
+    recompute : callable or None
+        For modules whose internals cannot be hooked (``nn.MultiheadAttention``): a function
+        ``(module, args, kwargs) -> (A, V)`` recomputing weights and values from the call's inputs.
+    """
+
+    index: int
+    name: str
+    module: nn.Module
+    out_proj: nn.Module
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_out: int
+    causal: bool = False
+    window: int | None = None
+    weights_module: nn.Module | None = None
+    weights_pick: Callable = field(default=lambda out: out[1])
+    values_module: nn.Module | None = None
+    values_pick: Callable = field(default=lambda out: out)
+    block: nn.Module | None = None
+    recompute: Callable | None = None
+    w_out_fn: Callable | None = None
+    kind: str = "hf"
+
+    def w_out(self) -> torch.Tensor:
+        """``W_O`` as ``(H * d_head, d_out)`` so that the layer output is ``C @ W_O + b``."""
+        if self.w_out_fn is not None:
+            return self.w_out_fn()
+        return self.out_proj.weight.detach().T
+
+    def kv_group(self, h: int) -> int:
+        """Key/value head used by query head ``h``."""
+        return h // (self.n_heads // self.n_kv_heads)
+
+    def allowed(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Boolean ``(B, L, L)``: query ``i`` may attend key ``j`` (both real tokens, causal, window)."""
+        valid = attention_mask.bool()
+        B, L = valid.shape
+        ok = valid[:, :, None] & valid[:, None, :]
+        i = torch.arange(L)
+        if self.causal:
+            ok = ok & (i[None, :] <= i[:, None])[None]
+        if self.window is not None:
+            ok = ok & ((i[:, None] - i[None, :]) < self.window)[None]
+        return ok
+
+    def describe(self) -> str:
+        att = "causal" if self.causal else "bidirectional"
+        if self.window is not None:
+            att += f", sliding window {self.window}"
+        kv = f", {self.n_kv_heads} kv heads" if self.n_kv_heads != self.n_heads else ""
+        return f"{self.name}: {self.n_heads} heads x {self.head_dim}{kv}, d_out={self.d_out}, {att}"
