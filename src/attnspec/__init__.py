@@ -5,12 +5,28 @@ Layers, each depending only on those above it:
 * :mod:`attnspec.config` — :class:`MHSAConfig`, the one configuration type;
 * :mod:`attnspec.spectra` — empirical spectra, moments, distances;
 * :mod:`attnspec.simulate` — softmax MHSA and its Gaussian-equivalent surrogate;
-* :mod:`attnspec.theory` — the limiting spectral law (free probability);
-* :mod:`attnspec.models` — adapters that expose attention heads of real models;
-* :mod:`attnspec.diagnose` — per-head diagnosis of trained models;
+* :mod:`attnspec.theory` — the limiting spectral law (operator-valued free probability);
+* :mod:`attnspec.models` — adapters exposing the attention heads of real models;
+* :mod:`attnspec.diagnose` — per-head diagnosis of trained models against the Gaussian-equivalent null;
 * :mod:`attnspec.report`, :mod:`attnspec.cli` — reports and the command line.
+
+The most used entry points are importable from here (loaded lazily, so ``import attnspec`` does not
+import torch).
 """
+from importlib import import_module
+
 from .config import ConfigError, MHSAConfig
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "MHSAConfig", "__version__"]
+
+_LAZY = {
+    "solve_law": "attnspec.theory",
+    "Law": "attnspec.theory",
+}
+__all__ = ["ConfigError", "MHSAConfig", "__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'attnspec' has no attribute {name!r}")
