@@ -47,6 +47,7 @@ class AttentionRecord:
     context [B, H, L, d_h] per-head output before the output projection
     allowed [B, L, L]     bool, True where query i may attend to key j
     beta    float         nominal inverse temperature (logits = beta * scores)
+    path    str           the block's attention path label
     extra   dict          model-specific extras (e.g. first-pass attention of the diffuse corrector)
     """
 
@@ -56,6 +57,7 @@ class AttentionRecord:
     context: torch.Tensor
     allowed: torch.Tensor
     beta: float
+    path: str = ""
     extra: dict = field(default_factory=dict)
 
     @property
@@ -80,6 +82,11 @@ def block_diagonal_mask(groups: torch.Tensor) -> torch.Tensor:
 class MHA(nn.Module):
     """Multi-head self-attention that exposes scores, probabilities, values and head contexts.
 
+    Conforms to :class:`attnspec.models.protocol.CustomAttention` (``attnspec_protocol = 1``:
+    ``n_heads``, ``head_dim``, ``attn_probe`` called on the probabilities, ``value_probe`` called on
+    the values, ``out_proj``). The structure mask of the last call is kept in ``structure_mask``
+    ([L, L] or [B, L, L], True = allowed) so that a diagnosis can ignore disallowed pairs.
+
     Parameters
     ----------
     d_model: token width D.
@@ -90,16 +97,25 @@ class MHA(nn.Module):
     path: a label saying which attention path this block implements.
     """
 
+    attnspec_protocol = 1
+    causal = False
+    window = None
+
     def __init__(self, d_model: int, n_heads: int, d_head: int | None = None, beta: float = 1.0,
                  dropout: float = 0.0, path: str = "tokens"):
         super().__init__()
         d_head = d_head or d_model // n_heads
         self.d_model, self.n_heads, self.d_head, self.beta, self.path = d_model, n_heads, d_head, float(beta), path
+        self.head_dim = d_head
         self.q_proj = nn.Linear(d_model, n_heads * d_head)
         self.k_proj = nn.Linear(d_model, n_heads * d_head)
         self.v_proj = nn.Linear(d_model, n_heads * d_head)
         self.out_proj = nn.Linear(n_heads * d_head, d_model)
         self.dropout = nn.Dropout(dropout)
+        # attnspec.models.protocol.CustomAttention (attnspec_protocol = 1)
+        self.attn_probe = nn.Identity()     # called on probs  [B, H, L, L]
+        self.value_probe = nn.Identity()    # called on values [B, H, L, d_h]
+        self.structure_mask: torch.Tensor | None = None   # last structure mask used ([L, L] or [B, L, L])
         self.recording = False
         self.records: list[AttentionRecord] = []
 
@@ -131,13 +147,15 @@ class MHA(nn.Module):
         scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
         allowed = self.merge_masks(B, L, mask, key_padding_mask, x.device)
         scores, extra = self.refine(scores, allowed[:, None])
-        probs = masked_softmax(self.beta * scores, allowed[:, None])
+        probs = self.attn_probe(masked_softmax(self.beta * scores, allowed[:, None]))
+        v = self.value_probe(v)
+        self.structure_mask = mask
         context = self.dropout(probs) @ v
         out = self.out_proj(context.transpose(1, 2).reshape(B, L, H * dh))
         if self.recording:
             self.records.append(AttentionRecord(
                 scores=scores.detach().cpu(), probs=probs.detach().cpu(), values=v.detach().cpu(),
-                context=context.detach().cpu(), allowed=allowed.detach().cpu(), beta=self.beta,
+                context=context.detach().cpu(), allowed=allowed.detach().cpu(), beta=self.beta, path=self.path,
                 extra={k_: t.detach().cpu() for k_, t in extra.items()}))
         return out
 

@@ -1,0 +1,63 @@
+"""Common base of the zoo models: configuration, input normalization, attention-block access.
+
+Every zoo model takes raw EEG epochs ``x`` [B, C, T] in volts and returns class logits
+[B, n_classes]. Input normalization (per-channel mean and standard deviation, fitted on the
+training set by :meth:`ZooModel.prepare`) is part of the model (buffers), so a saved checkpoint
+applies to raw recordings. ``config`` holds exactly the constructor arguments (JSON-serializable),
+which is what a checkpoint stores next to the weights.
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from .attention import MHA, attention_blocks
+
+__all__ = ["ZooModel", "FeedForward"]
+
+
+class ZooModel(nn.Module):
+    arch: ClassVar[str] = ""
+
+    def __init__(self, n_channels: int, n_times: int, n_classes: int, **config):
+        super().__init__()
+        self.config = dict(n_channels=n_channels, n_times=n_times, n_classes=n_classes, **config)
+        self.register_buffer("input_mean", torch.zeros(n_channels))
+        self.register_buffer("input_std", torch.ones(n_channels))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, C, T] volts -> per-channel standardized."""
+        return (x - self.input_mean[:, None]) / self.input_std[:, None]
+
+    @torch.no_grad()
+    def prepare(self, X: np.ndarray | torch.Tensor) -> None:
+        """Fit data-dependent buffers on training epochs X [n, C, T] (normalization; SPD reference)."""
+        X = torch.as_tensor(np.asarray(X), dtype=torch.float32)
+        self.input_mean.copy_(X.mean(dim=(0, 2)))
+        self.input_std.copy_(X.std(dim=(0, 2)).clamp_min(1e-12))
+
+    def attention_blocks(self) -> Iterator[tuple[str, MHA]]:
+        """``(qualified name, block)`` for every attention block (see :mod:`attnspec.zoo.attention`)."""
+        return attention_blocks(self)
+
+    def describe(self) -> str:
+        n = sum(p.numel() for p in self.parameters())
+        lines = [f"{type(self).__name__} ({self.arch}): {n} parameters"]
+        for name, b in self.attention_blocks():
+            lines.append(f"  {name}: path={b.path}, {b.n_heads} heads x {b.d_head}, beta={b.beta}")
+        return "\n".join(lines)
+
+
+class FeedForward(nn.Module):
+    """Pre-norm position-wise MLP: x + W2 gelu(W1 LN(x)); x [..., D]."""
+
+    def __init__(self, d_model: int, mult: int = 2, dropout: float = 0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, mult * d_model), nn.GELU(),
+                                 nn.Dropout(dropout), nn.Linear(mult * d_model, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.net(x)
