@@ -1,0 +1,152 @@
+"""Closed forms that cross-check the free-probability solver (THEORY.md sections 3 and 4b).
+
+Notation: ``sigma^2 = e^{beta^2} - 1``, ``alpha^2 = sigma^2 - beta^2``, ``c = psi/gamma`` (``d_qk / l``),
+``w_h = phi_h / sum_h phi_h``. Every law is that of ``Y Y^T`` (``l x l``, weight ``1/l`` per eigenvalue).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+from scipy.special import comb
+
+from ..config import MHSAConfig
+
+__all__ = ["marchenko_pastur_moments", "marchenko_pastur_edges", "fuss_catalan_moments", "mp_edge",
+           "attention_moments", "attention_edge", "attention_stieltjes", "first_moment", "second_moment",
+           "atom_at_zero"]
+
+
+def marchenko_pastur_moments(ratio: float, k: int = 4, scale: float = 1.0) -> np.ndarray:
+    """Moments ``m_1..m_k`` of ``scale * (1/p) X X^T``, ``X`` an ``n x p`` standard Gaussian, ``ratio = n/p``:
+    ``m_j = scale^j sum_{r=0}^{j-1} ratio^r / (r+1) C(j, r) C(j-1, r)`` (Narayana polynomials)."""
+    return np.array([scale ** j * sum(ratio ** r / (r + 1) * comb(j, r, exact=True) * comb(j - 1, r, exact=True)
+                                      for r in range(j)) for j in range(1, k + 1)], dtype=float)
+
+
+def marchenko_pastur_edges(ratio: float, scale: float = 1.0) -> tuple[float, float]:
+    """Support edges ``scale (1 -+ sqrt(ratio))^2`` of the same law (the atom ``1 - 1/ratio`` aside)."""
+    return scale * (1 - math.sqrt(ratio)) ** 2, scale * (1 + math.sqrt(ratio)) ** 2
+
+
+def fuss_catalan_moments(s: int, k: int = 4) -> np.ndarray:
+    """Moments of ``P P^T`` with ``P = X_1 ... X_s`` (square, iid ``N(0, 1/n)``): ``C((s+1) j, j) / (s j + 1)``."""
+    return np.array([comb((s + 1) * j, j, exact=True) / (s * j + 1) for j in range(1, k + 1)], dtype=float)
+
+
+def mp_edge(beta: float) -> float:
+    """Marchenko–Pastur edge ``4 sigma^2`` of an iid ``l x l`` matrix with the attention variance."""
+    return 4.0 * math.expm1(beta ** 2)
+
+
+def attention_moments(beta: float, gamma: float, psi: float) -> np.ndarray:
+    """``m_1..m_4`` of the single-head attention matrix law, convention A (THEORY.md 4b)."""
+    s2 = math.expm1(beta ** 2)
+    c = psi / gamma
+    b4, b6, b8 = beta ** 4, beta ** 6, beta ** 8
+    return np.array([
+        s2,
+        2 * s2 ** 2 + b4 / c,
+        5 * s2 ** 3 + 6 * s2 * b4 / c + b6 / c ** 2,
+        14 * s2 ** 4 + 28 * s2 ** 2 * b4 / c + 4 * b8 / c ** 2 + 8 * s2 * b6 / c ** 2 + b8 / c ** 3,
+    ])
+
+
+def attention_edge(beta: float, gamma: float, psi: float) -> float:
+    """Right edge ``(min_{0 < G < sqrt(c)/beta} 1/G + R(G))^2`` with
+    ``R(G) = alpha^2 G + c beta^2 G / (c - beta^2 G^2)`` (convention A)."""
+    s2 = math.expm1(beta ** 2)
+    a2, c = s2 - beta ** 2, psi / gamma
+    top = math.sqrt(c) / beta
+
+    def f(G):
+        return 1.0 / G + a2 * G + c * beta ** 2 * G / (c - beta ** 2 * G ** 2)
+
+    r = minimize_scalar(f, bounds=(1e-9 * top, top * (1 - 1e-12)), method="bounded",
+                        options={"xatol": 1e-14 * top, "maxiter": 500})
+    return float(r.fun) ** 2
+
+
+def attention_stieltjes(z: np.ndarray, beta: float, gamma: float, psi: float) -> np.ndarray:
+    """``g(z)`` of the attention law from the quartic
+    ``beta^2 alpha^2 G^4 - beta^2 w G^3 + (beta^2 - c sigma^2) G^2 + c w G - c = 0``, ``w = sqrt z``:
+    the root closest to ``1/w`` when far from the spectrum, followed by continuity is not attempted;
+    the root with ``Im g <= 0`` closest to the large-``z`` expansion is returned (for checks only)."""
+    z = np.atleast_1d(np.asarray(z, dtype=complex))
+    s2 = math.expm1(beta ** 2)
+    a2, c, b2 = s2 - beta ** 2, psi / gamma, beta ** 2
+    out = np.empty_like(z)
+    for i, zi in enumerate(z):      # checks only: a handful of points
+        w = np.sqrt(zi)
+        roots = np.roots([b2 * a2, -b2 * w, b2 - c * s2, c * w, -c]) if a2 > 0 else np.roots([-b2 * w, b2 - c * s2, c * w, -c])
+        g = roots / w
+        ok = g.imag <= 1e-12 * np.abs(g) if zi.imag > 0 else np.ones(g.size, bool)
+        cand = g[ok] if ok.any() else g
+        guess = 1.0 / zi + s2 / zi ** 2
+        out[i] = cand[np.argmin(np.abs(cand - guess))]
+    return out
+
+
+def _within_head_terms(config: MHSAConfig) -> np.ndarray:
+    """``t_h`` with ``E ||S_h V_h||^2 / (l^2 d_v^h) = b_B + t_h``: ``gamma/psi_h`` when values depend on
+    keys (``K^T K`` has mean square ``l d_qk (l + d_qk)``), else 0."""
+    psi = np.array(config.psi)
+    return config.gamma / psi if config.values != "independent" else np.zeros_like(psi)
+
+
+def first_moment(config: MHSAConfig) -> float:
+    """``m_1 = E tr(Y Y^T)/l``.
+
+    Attention matrix: ``sigma^2`` (both conventions). Output:
+    ``m_1 = s^2 [alpha^2 + beta^2 sum_h w_h (b + t_h)]`` with ``b = 1`` (convention A) or ``1 + gamma``
+    (convention B: ``tr (X^T X)^2 = l (1 + gamma)``), ``t_h = gamma/psi_h`` for tied or key-dependent
+    values and 0 otherwise, ``s`` the key-dependent scale (1 otherwise). Convention A without tying:
+    ``e^{beta^2} - 1``; tied: ``alpha^2 + beta^2 sum_h w_h (gamma + psi_h)/psi_h``.
+    """
+    if config.target == "attention":
+        return config.sigma2
+    phi = np.array(config.phi)
+    w = phi / phi.sum()
+    b = 1.0 + (config.gamma if config.inputs == "gaussian" else 0.0)
+    s2 = config.value_key_scale ** 2 if config.values == "key-dependent" else 1.0
+    return float(s2 * (config.alpha2 + config.beta ** 2 * np.sum(w * (b + _within_head_terms(config)))))
+
+
+def second_moment(config: MHSAConfig) -> float | None:
+    """``m_2`` where a closed form is known (convention A, no within-head tying), else ``None``.
+
+    Attention matrix: ``2 sigma^4 + beta^4/c``. Output (any heads, widths, K/V sharing):
+    ``(1 + gamma/omega) sigma^4 + sum_h w_h^2 [beta^4 gamma/psi_h + sigma^4 (1 + gamma/phi_h)]``.
+    """
+    if config.inputs != "orthonormal":
+        return None
+    s2, b4, g = config.sigma2, config.beta ** 4, config.gamma
+    if config.target == "attention":
+        return float(attention_moments(config.beta, g, config.psi[0])[1])
+    if config.values != "independent":
+        return None
+    phi, psi = np.array(config.phi), np.array(config.psi)
+    w = phi / phi.sum()
+    return float((1 + g / config.omega) * s2 ** 2 + np.sum(w ** 2 * (b4 * g / psi + s2 ** 2 * (1 + g / phi))))
+
+
+def atom_at_zero(config: MHSAConfig) -> float:
+    """Mass of the law at 0: ``1 - rank(Y)/l`` for generic blocks.
+
+    Attention matrix: 0 (``alpha Z`` is square and of full rank; ``beta = 0`` aside). Output:
+    ``Y = [T_1 V_1, ..., T_H V_H] W_O`` with ``T_h`` invertible, so ``rank = min(l, d_out, sum_h r_h)``,
+    ``r_h = d_v^h`` (convention A), ``min(d, d_v^h)`` (B), times ``d_qk^h`` caps for key-dependent values.
+    """
+    g = config.gamma
+    if config.beta == 0:
+        return 1.0
+    if config.target == "attention":
+        return 0.0 if config.alpha2 > 0 else max(0.0, 1.0 - min(g, config.psi[0]) / g)
+    r = np.array(config.phi)
+    if config.values == "key-dependent":
+        r = np.minimum(r, np.array(config.psi))
+    if config.inputs == "gaussian":
+        r = np.minimum(r, 1.0)
+    rank = min(g, config.omega, float(r.sum()))
+    return max(0.0, 1.0 - rank / g)

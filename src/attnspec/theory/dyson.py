@@ -1,0 +1,259 @@
+"""Operator-valued Dyson equation of a Hermitian linear pencil, solved by Newton with continuation.
+
+For a pencil ``L = A_0 + sum_p k_p (X_p + X_p^T)`` (see :mod:`attnspec.theory.pencil`) with blocks of
+sizes ``r_a d``, the block-normalized expected resolvent ``g[a, b] = (1/n_a) tr E[(Lambda - L)^{-1}]_{ab}``
+solves, in the limit ``d -> inf``,
+
+    G = (Lambda(w) - A_0 - eta(G))^{-1},     eta(G)[a, b] = sum_terms coef * g[c, d],
+
+with ``Lambda(w) = w`` on the two output blocks and ``0`` elsewhere. ``G`` is complex symmetric and
+its support is confined to the connected components of the *closure* pattern (start from ``A_0`` and the
+diagonal, add every ``eta[a, b]`` that reads an entry inside a component, repeat), so ``G`` is
+inverted component by component and only the entries that ``eta`` reads are unknowns.
+
+The unknowns ``u`` solve ``F(u) = u - G(u)[reads] = 0``; the Jacobian is ``I - J`` with
+``J[j, k] = sum_{t: reads k} coef_t G[c_j, a_t] G[b_t, d_j]`` (from ``dG = G d(eta) G``). All spectral
+points are processed at once. A path ``z(s)``, ``s: 0 -> 1``, starts far from the spectrum (initial guess
+``(Lambda - A_0)^{-1}``) and is followed level by level; a level where some points fail is bisected
+for those points only, then a damped fixed-point iteration is tried; what still fails raises
+:class:`LawSolverError` with the points and residuals. The physical branch is enforced: for
+``Im z > 0`` the scalar transform ``g(z) = G[out1, out1] / w`` (``w = sqrt z``) must have ``Im g <= 0``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from .pencil import Pencil
+
+__all__ = ["LawSolverError", "DysonSolver", "closure", "heads_coupled"]
+
+
+class LawSolverError(RuntimeError):
+    """The Dyson equation did not converge. ``z`` and ``residuals`` hold the failing points."""
+
+    def __init__(self, message: str, z: np.ndarray, residuals: np.ndarray):
+        self.z = np.asarray(z)
+        self.residuals = np.asarray(residuals)
+        order = np.argsort(-self.residuals)[:6]
+        pts = ", ".join(f"z={self.z[i].real:.6g}{self.z[i].imag:+.3g}j (residual {self.residuals[i]:.2e})" for i in order)
+        more = f" and {self.z.size - order.size} more" if self.z.size > order.size else ""
+        super().__init__(f"{message}: {self.z.size} point(s) failed: {pts}{more}")
+
+
+def closure(pencil: Pencil) -> tuple[np.ndarray, tuple]:
+    """Connected components (``comp[a]``) of ``G``'s support and the covariance terms that stay active.
+
+    Returns ``(comp, (a, b, c, d, coef))`` restricted to terms whose read entry ``g[c, d]`` can be non-zero.
+    """
+    m = pencil.size
+    a, b, c, d, coef = pencil.covariance_terms()
+    ea, eb = np.nonzero(pencil.a0)
+    edges_a, edges_b = list(ea), list(eb)
+    while True:
+        graph = coo_matrix((np.ones(len(edges_a)), (edges_a, edges_b)), shape=(m, m))
+        _, comp = connected_components(graph, directed=False)
+        active = comp[c] == comp[d]
+        new = active & (comp[a] != comp[b])
+        if not new.any():
+            break
+        edges_a += list(a[new])
+        edges_b += list(b[new])
+    return comp, (a[active], b[active], c[active], d[active], coef[active])
+
+
+def heads_coupled(pencil: Pencil) -> bool:
+    """Whether some component of ``G``'s support holds pencil blocks of two different heads."""
+    comp, _ = closure(pencil)
+    heads = np.array(pencil.heads)
+    for k in np.unique(comp):
+        hs = set(heads[(comp == k) & (heads >= 0)])
+        if len(hs) > 1:
+            return True
+    return False
+
+
+class DysonSolver:
+    """Vectorized Newton solver for one pencil's Dyson equation (see module docstring)."""
+
+    def __init__(self, pencil: Pencil, tol: float = 1e-12, maxit: int = 40, max_depth: int = 12,
+                 fixed_point_iters: int = 3000, damping: float = 0.5, jump: float = 1.5, level_ratio: float = 4.0):
+        self.pencil, self.tol, self.maxit, self.max_depth = pencil, tol, maxit, max_depth
+        self.jump, self.level_ratio = jump, level_ratio
+        self.fixed_point_iters, self.damping = fixed_point_iters, damping
+        m = self.m = pencil.size
+        comp, (a, b, c, d, coef) = closure(pencil)
+        self.comp = comp
+        groups: dict[int, list[np.ndarray]] = {}
+        for k in np.unique(comp):
+            idx = np.flatnonzero(comp == k)
+            groups.setdefault(idx.size, []).append(idx)
+        self.groups = [np.array(v) for v in groups.values()]          # each (n_comp, size)
+        keys = np.minimum(c, d) * m + np.maximum(c, d)
+        ukeys, tk = np.unique(keys, return_inverse=True)
+        self.uc, self.ud = ukeys // m, ukeys % m
+        self.nu = ukeys.size
+        pos = a * m + b
+        upos, tp = np.unique(pos, return_inverse=True)
+        self.pa, self.pb = upos // m, upos % m
+        E = np.zeros((self.nu, upos.size))
+        np.add.at(E, (tk, tp), coef)
+        self.E = E
+        self.ta, self.tb, self.tcoef = a, b, coef
+        S = np.zeros((a.size, self.nu))
+        S[np.arange(a.size), tk] = coef
+        self.S = S
+        self.base = -pencil.a0.astype(complex)
+        self.out = np.array(pencil.out)
+        self.r_out = int(np.flatnonzero(self.uc * m + self.ud == 0)[0]) if np.any((self.uc == 0) & (self.ud == 0)) else None
+
+    # ------------------------------------------------------------------ one evaluation
+    def resolvent(self, w: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """``G = (Lambda(w) - A_0 - eta(u))^{-1}``, shape ``(n, m, m)``, inverted per component."""
+        n = w.size
+        M = np.broadcast_to(self.base, (n, self.m, self.m)).copy()
+        M[:, self.out, self.out] += w[:, None]
+        M[:, self.pa, self.pb] -= u @ self.E
+        G = np.zeros_like(M)
+        for idx in self.groups:
+            ii, jj = idx[:, :, None], idx[:, None, :]
+            if idx.shape[1] == 1:
+                G[:, ii, jj] = 1.0 / M[:, ii, jj]
+            else:
+                G[:, ii, jj] = np.linalg.inv(M[:, ii, jj])
+        return G
+
+    def _newton(self, w: np.ndarray, u: np.ndarray, maxit: int | None = None,
+                polish: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Newton from ``u``; returns ``(u, G, residual)`` (residual relative, per point).
+
+        ``polish > 0``: exactly that many steps on every point, converged or not."""
+        maxit = polish if polish else (self.maxit if maxit is None else maxit)
+        u = u.copy()
+        eye = np.eye(self.nu)
+        res = np.full(w.size, np.inf)
+        active = np.ones(w.size, dtype=bool)
+        G = self.resolvent(w, u)
+        for _ in range(maxit):
+            F = u - G[:, self.uc, self.ud]
+            res = np.max(np.abs(F), axis=1) / (1.0 + np.max(np.abs(u), axis=1))
+            active = np.isfinite(res) & ((res > self.tol) | bool(polish))
+            if not active.any():
+                break
+            Ga = G[active]
+            X1 = Ga[:, self.uc[:, None], self.ta[None, :]]
+            X2 = Ga[:, self.tb[None, :], self.ud[:, None]]
+            J = eye - (X1 * X2) @ self.S
+            with np.errstate(all="ignore"):
+                try:
+                    du = np.linalg.solve(J, F[active][..., None])[..., 0]
+                except np.linalg.LinAlgError:
+                    du = np.stack([np.linalg.lstsq(j, f, rcond=None)[0] for j, f in zip(J, F[active])])
+            u[active] -= du
+            with np.errstate(all="ignore"):
+                G[active] = self.resolvent(w[active], u[active])
+        F = u - G[:, self.uc, self.ud]
+        with np.errstate(all="ignore"):
+            res = np.max(np.abs(F), axis=1) / (1.0 + np.max(np.abs(u), axis=1))
+        res[~np.isfinite(res)] = np.inf
+        return u, G, res
+
+    def _fixed_point(self, w: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Damped fixed point ``u <- (1-t) u + t G(u)[reads]`` followed by a Newton polish."""
+        u = u.copy()
+        t = self.damping
+        with np.errstate(all="ignore"):
+            for _ in range(self.fixed_point_iters):
+                u = (1 - t) * u + t * self.resolvent(w, u)[:, self.uc, self.ud]
+        return self._newton(w, u)
+
+    def _ok(self, z: np.ndarray, w: np.ndarray, G: np.ndarray, res: np.ndarray) -> np.ndarray:
+        ok = res <= self.tol * 10
+        g = G[:, 0, 0] / w
+        with np.errstate(all="ignore"):
+            branch = ~((z.imag > 0) & (g.imag > 1e-8 * np.abs(g) + 1e-300))
+        return ok & branch & np.isfinite(g)
+
+    # ------------------------------------------------------------------ continuation
+    def follow(self, path: Callable[[float | np.ndarray, np.ndarray], np.ndarray], n: int,
+               levels: int = 12) -> tuple[np.ndarray, np.ndarray]:
+        """Follow ``z = path(s, idx)`` from ``s = 0`` (far away) to ``s = 1`` for ``n`` points.
+
+        Returns ``(z, G)`` at ``s = 1``. ``path(s, idx)`` gives ``z`` for the points ``idx`` at parameter
+        ``s`` (scalar or one value per point); it must keep ``Im z > 0`` (or ``z`` off the spectrum).
+        """
+        idx = np.arange(n)
+        z0 = path(0.0, idx)
+        w0 = np.sqrt(z0)
+        G0 = self.resolvent(w0, np.zeros((n, self.nu), dtype=complex))
+        u, G, res = self._newton(w0, G0[:, self.uc, self.ud])
+        bad = ~self._ok(z0, w0, G, res)
+        if bad.any():
+            raise LawSolverError("Dyson solver failed at the start of the continuation path (far from the spectrum)",
+                                 z0[bad], res[bad])
+        s_levels = np.linspace(0.0, 1.0, levels + 1)
+        for s0, s1 in zip(s_levels[:-1], s_levels[1:]):
+            u, G = self._step(path, idx, s0, s1, u, G, 0)
+        z = path(1.0, idx)
+        u, G, _ = self._newton(np.sqrt(z), u, polish=1)   # one more quadratic step: full precision
+        return z, G
+
+    def _step(self, path, idx, s0, s1, u, G, depth):
+        z = path(s1, idx)
+        w = np.sqrt(z)
+        u1, G1, res = self._newton(w, u)
+        ok = self._ok(z, w, G1, res)
+        # continuity: a jump of the scalar transform means Newton left the branch it was following
+        z0 = path(s0, idx)
+        g0, g1 = G[:, 0, 0] / np.sqrt(z0), G1[:, 0, 0] / w
+        with np.errstate(all="ignore"):
+            ok &= np.abs(g1 - g0) <= self.jump * np.abs(g0)
+        if ok.all():
+            return u1, G1
+        bad = np.flatnonzero(~ok)
+        if depth < self.max_depth:
+            sm = 0.5 * (s0 + s1)
+            ub, Gb = self._step(path, idx[bad], s0, sm, u[bad], G[bad], depth + 1)
+            ub, Gb = self._step(path, idx[bad], sm, s1, ub, Gb, depth + 1)
+        else:
+            ub, Gb, rb = self._fixed_point(w[bad], u[bad])
+            okb = self._ok(z[bad], w[bad], Gb, rb)
+            if not okb.all():
+                raise LawSolverError("Dyson solver did not converge (Newton with continuation and damped fixed point)",
+                                     z[bad][~okb], np.where(np.isfinite(rb[~okb]), rb[~okb], np.inf))
+        u1[bad], G1[bad] = ub, Gb
+        return u1, G1
+
+    # ------------------------------------------------------------------ scalar transforms
+    def g_near_axis(self, x: np.ndarray, y: np.ndarray, y0: float, levels: int | None = None) -> np.ndarray:
+        """``g(x + i y)`` (``g(z) = (1/l) tr (z - Y Y^T)^{-1}``) by continuation in ``Im z`` from ``y0``
+        (geometric levels, ``Im z`` shrinking by at most ``level_ratio`` per level)."""
+        x = np.asarray(x, dtype=float)
+        y = np.broadcast_to(np.asarray(y, dtype=float), x.shape)
+        ly0, ly = np.log(y0), np.log(y)
+
+        def path(s, idx):
+            return x[idx] + 1j * np.exp(ly0 + (ly[idx] - ly0) * s)
+
+        if x.size == 0:
+            return np.zeros(0, dtype=complex)
+        if levels is None:
+            levels = int(np.ceil(np.max(ly0 - ly) / np.log(self.level_ratio)))
+        z, G = self.follow(path, x.size, levels)
+        return G[:, 0, 0] / np.sqrt(z)
+
+    def g_on_circle(self, center: float, radius: float, n: int, t0: float = 64.0, levels: int = 8) -> tuple[np.ndarray, np.ndarray]:
+        """``(z, g(z))`` at the ``n`` upper-half points ``center + radius e^{i theta_j}``,
+        ``theta_j = pi (j + 1/2) / n``, reached along rays from radius ``t0 * radius``."""
+        theta = np.pi * (np.arange(n) + 0.5) / n
+        e = np.exp(1j * theta)
+        lt0 = np.log(t0)
+
+        def path(s, idx):
+            return center + radius * e[idx] * np.exp(lt0 * (1.0 - s))
+
+        z, G = self.follow(path, n, levels)
+        return z, G[:, 0, 0] / np.sqrt(z)

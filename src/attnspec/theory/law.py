@@ -1,0 +1,235 @@
+"""The limiting spectral law of ``Y Y^T`` (or ``Y_att Y_att^T``) as a :class:`Law`.
+
+``solve_law(config)`` builds the pencil, then with ``g(z) = (1/l) tr (z - Y Y^T)^{-1}``:
+
+1. brackets the right edge on a log grid up to the norm bound ``B`` and refines it by repeated
+   k-section on ``rho(x) > tau`` (``rho(x) = -Im g(x + i delta)/pi``, ``delta = 1e-11 B``); likewise the
+   left edge when the bulk is separated from zero;
+2. evaluates the density on a grid dense near 0 (geometric, where ``rho`` may blow up like
+   ``x^{-a}``) and near both edges (``sin^2`` map);
+3. computes ``m_k = (1/2 pi i) oint z^k g(z) dz`` on the circle of centre ``E/2`` and radius
+   ``0.75 E`` (trapezoid rule, exponentially accurate, conjugate symmetry halves the work);
+4. takes the atom at 0 from the generic rank (:func:`closed_forms.atom_at_zero`).
+
+The CDF integrates the density by trapezoids, with the head ``[0, x_0]`` integrated exactly for a
+power law fitted through the first two grid points; ``mass`` (atom plus integral) should be 1.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import MHSAConfig
+from ..spectra import ks_to_cdf, split_outliers, wasserstein1_to_cdf
+from . import closed_forms
+from .dyson import DysonSolver, LawSolverError
+from .pencil import Pencil, build_pencil
+
+__all__ = ["Law", "solve_law", "law_distances"]
+
+
+@dataclass(frozen=True, eq=False)
+class Law:
+    """Limiting spectral law of ``Y Y^T``: continuous density on ``grid``, atom at 0, edges, moments.
+
+    ``moments`` are ``m_1..m_4`` of the whole law (atom included, which adds nothing for ``k >= 1``).
+    ``checks`` holds closed-form cross-checks (``m1_closed_form``, ``m2_closed_form`` where known,
+    ``mass``: atom plus integrated density).
+    """
+    config: MHSAConfig
+    grid: np.ndarray
+    density: np.ndarray
+    atom_at_zero: float
+    right_edge: float
+    left_edge: float | None
+    moments: np.ndarray
+    mass: float
+    checks: dict = field(default_factory=dict)
+    _head: tuple = (0.0, 0.0)      # (exponent 1 - a, mass) of the power-law head on [0, grid[0]]
+    _cum: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ distribution
+    def cdf(self, x) -> np.ndarray:
+        """``F(x) = mu((-inf, x])``, atom included; 1 at and above the right edge."""
+        x = np.asarray(x, dtype=float)
+        F = np.interp(x, self.grid, self._cum)
+        x0 = self.grid[0]
+        p, head = self._head
+        low = (x >= 0) & (x < x0)
+        if np.any(low):
+            F = np.where(low, self.atom_at_zero + head * np.clip(x / x0, 0, 1) ** p, F)
+        F = np.where(x < 0, 0.0, F)
+        return np.clip(np.where(x >= self.right_edge, 1.0, F), 0.0, 1.0)
+
+    def quantile(self, u) -> np.ndarray:
+        """Generalized inverse of :meth:`cdf`: the smallest ``x`` with ``F(x) >= u``."""
+        u = np.asarray(u, dtype=float)
+        if np.any((u < 0) | (u > 1)):
+            raise ValueError("quantile levels must lie in [0, 1]")
+        cum = np.maximum.accumulate(self._cum)
+        x = np.interp(u, cum, self.grid)
+        p, head = self._head
+        F0 = self.atom_at_zero + head
+        if head > 0:
+            frac = np.clip((u - self.atom_at_zero) / head, 0.0, 1.0)
+            x = np.where(u < F0, self.grid[0] * frac ** (1.0 / p), x)
+        x = np.where(u <= self.atom_at_zero, 0.0, x)
+        if self.left_edge is not None:
+            x = np.where(u > self.atom_at_zero, np.maximum(x, self.left_edge), x)
+        return np.minimum(x, self.right_edge)
+
+    def pdf(self, x) -> np.ndarray:
+        """Continuous density at ``x`` (linear interpolation of the grid values)."""
+        return np.interp(np.asarray(x, dtype=float), self.grid, self.density, left=0.0, right=0.0)
+
+    # ------------------------------------------------------------------ output
+    def to_dict(self) -> dict:
+        """Plain JSON-able data."""
+        return {
+            "config": self.config.to_dict(),
+            "description": self.config.describe(),
+            "moments": [float(m) for m in self.moments],
+            "right_edge": float(self.right_edge),
+            "left_edge": None if self.left_edge is None else float(self.left_edge),
+            "atom_at_zero": float(self.atom_at_zero),
+            "mass": float(self.mass),
+            "checks": {k: (None if v is None else float(v)) for k, v in self.checks.items()},
+            "grid": [float(x) for x in self.grid],
+            "density": [float(r) for r in self.density],
+        }
+
+    def plot(self, ax=None, label: str | None = None, **kwargs):
+        """Draw the density (and the atom as a note in the label) on a matplotlib axis."""
+        if ax is None:
+            import matplotlib.pyplot as plt
+            ax = plt.gca()
+        atom = f", atom {self.atom_at_zero:.3f}" if self.atom_at_zero > 1e-3 else ""
+        lab = label if label is not None else f"law (edge {self.right_edge:.4g}{atom})"
+        kwargs.setdefault("color", "black")
+        kwargs.setdefault("lw", 1.5)
+        ax.plot(self.grid, self.density, label=lab, **kwargs)
+        return ax
+
+
+def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float) -> np.ndarray:
+    """``rho(x) = -Im g(x + i y)/pi`` with ``y = min(delta, 1e-3 x)``, followed down from ``Im z = 10 scale``."""
+    y = np.minimum(delta, 1e-3 * x)
+    g = solver.g_near_axis(x, y, y0=10.0 * scale)
+    return np.maximum(-g.imag / math.pi, 0.0)
+
+
+def _ksection(solver: DysonSolver, lo: float, hi: float, tau: float, scale: float, delta: float, rising: bool,
+              rounds: int = 5, k: int = 16) -> float:
+    """Refine the point where ``rho`` crosses ``tau`` in ``[lo, hi]`` (``rising``: below at ``lo``)."""
+    for _ in range(rounds):
+        x = np.linspace(lo, hi, k + 2)[1:-1]
+        pos = _density(solver, x, scale, delta) > tau
+        if rising:
+            i = int(np.argmax(pos)) if pos.any() else k
+            lo, hi = (x[i - 1] if i > 0 else lo), (x[i] if i < k else hi)
+        else:
+            i = int(np.flatnonzero(pos)[-1]) if pos.any() else -1
+            lo, hi = (x[i] if i >= 0 else lo), (x[i + 1] if i + 1 < k else hi)
+    return 0.5 * (lo + hi)
+
+
+def _edges(solver: DysonSolver, scale: float, n_coarse: int = 64) -> tuple[float, float | None]:
+    """Right edge (and left edge if the bulk is separated from 0).
+
+    Coarse log grid on ``[1e-5 B, B]`` (``B`` the norm bound squared) with ``Im z = 1e-12 B``; a point is
+    in the support when ``x rho(x) > 1e-6 max(x rho)`` (outside, ``rho`` is only the ``O(Im z)`` Lorentzian
+    tail). Then k-section with ``Im z = 1e-12 E`` and threshold ``1e-7 max(x rho)/E``.
+    """
+    x = np.geomspace(1e-5 * scale, scale, n_coarse)
+    rho = _density(solver, x, scale, 1e-12 * scale)
+    q = x * rho
+    pos = np.flatnonzero(q > 1e-6 * q.max())
+    if q.max() <= 0 or pos.size == 0:
+        raise LawSolverError("no spectral density found below the norm bound", x + 0j, rho)
+    j = pos[-1]
+    if j == n_coarse - 1:
+        raise LawSolverError("density does not vanish at the norm bound (solver on a wrong branch?)", x[-1:] + 0j, rho[-1:])
+    e0 = x[j + 1]
+    tau = 1e-7 * q.max() / e0
+    right = _ksection(solver, x[j], x[j + 1], tau, scale, 1e-12 * e0, rising=False)
+    left = None
+    i = pos[0]
+    if i > 0:
+        left = _ksection(solver, x[i - 1], x[i], tau, scale, 1e-12 * e0, rising=True)
+    return right, left
+
+
+def _grid(right: float, left: float | None, n: int) -> np.ndarray:
+    t = np.linspace(0.0, 1.0, n)
+    if left is None:
+        bulk = right * np.sin(0.5 * np.pi * t[1:]) ** 2
+        head = right * np.geomspace(1e-10, 1e-3, max(16, n // 8))
+        return np.unique(np.concatenate([head, bulk]))
+    return left + (right - left) * np.sin(0.5 * np.pi * t) ** 2
+
+
+def _contour_moments(solver: DysonSolver, right: float, n: int = 64, k: int = 4) -> np.ndarray:
+    c, R = 0.5 * right, 0.75 * right
+    z, g = solver.g_on_circle(c, R, n)
+    e = (z - c) / R
+    j = np.arange(k + 1)[:, None]
+    # (1/2 pi i) oint z^j g dz over the full circle = mean over 2n points of z^j g R e^{i theta};
+    # the lower half is the conjugate of the upper half.
+    return np.real(np.sum(z[None, :] ** j * g * R * e, axis=1)) / n
+
+
+def solve_law(config: MHSAConfig, n_grid: int = 320, n_contour: int = 64, reduce: bool = True,
+              tol: float = 1e-12, pencil: Pencil | None = None) -> Law:
+    """The limiting law of ``config`` (THEORY.md section 3). Raises :class:`LawSolverError` on
+    non-convergence (with the failing points and residuals), ``ValueError`` for ``beta = 0``.
+
+    ``n_grid``: density grid points (plus a geometric head near 0); ``n_contour``: contour points on the
+    upper half circle; ``reduce``: merge identical uncoupled heads; ``pencil``: use this pencil
+    instead (e.g. a hand-built one; ``config`` then only labels the result).
+    """
+    if not isinstance(config, MHSAConfig):
+        raise TypeError(f"config must be an MHSAConfig, got {type(config).__name__}")
+    if config.beta == 0:
+        raise ValueError("beta = 0: the centered output is exactly 0 (law = point mass at 0); nothing to solve")
+    pencil = pencil if pencil is not None else build_pencil(config, reduce=reduce)
+    solver = DysonSolver(pencil, tol=tol)
+    scale = pencil.norm_bound() ** 2
+    right, left = _edges(solver, scale)
+    grid = _grid(right, left, n_grid)
+    inner = (grid > 0) & (grid < right) & ((grid > left) if left is not None else True)
+    rho = np.zeros_like(grid)
+    rho[inner] = _density(solver, grid[inner], scale, 1e-12 * right)
+    moments_all = _contour_moments(solver, right, n_contour)
+    atom = closed_forms.atom_at_zero(config)
+    # power-law head on [0, grid[0]]
+    head_p, head_mass = 1.0, 0.0
+    if left is None and rho[0] > 0 and rho[1] > 0:
+        a = -math.log(rho[1] / rho[0]) / math.log(grid[1] / grid[0])
+        a = min(max(a, 0.0), 0.95)
+        head_p, head_mass = 1.0 - a, grid[0] * rho[0] / (1.0 - a)
+    cum = atom + head_mass + np.concatenate([[0.0], np.cumsum(0.5 * (rho[1:] + rho[:-1]) * np.diff(grid))])
+    mass = float(cum[-1])
+    checks = {"m0_contour": float(moments_all[0]), "m1_closed_form": closed_forms.first_moment(config),
+              "m2_closed_form": closed_forms.second_moment(config), "mass": mass,
+              "norm_bound_squared": scale}
+    return Law(config=config, grid=grid, density=rho, atom_at_zero=float(atom), right_edge=float(right),
+               left_edge=None if left is None else float(left), moments=moments_all[1:], mass=mass,
+               checks=checks, _head=(head_p, head_mass), _cum=cum)
+
+
+def law_distances(law: Law, eigenvalues, rel_tol: float = 0.02) -> dict:
+    """W1 and KS between ``law`` and an eigenvalue sample (pooled), and W1 of the bulk.
+
+    ``w1_bulk`` drops the sample's eigenvalues above ``right_edge * (1 + rel_tol)``
+    (:func:`attnspec.spectra.split_outliers`); ``n_outliers`` counts them.
+    """
+    x = np.asarray(eigenvalues, dtype=float).ravel()
+    bulk, out = split_outliers(x, law.right_edge, rel_tol)
+    return {
+        "w1": wasserstein1_to_cdf(x, law.cdf, law.right_edge),
+        "ks": ks_to_cdf(x, law.cdf),
+        "w1_bulk": wasserstein1_to_cdf(bulk, law.cdf, law.right_edge) if bulk.size else float("nan"),
+        "n_outliers": int(out.size),
+    }
