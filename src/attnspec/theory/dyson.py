@@ -77,85 +77,121 @@ def heads_coupled(pencil: Pencil) -> bool:
 
 
 class DysonSolver:
-    """Vectorized Newton solver for one pencil's Dyson equation (see module docstring)."""
+    """Vectorized Newton solver for one pencil's Dyson equation (see module docstring).
+
+    Internally ``G`` is stored compactly: only the entries inside the components of its support,
+    as an array ``(n_points, K + 1)`` whose last column is the constant 0 (entries outside).
+    """
 
     def __init__(self, pencil: Pencil, tol: float = 1e-12, maxit: int = 40, max_depth: int = 12,
-                 fixed_point_iters: int = 3000, damping: float = 0.5, jump: float = 1.5, level_ratio: float = 4.0):
+                 fixed_point_iters: int = 3000, damping: float = 0.5, jump: float = 1.0, level_ratio: float = 8.0):
         self.pencil, self.tol, self.maxit, self.max_depth = pencil, tol, maxit, max_depth
         self.jump, self.level_ratio = jump, level_ratio
+        self.level_tol = 1e-7       # Newton tolerance on intermediate continuation levels
         self.fixed_point_iters, self.damping = fixed_point_iters, damping
         m = self.m = pencil.size
         comp, (a, b, c, d, coef) = closure(pencil)
         self.comp = comp
-        groups: dict[int, list[np.ndarray]] = {}
+        by_size: dict[int, list[np.ndarray]] = {}
         for k in np.unique(comp):
             idx = np.flatnonzero(comp == k)
-            groups.setdefault(idx.size, []).append(idx)
-        self.groups = [np.array(v) for v in groups.values()]          # each (n_comp, size)
+            by_size.setdefault(idx.size, []).append(idx)
+        # compact index of every in-component entry (i, j); K = their number; K is the zero slot
+        where = np.full((m, m), -1, dtype=int)
+        self.groups = []                       # (size, n_comp, compact indices (n_comp, s, s))
+        K = 0
+        for size, comps in by_size.items():
+            comps = np.array(comps)
+            nc = comps.shape[0]
+            ci = K + np.arange(nc * size * size).reshape(nc, size, size)
+            where[comps[:, :, None], comps[:, None, :]] = ci
+            self.groups.append((size, nc, ci.reshape(-1)))
+            K += nc * size * size
+        self.K = K
+        where[where < 0] = K
+        self.where = where
         keys = np.minimum(c, d) * m + np.maximum(c, d)
         ukeys, tk = np.unique(keys, return_inverse=True)
         self.uc, self.ud = ukeys // m, ukeys % m
         self.nu = ukeys.size
-        pos = a * m + b
+        self.i_u = where[self.uc, self.ud]
+        pos = where[a, b]
         upos, tp = np.unique(pos, return_inverse=True)
-        self.pa, self.pb = upos // m, upos % m
+        self.i_eta = upos
         E = np.zeros((self.nu, upos.size))
         np.add.at(E, (tk, tp), coef)
         self.E = E
-        self.ta, self.tb, self.tcoef = a, b, coef
+        self.i_j1 = where[self.uc[:, None], a[None, :]]     # G[c_j, a_t]
+        self.i_j2 = where[b[None, :], self.ud[:, None]]     # G[b_t, d_j]
         S = np.zeros((a.size, self.nu))
-        S[np.arange(a.size), tk] = coef
+        np.add.at(S, (np.arange(a.size), tk), coef)
         self.S = S
-        self.base = -pencil.a0.astype(complex)
-        self.out = np.array(pencil.out)
-        self.r_out = int(np.flatnonzero(self.uc * m + self.ud == 0)[0]) if np.any((self.uc == 0) & (self.ud == 0)) else None
+        self.base = np.zeros(K + 1, dtype=complex)
+        inside = where < K
+        self.base[where[inside]] = -pencil.a0[inside]
+        self.i_w = where[list(pencil.out), list(pencil.out)]
+        self.i_out = where[pencil.out[0], pencil.out[0]]
 
     # ------------------------------------------------------------------ one evaluation
     def resolvent(self, w: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """``G = (Lambda(w) - A_0 - eta(u))^{-1}``, shape ``(n, m, m)``, inverted per component."""
+        """Compact ``G = (Lambda(w) - A_0 - eta(u))^{-1}``, shape ``(n, K + 1)``, inverted per component
+        (closed forms for 1x1 and 2x2 components)."""
         n = w.size
-        M = np.broadcast_to(self.base, (n, self.m, self.m)).copy()
-        M[:, self.out, self.out] += w[:, None]
-        M[:, self.pa, self.pb] -= u @ self.E
+        M = np.broadcast_to(self.base, (n, self.K + 1)).copy()
+        M[:, self.i_w] += w[:, None]
+        M[:, self.i_eta] -= u @ self.E
         G = np.zeros_like(M)
-        for idx in self.groups:
-            ii, jj = idx[:, :, None], idx[:, None, :]
-            if idx.shape[1] == 1:
-                G[:, ii, jj] = 1.0 / M[:, ii, jj]
-            else:
-                G[:, ii, jj] = np.linalg.inv(M[:, ii, jj])
+        with np.errstate(all="ignore"):
+            for size, nc, ci in self.groups:
+                sub = M[:, ci]
+                if size == 1:
+                    G[:, ci] = 1.0 / sub
+                elif size == 2:
+                    q = sub.reshape(n, nc, 4)
+                    det = q[..., 0] * q[..., 3] - q[..., 1] * q[..., 2]
+                    inv = np.stack([q[..., 3], -q[..., 1], -q[..., 2], q[..., 0]], axis=-1) / det[..., None]
+                    G[:, ci] = inv.reshape(n, -1)
+                else:
+                    G[:, ci] = np.linalg.inv(sub.reshape(n, nc, size, size)).reshape(n, -1)
         return G
 
+    def g_out(self, w: np.ndarray, G: np.ndarray) -> np.ndarray:
+        """``g(z) = G[out1, out1] / w`` with ``z = w^2``."""
+        return G[:, self.i_out] / w
+
     def _newton(self, w: np.ndarray, u: np.ndarray, maxit: int | None = None,
-                polish: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                polish: int = 0, tol: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Newton from ``u``; returns ``(u, G, residual)`` (residual relative, per point).
 
         ``polish > 0``: exactly that many steps on every point, converged or not."""
         maxit = polish if polish else (self.maxit if maxit is None else maxit)
+        tol = self.tol if tol is None else tol
         u = u.copy()
         eye = np.eye(self.nu)
-        res = np.full(w.size, np.inf)
-        active = np.ones(w.size, dtype=bool)
         G = self.resolvent(w, u)
         for _ in range(maxit):
-            F = u - G[:, self.uc, self.ud]
-            res = np.max(np.abs(F), axis=1) / (1.0 + np.max(np.abs(u), axis=1))
-            active = np.isfinite(res) & ((res > self.tol) | bool(polish))
+            F = u - G[:, self.i_u]
+            with np.errstate(all="ignore"):
+                res = np.max(np.abs(F), axis=1) / (1.0 + np.max(np.abs(u), axis=1))
+            active = np.isfinite(res) & ((res > tol) | bool(polish))
             if not active.any():
                 break
-            Ga = G[active]
-            X1 = Ga[:, self.uc[:, None], self.ta[None, :]]
-            X2 = Ga[:, self.tb[None, :], self.ud[:, None]]
-            J = eye - (X1 * X2) @ self.S
+            allact = active.all()
+            Ga = G if allact else G[active]
+            Fa = F if allact else F[active]
+            J = eye - (Ga[:, self.i_j1] * Ga[:, self.i_j2]) @ self.S
             with np.errstate(all="ignore"):
                 try:
-                    du = np.linalg.solve(J, F[active][..., None])[..., 0]
+                    du = np.linalg.solve(J, Fa[..., None])[..., 0]
                 except np.linalg.LinAlgError:
-                    du = np.stack([np.linalg.lstsq(j, f, rcond=None)[0] for j, f in zip(J, F[active])])
-            u[active] -= du
-            with np.errstate(all="ignore"):
+                    du = np.stack([np.linalg.lstsq(j, f, rcond=None)[0] for j, f in zip(J, Fa)])
+            if allact:
+                u -= du
+                G = self.resolvent(w, u)
+            else:
+                u[active] -= du
                 G[active] = self.resolvent(w[active], u[active])
-        F = u - G[:, self.uc, self.ud]
+        F = u - G[:, self.i_u]
         with np.errstate(all="ignore"):
             res = np.max(np.abs(F), axis=1) / (1.0 + np.max(np.abs(u), axis=1))
         res[~np.isfinite(res)] = np.inf
@@ -167,12 +203,12 @@ class DysonSolver:
         t = self.damping
         with np.errstate(all="ignore"):
             for _ in range(self.fixed_point_iters):
-                u = (1 - t) * u + t * self.resolvent(w, u)[:, self.uc, self.ud]
+                u = (1 - t) * u + t * self.resolvent(w, u)[:, self.i_u]
         return self._newton(w, u)
 
-    def _ok(self, z: np.ndarray, w: np.ndarray, G: np.ndarray, res: np.ndarray) -> np.ndarray:
-        ok = res <= self.tol * 10
-        g = G[:, 0, 0] / w
+    def _ok(self, z: np.ndarray, w: np.ndarray, G: np.ndarray, res: np.ndarray, tol: float | None = None) -> np.ndarray:
+        ok = res <= (self.tol if tol is None else tol) * 10
+        g = self.g_out(w, G)
         with np.errstate(all="ignore"):
             branch = ~((z.imag > 0) & (g.imag > 1e-8 * np.abs(g) + 1e-300))
         return ok & branch & np.isfinite(g)
@@ -189,7 +225,7 @@ class DysonSolver:
         z0 = path(0.0, idx)
         w0 = np.sqrt(z0)
         G0 = self.resolvent(w0, np.zeros((n, self.nu), dtype=complex))
-        u, G, res = self._newton(w0, G0[:, self.uc, self.ud])
+        u, G, res = self._newton(w0, G0[:, self.i_u])
         bad = ~self._ok(z0, w0, G, res)
         if bad.any():
             raise LawSolverError("Dyson solver failed at the start of the continuation path (far from the spectrum)",
@@ -204,13 +240,15 @@ class DysonSolver:
     def _step(self, path, idx, s0, s1, u, G, depth):
         z = path(s1, idx)
         w = np.sqrt(z)
-        u1, G1, res = self._newton(w, u)
-        ok = self._ok(z, w, G1, res)
+        tol = self.tol if s1 >= 1.0 else self.level_tol
+        u1, G1, res = self._newton(w, u, tol=tol)
+        ok = self._ok(z, w, G1, res, tol)
         # continuity: a jump of the scalar transform means Newton left the branch it was following
         z0 = path(s0, idx)
-        g0, g1 = G[:, 0, 0] / np.sqrt(z0), G1[:, 0, 0] / w
+        g0, g1 = self.g_out(np.sqrt(z0), G), self.g_out(w, G1)
         with np.errstate(all="ignore"):
-            ok &= np.abs(g1 - g0) <= self.jump * np.abs(g0)
+            lr = np.log(g1 / g0)
+            ok &= (np.abs(lr.real) <= np.log(self.level_ratio) + 0.5) & (np.abs(lr.imag) <= self.jump)
         if ok.all():
             return u1, G1
         bad = np.flatnonzero(~ok)
@@ -243,7 +281,7 @@ class DysonSolver:
         if levels is None:
             levels = int(np.ceil(np.max(ly0 - ly) / np.log(self.level_ratio)))
         z, G = self.follow(path, x.size, levels)
-        return G[:, 0, 0] / np.sqrt(z)
+        return self.g_out(np.sqrt(z), G)
 
     def g_on_circle(self, center: float, radius: float, n: int, t0: float = 64.0, levels: int = 8) -> tuple[np.ndarray, np.ndarray]:
         """``(z, g(z))`` at the ``n`` upper-half points ``center + radius e^{i theta_j}``,
@@ -256,4 +294,4 @@ class DysonSolver:
             return center + radius * e[idx] * np.exp(lt0 * (1.0 - s))
 
         z, G = self.follow(path, n, levels)
-        return z, G[:, 0, 0] / np.sqrt(z)
+        return z, self.g_out(np.sqrt(z), G)

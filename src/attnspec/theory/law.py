@@ -114,25 +114,52 @@ class Law:
 
 
 def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float) -> np.ndarray:
-    """``rho(x) = -Im g(x + i y)/pi`` with ``y = min(delta, 1e-3 x)``, followed down from ``Im z = 10 scale``."""
+    """``rho(x) = -Im g(x + i y)/pi`` with ``y = min(delta, 1e-3 x)``, followed down from ``Im z = 10 scale``
+    (from ``Im z = 10 B``, ``B`` the norm bound squared, if the start at ``10 scale`` fails)."""
     y = np.minimum(delta, 1e-3 * x)
-    g = solver.g_near_axis(x, y, y0=10.0 * scale)
+    near0 = y < delta
+    if x.size > 64 and 8 <= near0.sum() < x.size // 2:   # the head near 0 needs more levels: solve apart
+        out = np.empty_like(x)
+        out[near0] = _density(solver, x[near0], scale, delta)
+        out[~near0] = _density(solver, x[~near0], scale, delta)
+        return out
+    try:
+        g = solver.g_near_axis(x, y, y0=10.0 * scale)
+    except LawSolverError:
+        if scale >= solver.pencil.norm_bound() ** 2:
+            raise
+        g = solver.g_near_axis(x, y, y0=10.0 * solver.pencil.norm_bound() ** 2)
     return np.maximum(-g.imag / math.pi, 0.0)
 
 
 def _ksection(solver: DysonSolver, lo: float, hi: float, tau: float, scale: float, delta: float, rising: bool,
-              rounds: int = 5, k: int = 16) -> float:
-    """Refine the point where ``rho`` crosses ``tau`` in ``[lo, hi]`` (``rising``: below at ``lo``)."""
+              rounds: int = 2, k: int = 24) -> float:
+    """Locate the edge in ``[lo, hi]`` where ``rho`` crosses ``tau`` (``rising``: below at ``lo``).
+
+    ``rounds`` k-sections shrink the bracket by ``(k+1)^rounds``; the edge is then extrapolated from the
+    two innermost points of the last round with the square-root law (``rho^2`` linear in ``x``).
+    """
+    xs = rs = None
     for _ in range(rounds):
         x = np.linspace(lo, hi, k + 2)[1:-1]
-        pos = _density(solver, x, scale, delta) > tau
+        r = _density(solver, x, scale, delta)
+        pos = r > tau
+        xs, rs = x[pos], r[pos]
         if rising:
             i = int(np.argmax(pos)) if pos.any() else k
             lo, hi = (x[i - 1] if i > 0 else lo), (x[i] if i < k else hi)
         else:
             i = int(np.flatnonzero(pos)[-1]) if pos.any() else -1
             lo, hi = (x[i] if i >= 0 else lo), (x[i + 1] if i + 1 < k else hi)
-    return 0.5 * (lo + hi)
+    edge = 0.5 * (lo + hi)
+    if xs is not None and xs.size >= 2:
+        (xa, xb), (ra, rb) = (xs[-2:], rs[-2:]) if not rising else (xs[:2][::-1], rs[:2][::-1])
+        den = ra ** 2 - rb ** 2
+        if den > 0:
+            e = xb + rb ** 2 * (xb - xa) / den
+            if lo <= e <= hi:
+                edge = e
+    return float(edge)
 
 
 def _edges(solver: DysonSolver, scale: float, n_coarse: int = 64) -> tuple[float, float | None]:
@@ -140,7 +167,8 @@ def _edges(solver: DysonSolver, scale: float, n_coarse: int = 64) -> tuple[float
 
     Coarse log grid on ``[1e-5 B, B]`` (``B`` the norm bound squared) with ``Im z = 1e-12 B``; a point is
     in the support when ``x rho(x) > 1e-6 max(x rho)`` (outside, ``rho`` is only the ``O(Im z)`` Lorentzian
-    tail). Then k-section with ``Im z = 1e-12 E`` and threshold ``1e-7 max(x rho)/E``.
+    tail). Then k-section with ``Im z = 1e-11 E`` and threshold ``1e-7 max(x rho)/E``, and a square-root
+    extrapolation.
     """
     x = np.geomspace(1e-5 * scale, scale, n_coarse)
     rho = _density(solver, x, scale, 1e-12 * scale)
@@ -153,12 +181,28 @@ def _edges(solver: DysonSolver, scale: float, n_coarse: int = 64) -> tuple[float
         raise LawSolverError("density does not vanish at the norm bound (solver on a wrong branch?)", x[-1:] + 0j, rho[-1:])
     e0 = x[j + 1]
     tau = 1e-7 * q.max() / e0
-    right = _ksection(solver, x[j], x[j + 1], tau, scale, 1e-12 * e0, rising=False)
+    right = _ksection(solver, x[j], x[j + 1], tau, e0, 1e-11 * e0, rising=False)
     left = None
     i = pos[0]
     if i > 0:
-        left = _ksection(solver, x[i - 1], x[i], tau, scale, 1e-12 * e0, rising=True)
+        left = _ksection(solver, x[i - 1], x[i], tau, e0, 1e-11 * e0, rising=True)
     return right, left
+
+
+def _cell_masses(x: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """``int_{x_i}^{x_{i+1}} rho`` per cell, exact for a local power law ``rho = C x^{-a}`` through both
+    end values (this handles the ``x^{-a}`` blow-up at 0 on a geometric grid); trapezoid where an end
+    value is 0."""
+    x1, x2, r1, r2 = x[:-1], x[1:], r[:-1], r[1:]
+    out = 0.5 * (r1 + r2) * (x2 - x1)
+    ok = (r1 > 0) & (r2 > 0) & (x1 > 0)
+    L = np.log(x2[ok] / x1[ok])
+    p = 1.0 + np.log(r2[ok] / r1[ok]) / L          # 1 - a
+    t = p * L
+    with np.errstate(all="ignore"):
+        f = np.where(np.abs(t) > 1e-8, np.expm1(t) / t, 1.0 + 0.5 * t)
+    out[ok] = x1[ok] * r1[ok] * L * f
+    return out
 
 
 def _grid(right: float, left: float | None, n: int) -> np.ndarray:
@@ -200,7 +244,7 @@ def solve_law(config: MHSAConfig, n_grid: int = 320, n_contour: int = 64, reduce
     grid = _grid(right, left, n_grid)
     inner = (grid > 0) & (grid < right) & ((grid > left) if left is not None else True)
     rho = np.zeros_like(grid)
-    rho[inner] = _density(solver, grid[inner], scale, 1e-12 * right)
+    rho[inner] = _density(solver, grid[inner], right, 1e-9 * right)
     moments_all = _contour_moments(solver, right, n_contour)
     atom = closed_forms.atom_at_zero(config)
     # power-law head on [0, grid[0]]
@@ -209,7 +253,7 @@ def solve_law(config: MHSAConfig, n_grid: int = 320, n_contour: int = 64, reduce
         a = -math.log(rho[1] / rho[0]) / math.log(grid[1] / grid[0])
         a = min(max(a, 0.0), 0.95)
         head_p, head_mass = 1.0 - a, grid[0] * rho[0] / (1.0 - a)
-    cum = atom + head_mass + np.concatenate([[0.0], np.cumsum(0.5 * (rho[1:] + rho[:-1]) * np.diff(grid))])
+    cum = atom + head_mass + np.concatenate([[0.0], np.cumsum(_cell_masses(grid, rho))])
     mass = float(cum[-1])
     checks = {"m0_contour": float(moments_all[0]), "m1_closed_form": closed_forms.first_moment(config),
               "m2_closed_form": closed_forms.second_moment(config), "mass": mass,
