@@ -27,7 +27,7 @@ from . import closed_forms
 from .dyson import DysonSolver, LawSolverError
 from .pencil import Pencil, build_pencil
 
-__all__ = ["Law", "solve_law", "law_distances"]
+__all__ = ["Law", "solve_law", "law_distances", "pencil_moments"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,7 +170,7 @@ def _edges(solver: DysonSolver, scale: float, n_coarse: int = 64) -> tuple[float
     tail). Then k-section with ``Im z = 1e-11 E`` and threshold ``1e-7 max(x rho)/E``, and a square-root
     extrapolation.
     """
-    x = np.geomspace(1e-5 * scale, scale, n_coarse)
+    x = np.geomspace(1e-5 * scale, 1.25 * scale, n_coarse)   # the bound can be attained (MP)
     rho = _density(solver, x, scale, 1e-12 * scale)
     q = x * rho
     pos = np.flatnonzero(q > 1e-6 * q.max())
@@ -222,6 +222,14 @@ def _contour_moments(solver: DysonSolver, right: float, n: int = 64, k: int = 4)
     # (1/2 pi i) oint z^j g dz over the full circle = mean over 2n points of z^j g R e^{i theta};
     # the lower half is the conjugate of the upper half.
     return np.real(np.sum(z[None, :] ** j * g * R * e, axis=1)) / n
+
+
+def pencil_moments(pencil: Pencil, k: int = 4, n_contour: int = 64, tol: float = 1e-12) -> tuple[np.ndarray, float]:
+    """``(m_1..m_k, right edge)`` of the law of ``Y Y^T`` for any pencil (e.g. Marchenko–Pastur or
+    products of Gaussian blocks built with :func:`pencil_from_monomials`)."""
+    solver = DysonSolver(pencil, tol=tol)
+    right, _ = _edges(solver, pencil.norm_bound() ** 2)
+    return _contour_moments(solver, right, n_contour, k)[1:], right
 
 
 def solve_law(config: MHSAConfig, n_grid: int = 320, n_contour: int = 64, reduce: bool = True,
