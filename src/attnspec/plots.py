@@ -36,7 +36,7 @@ def plot_spectra(ax, samples: dict[str, np.ndarray], law=None, bins: int | None 
     if bins is None:  # about sqrt(n) bins, enough to resolve the law without drowning in noise
         bins = int(np.clip(1.5 * np.sqrt(max(v.size for v in pools.values()) if pools else 1), 30, 150))
     edges = np.linspace(0.0, top, bins + 1)
-    heavy = False
+    heavy, dens_max, dens_min = False, 0.0, np.inf
     for label, x in pools.items():
         atom = atom_at_zero(x)
         pos = x[x > 1e-9 * max(x.max(), 1e-300)]
@@ -47,14 +47,19 @@ def plot_spectra(ax, samples: dict[str, np.ndarray], law=None, bins: int | None 
         ax.stairs(dens, edges, label=f"{label} (n={x.size}{extra})", color=_COLORS.get(label),
                   fill=len(pools) == 1, alpha=0.9, linewidth=1.2)
         nz = dens[dens > 0]
-        heavy |= nz.size > 0 and nz.max() / np.median(nz) > 50
+        if nz.size:
+            heavy |= nz.max() / np.median(nz) > 50
+            dens_max, dens_min = max(dens_max, nz.max()), min(dens_min, nz.min())
     if law is not None:
         m = law.grid <= top
         atom = f", atom {law.atom_at_zero:.3f}" if law.atom_at_zero > 1e-3 else ""
         ax.plot(law.grid[m], law.density[m], color=_COLORS["law"], lw=1.5,
                 label=f"law (edge {law.right_edge:.4g}{atom})")
-    if log_y if log_y is not None else heavy:
+    log = log_y if log_y is not None else heavy
+    if log:
         ax.set_yscale("log")
+    if dens_max > 0:  # a law's lambda^{-a} singularity at 0 must not squash the histograms
+        ax.set_ylim((dens_min / 3, dens_max * 3) if log else (0, dens_max * 1.15))
     ax.set_xlabel("eigenvalue of $Y Y^T$")
     ax.set_ylabel("density")
     ax.set_xlim(0, top)
