@@ -98,10 +98,13 @@ class AnisotropicAttentionNet(ZooModel):
         z = z + self.electrode_emb + self.patch_emb
         return z.reshape(z.shape[0], -1, z.shape[-1])
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, C, T] -> pooled features [B, C*D] (the classifier's input)."""
         z = self.tokens(x)
         for blk in self.blocks:
             z = blk(z, self.mask_temporal, self.mask_spatial)
         B, _, D = z.shape
-        z = self.norm(z).reshape(B, -1, self.n_patches, D).mean(2)    # [B, C, D]
-        return self.head(z.flatten(1))
+        return self.norm(z).reshape(B, -1, self.n_patches, D).mean(2).flatten(1)    # [B, C*D]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))

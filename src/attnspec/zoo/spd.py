@@ -138,8 +138,12 @@ class SPDAttentionNet(ZooModel):
         t = t.reshape(B, -1, self.config["n_segments"], D) + self.band_emb + self.seg_emb
         return t.reshape(B, N, D)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, C, T] -> pooled features [B, D] (the classifier's input)."""
         z = self.tokens(x)
         for layer in self.layers:
             z = layer(z)
-        return self.head(self.norm(z).mean(1))
+        return self.norm(z).mean(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
