@@ -1,0 +1,122 @@
+"""Checkpoints of zoo models: safetensors weights plus a JSON architecture file (never pickle).
+
+A checkpoint is a directory::
+
+    model.safetensors     state dict (parameters and persistent buffers: input normalization,
+                          SPD reference points, filter bank)
+    attnspec_zoo.json     {"format": "attnspec.zoo", "version": 1, "arch": ..., "config": {...},
+                           "meta": {...}}
+
+``meta`` is free-form; the examples store the simulation config (``meta["sim"]``), the epoch window
+(``meta["tmin"]``, ``meta["tmax"]``), the split seed and test fraction, and the measured
+accuracies, which lets :func:`heldout_inputs` regenerate the held-out trials the model never saw.
+The JSON file name differs from transformers' ``config.json`` so the two kinds of directory cannot
+be confused (:func:`is_checkpoint`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["ARCHS", "save", "load", "is_checkpoint", "build", "heldout_inputs", "heldout_data", "CONFIG_NAME", "WEIGHTS_NAME"]
+
+CONFIG_NAME = "attnspec_zoo.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+def _archs() -> dict:
+    from .anisotropic import AnisotropicAttentionNet
+    from .diffuse import DiffuseCorrectionNet
+    from .spd import SPDAttentionNet
+    from .staged import StagedLocalTemporalNet
+
+    return {c.arch: c for c in (AnisotropicAttentionNet, StagedLocalTemporalNet, SPDAttentionNet, DiffuseCorrectionNet)}
+
+
+class _Archs(dict):
+    def __missing__(self, key):
+        self.update(_archs())
+        if key not in self:
+            raise KeyError(f"unknown zoo architecture {key!r}; known: {sorted(self)}")
+        return self[key]
+
+
+#: arch name -> model class
+ARCHS = _Archs()
+
+
+def build(arch: str, config: dict):
+    """Instantiate architecture ``arch`` with constructor arguments ``config``."""
+    return ARCHS[arch](**config)
+
+
+def is_checkpoint(path) -> bool:
+    """True if ``path`` is a zoo checkpoint directory (or its JSON file)."""
+    p = Path(path)
+    return (p.is_dir() and (p / CONFIG_NAME).is_file()) or (p.is_file() and p.name == CONFIG_NAME)
+
+
+def save(model, path, meta: dict | None = None) -> Path:
+    """Write ``model`` to directory ``path`` (created); returns the directory."""
+    from safetensors.torch import save_file
+
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(state, str(d / WEIGHTS_NAME), metadata={"format": "attnspec.zoo", "arch": model.arch})
+    doc = {"format": "attnspec.zoo", "version": 1, "arch": model.arch, "config": model.config, "meta": meta or {}}
+    (d / CONFIG_NAME).write_text(json.dumps(doc, indent=1, default=_json_default))
+    return d
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON-serializable: {type(o).__name__}")
+
+
+def load(path):
+    """Load a zoo checkpoint: the model in eval mode, with ``model.zoo_meta`` = the stored meta."""
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    d = p.parent if p.is_file() else p
+    if not is_checkpoint(d):
+        raise FileNotFoundError(f"{path} is not an attnspec.zoo checkpoint (no {CONFIG_NAME})")
+    doc = json.loads((d / CONFIG_NAME).read_text())
+    if doc.get("format") != "attnspec.zoo":
+        raise ValueError(f"{d / CONFIG_NAME}: not an attnspec.zoo checkpoint")
+    model = build(doc["arch"], doc["config"])
+    model.load_state_dict(load_file(str(d / WEIGHTS_NAME)))
+    model.eval()
+    model.zoo_meta = doc.get("meta", {})
+    return model
+
+
+def heldout_inputs(model, n: int | None = None) -> np.ndarray:
+    """The held-out epochs X [n, C, T] (volts) of a loaded checkpoint (see :func:`heldout_data`)."""
+    X, _ = heldout_data(model)
+    return X if n is None else X[:n]
+
+
+def heldout_data(model) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out trials (X [n, C, T] volts, y [n]) of a loaded checkpoint, regenerated from its meta.
+
+    Needs ``meta["sim"]``; uses ``meta["split_seed"]`` / ``meta["test_fraction"]`` (default 0, 0.25)
+    and the epoch window ``meta["tmin"]``/``meta["tmax"]`` (default 0.5, 2.5)."""
+    from .eeg_sim import SimConfig, make_dataset
+    from .train import split
+
+    meta = getattr(model, "zoo_meta", {}) or {}
+    if "sim" not in meta:
+        raise ValueError("checkpoint has no meta['sim']: pass inputs explicitly")
+    cfg = SimConfig.from_dict(meta["sim"])
+    X, y, _ = make_dataset(cfg, meta.get("tmin", 0.5), meta.get("tmax", 2.5))
+    _, te = split(y, meta.get("test_fraction", 0.25), meta.get("split_seed", 0))
+    return X[te], y[te]

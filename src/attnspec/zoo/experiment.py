@@ -1,0 +1,102 @@
+"""One experiment = simulate MI-EEG, split, train a zoo model, evaluate, save, diagnose.
+
+Used by the scripts in ``examples/`` and by ``benchmarks/bench_zoo.py``. The held-out split is by
+trial (stratified, all subjects in both sets). Chance level = 1 / n_classes.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint import build, save
+from .eeg_sim import SimConfig, make_dataset
+from .train import TrainResult, split, train_and_evaluate
+
+__all__ = ["Experiment", "default_sim", "run_experiment", "diffuse_table"]
+
+CLASSES = {2: ("left_hand", "right_hand"), 4: ("left_hand", "right_hand", "feet", "tongue")}
+
+
+def default_sim(n_classes: int = 2, quick: bool = False, seed: int = 0) -> SimConfig:
+    """The simulation used for the results table (quick: a smaller, easier set for smoke runs)."""
+    if quick:
+        return SimConfig(n_subjects=1, trials_per_class=24, classes=CLASSES[n_classes], erd_depth=0.8, seed=seed)
+    return SimConfig(n_subjects=3, trials_per_class=60, classes=CLASSES[n_classes], seed=seed)
+
+
+@dataclass
+class Experiment:
+    arch: str
+    result: TrainResult
+    model: torch.nn.Module
+    X_test: np.ndarray
+    y_test: np.ndarray
+    meta: dict
+    diagnosis: object = None
+    extra: dict = field(default_factory=dict)
+
+
+def run_experiment(arch: str, sim: SimConfig, model_kwargs: dict | None = None, fit_kwargs: dict | None = None,
+                   out: str | Path | None = None, diagnose_trials: int = 16, split_seed: int = 0,
+                   test_fraction: float = 0.25, tmin: float = 0.5, tmax: float = 2.5, progress: bool = True,
+                   diagnose: bool = True) -> Experiment:
+    """Simulate -> train -> evaluate -> (save to ``out``) -> (diagnose on held-out trials)."""
+    X, y, _ = make_dataset(sim, tmin, tmax)
+    tr, te = split(y, test_fraction, split_seed)
+    kw = dict(model_kwargs or {})
+    if arch == "spd":
+        kw.setdefault("sfreq", sim.sfreq)
+    torch.manual_seed(split_seed)
+    model = build(arch, dict(n_channels=X.shape[1], n_times=X.shape[2], n_classes=len(sim.classes), **kw))
+    fk = dict(fit_kwargs or {})
+    fk.setdefault("progress", progress)
+    res = train_and_evaluate(model, X[tr], y[tr], X[te], y[te], **fk)
+    meta = dict(sim=sim.to_dict(), tmin=tmin, tmax=tmax, split_seed=split_seed, test_fraction=test_fraction,
+                result={k: v for k, v in res.to_dict().items() if k != "history"})
+    exp = Experiment(arch, res, model, X[te], y[te], meta)
+    if out is not None:
+        out = Path(out)
+        save(model, out / "checkpoint", meta)
+    if diagnose:
+        from .adapter import diagnose_model
+
+        t0 = time.perf_counter()
+        exp.diagnosis = diagnose_model(model, X[te][:diagnose_trials])
+        exp.extra["diagnose_seconds"] = time.perf_counter() - t0
+        if out is not None:
+            write_diagnosis(exp.diagnosis, out / "diagnosis")
+    return exp
+
+
+def write_diagnosis(diag, directory: Path) -> list[Path]:
+    """CSV tables + summary, and the HTML report when :mod:`attnspec.report` is available."""
+    directory = Path(directory)
+    paths = diag.to_csv(directory)
+    try:
+        paths.append(diag.report(directory / "report.html"))
+    except (ImportError, AttributeError, NotImplementedError) as e:  # report layer not there yet
+        (directory / "report_skipped.txt").write_text(f"HTML report not written: {e}\n")
+    return paths
+
+
+def diffuse_table(model, X, margin: float | None = None):
+    """Per-head table of the zoo's entropy-vs-null selection score on epochs X (see
+    :func:`attnspec.zoo.selection.head_diffuse_table`)."""
+    from .attention import record_attention
+    from .selection import DEFAULT_MARGIN, head_diffuse_table
+
+    model.eval()
+    with torch.no_grad(), record_attention(model) as recs:
+        model(torch.as_tensor(np.asarray(X), dtype=torch.float32))
+        tab = head_diffuse_table(recs, DEFAULT_MARGIN if margin is None else margin)
+    return tab
+
+
+def result_json(exp: Experiment) -> str:
+    d = dict(arch=exp.arch, **{k: v for k, v in exp.result.to_dict().items() if k != "history"}, **exp.extra)
+    return json.dumps(d, indent=1)
