@@ -1,0 +1,377 @@
+"""``diagnose()``: per-layer, per-head diagnosis of a trained transformer's attention.
+
+Pipeline (one reference forward pass per length bucket; the model is never modified):
+
+1. hooks record, at every attention layer, the weights ``A``, values ``V`` and per-head contexts
+   (and each block's inputs, for activation reuse);
+2. identification (:mod:`.identification`): ``beta_hat``, ``alpha_hat``, ``R^2`` per head;
+3. spectra (:mod:`.spectral`) of each head's centered output against its Gaussian equivalent and
+   against a null head (:mod:`.selection`); layer spectra against the layer's Gaussian equivalent
+   and the free sum of its heads (:mod:`.dependence`); spectra with each head removed
+   (:mod:`.removal`);
+4. exact head removal with activation reuse and Michel et al. gradient importance
+   (:mod:`attnspec.models.ablation`).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..models import adapt, capture, exact_removal, make_batches, michel_importance
+from ..models.ablation import FunctionalMetric
+from . import dependence as dep
+from . import identification as ident
+from . import selection as sel
+from . import spectral as spec
+from .removal import normalize_per_layer, spearman_table, spectral_shift
+from .result import Diagnosis
+
+__all__ = ["diagnose"]
+
+_NOTE_CAUSAL = ("causal attention: the theory (THEORY.md s.1) assumes every query sees all l tokens. Here query i "
+                "sees n_i = i keys; the Gaussian equivalent is applied row by row with l -> n_i, and the uniform part "
+                "11^T/n_i no longer vanishes under centering (it becomes a running mean). Read beta_hat, R^2 and "
+                "the baselines as usual; read spectral distances as descriptive, not as tests of the law.")
+_NOTE_WINDOW = ("sliding-window layers: keys farther than the window are masked; the window {w} binds only for "
+                "texts longer than {w} tokens (longest text here: {L}), so {status}.")
+
+
+def _seed(*parts: int) -> torch.Generator:
+    s = 0
+    for p in parts:
+        s = (s * 1000003 + int(p)) % (2 ** 63 - 1)
+    return torch.Generator().manual_seed(s)
+
+
+def _site_data(site, cap, i, batch):
+    mask = batch["attention_mask"]
+    A = cap.weights[i].float()
+    V = cap.values[i].float()
+    C = cap.contexts[i].float()
+    allowed = site.allowed(mask)
+    groups = torch.tensor([site.kv_group(h) for h in range(site.n_heads)])
+    return A, V, C, allowed, groups
+
+
+def _resolve_texts(texts, n_texts):
+    if texts is None or (isinstance(texts, str) and texts == "builtin"):
+        from ..data import builtin_texts
+        return builtin_texts(n_texts), "builtin"
+    if isinstance(texts, str):
+        raise ValueError("texts must be a list of strings or 'builtin'")
+    return list(texts), "user"
+
+
+def _one_blas_thread():
+    """numpy's OpenBLAS with several threads is 10x slower on the small batched eigenproblems used here."""
+    try:
+        from threadpoolctl import ThreadpoolController
+        return ThreadpoolController().select(internal_api="openblas").limit(limits=1)
+    except Exception:  # threadpoolctl missing or no OpenBLAS: nothing to limit
+        import contextlib
+        return contextlib.nullcontext()
+
+
+def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] | str | None = None, *,
+             n_texts: int = 64, max_length: int = 128, bucket_size: int = 16, removal: bool = True,
+             mean_ablation: bool = False, gradient: bool = True, threshold: float = sel.DIFFUSE_THRESHOLD,
+             seed: int = 0, max_tokens: int = 16384, progress: bool = False, model_name: str | None = None) -> Diagnosis:
+    """Diagnose every attention head of ``model``.
+
+    Parameters
+    ----------
+    model : nn.Module or ModelAdapter
+        A supported model (see :func:`attnspec.models.adapt`), in eval mode with eager attention.
+    tokenizer_or_inputs : tokenizer, dict or tensor
+        A tokenizer (then ``texts`` are tokenized, truncated to ``max_length`` and length-bucketed),
+        a dict/BatchEncoding of ``input_ids``/``attention_mask``, or inputs for generic models (see
+        :func:`attnspec.models.make_batches`).
+    texts : list of str or 'builtin' or None
+        Texts; ``'builtin'``/``None`` takes ``n_texts`` from the built-in corpus (:mod:`attnspec.data`).
+    removal, mean_ablation, gradient : bool
+        Run exact head removal (zero ablation), also mean ablation, and Michel et al. importance.
+    threshold : float
+        Selection-score threshold below which a head is flagged diffuse (default ``log 2``).
+    seed : int
+        Seeds the Gaussian-equivalent noise, null heads, free rotations and gradient probes.
+    max_tokens : int
+        Token budget of one ablation forward pass (``K`` heads removed per pass = budget / (B L)).
+
+    Returns
+    -------
+    Diagnosis
+        ``.heads`` (one row per layer x head), ``.layers`` (one row per layer), ``.pairs`` (head
+        pairs) and ``.summary``; column meanings in :mod:`attnspec.diagnose` and the report.
+    """
+    with _one_blas_thread():
+        return _diagnose(model, tokenizer_or_inputs, texts, n_texts=n_texts, max_length=max_length,
+                         bucket_size=bucket_size, removal=removal, mean_ablation=mean_ablation, gradient=gradient,
+                         threshold=threshold, seed=seed, max_tokens=max_tokens, progress=progress,
+                         model_name=model_name)
+
+
+def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_size, removal, mean_ablation,
+              gradient, threshold, seed, max_tokens, progress, model_name) -> Diagnosis:
+    from tqdm.auto import tqdm
+    t_start = time.perf_counter()
+    adapter = adapt(model)
+    tmod = adapter.model
+    was_training = tmod.training
+    tmod.eval()
+    source = "inputs"
+    if tokenizer_or_inputs is not None and hasattr(tokenizer_or_inputs, "__call__") and not isinstance(
+            tokenizer_or_inputs, torch.Tensor) and not isinstance(tokenizer_or_inputs, dict) and \
+            not hasattr(tokenizer_or_inputs, "keys"):
+        texts, source = _resolve_texts(texts, n_texts)
+        batches = make_batches(tokenizer_or_inputs, texts, max_length=max_length, bucket_size=bucket_size)
+    else:
+        batches = make_batches(tokenizer_or_inputs, max_length=max_length, bucket_size=bucket_size)
+    sites = adapter.sites
+    nS = len(sites)
+    reuse = adapter.can_reuse
+    timings: dict[str, float] = {}
+
+    # ---------------------------------------------------------------- 1. reference passes
+    t0 = time.perf_counter()
+    caps, metrics = [], []
+    for b, batch in enumerate(tqdm(batches, desc="forward", disable=not progress, leave=False)):
+        last = {}
+        hk = sites[-1].block.register_forward_hook(lambda m, a, o: last.__setitem__("h", o[0] if isinstance(o, tuple) else o)) \
+            if reuse else None
+        try:
+            with torch.inference_mode(), capture(sites, blocks=reuse) as cap:
+                out = adapter.run_base(batch) if reuse else adapter.run(batch)
+        finally:
+            if hk is not None:
+                hk.remove()
+        caps.append(cap)
+        metric = FunctionalMetric(adapter, batch, adapter.tail)
+        with torch.inference_mode():
+            if reuse:
+                metric.reference(last["h"], from_hidden=True)
+            else:
+                from ..models.adapters import _main_output
+                metric.reference(_main_output(out), from_hidden=False)
+        metrics.append(metric)
+    timings["forward"] = time.perf_counter() - t0
+
+    # ---------------------------------------------------------------- 2. identification + baselines (pass 1)
+    t0 = time.perf_counter()
+    W = [s.w_out().float() for s in sites]
+    sums = [None] * nS
+    bsums = [None] * nS
+    vpow = [np.zeros(s.n_heads) for s in sites]
+    vcount = np.zeros(nS)
+    ctx_sum = [torch.zeros(s.n_heads, s.head_dim, dtype=torch.float64) for s in sites]
+    ntok = 0.0
+    for b, (batch, cap) in enumerate(zip(batches, caps)):
+        valid = batch["attention_mask"].bool()
+        ntok += float(valid.sum())
+        for i, site in enumerate(sites):
+            A, V, C, allowed, groups = _site_data(site, cap, i, batch)
+            sums[i] = ident.add_sums(sums[i], ident.score_sums(A, allowed))
+            bs = sel.baseline_sums(A, allowed, valid, batch["special"])
+            bsums[i] = bs if bsums[i] is None else {k: bsums[i][k] + bs[k] for k in bs}
+            p, c = spec.value_power(V, groups, W[i], valid)
+            vpow[i] += p
+            vcount[i] += c
+            ctx_sum[i] += (C.view(*C.shape[:2], site.n_heads, site.head_dim) * valid[..., None, None]).sum((0, 1)).double()
+    fits = [ident.fit(s) for s in sums]
+    timings["identification"] = time.perf_counter() - t0
+
+    # ---------------------------------------------------------------- 3. spectra (pass 2)
+    t0 = time.perf_counter()
+    H_of = [s.n_heads for s in sites]
+    acc = {k: [[[] for _ in range(H_of[i])] for i in range(nS)] for k in ("act", "ge", "null", "nullge")}
+    lay = {k: [[] for _ in range(nS)] for k in ("act", "ge", "free")}
+    lay_rm = [[[] for _ in range(H_of[i])] for i in range(nS)]
+    Cg = [0.0] * nS
+    Cg_null = [0.0] * nS
+    for b, (batch, cap) in enumerate(tqdm(list(zip(batches, caps)), desc="spectra", disable=not progress, leave=False)):
+        valid = batch["attention_mask"].bool()
+        lengths = valid.sum(1).numpy()
+        for i, site in enumerate(sites):
+            H, dh = site.n_heads, site.head_dim
+            A, V, C, allowed, groups = _site_data(site, cap, i, batch)
+            f = fits[i]
+            ch = vpow[i] / vcount[i]
+            Wh = W[i].view(H, dh, -1)
+            Ks = spec.sqrt_psd(Wh @ Wh.transpose(-1, -2))
+            M = spec.center(C.view(C.shape[0], C.shape[1], H, dh).transpose(1, 2), valid)
+            Age = ident.surrogate_weights(A, allowed, f["score_scale"], f["beta_hat"], f["alpha_hat"], _seed(seed, 1, i, b))
+            Mge = spec.head_contexts(Age, V, groups, valid)
+            A0 = ident.null_weights(allowed, f["score_scale"], H, _seed(seed, 2, i, b), d_qk=dh)
+            f0 = ident.fit(ident.score_sums(A0, allowed))
+            A0ge = ident.surrogate_weights(A0, allowed, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"], _seed(seed, 3, i, b))
+            M0 = spec.head_contexts(A0, V, groups, valid)
+            M0ge = spec.head_contexts(A0ge, V, groups, valid)
+            for key, MM in (("act", M), ("ge", Mge), ("null", M0), ("nullge", M0ge)):
+                for h, e in enumerate(spec.head_eigs(MM, Ks, lengths, ch, site.d_out)):
+                    acc[key][i][h].append(e)
+            # layer spectra
+            c_layer = float(ch.sum())
+            Yh = torch.einsum("bhld,hde->bhle", M, Wh)            # (B, H, L, d_out)
+            Y = Yh.sum(1)
+            lay["act"][i].append(spec.layer_eigs(Y, lengths, c_layer))
+            lay["ge"][i].append(spec.layer_eigs(torch.einsum("bhld,hde->ble", Mge, Wh), lengths, c_layer))
+            Mfree = spec.free_rotation(M, valid, _seed(seed, 4, i, b))
+            lay["free"][i].append(spec.layer_eigs(torch.einsum("bhld,hde->ble", Mfree, Wh), lengths, c_layer))
+            rm = spec.layer_eigs(Y[None] - Yh.transpose(0, 1), lengths, c_layer)  # (H, n)
+            for h in range(H):
+                lay_rm[i][h].append(rm[h])
+            Cg[i] = Cg[i] + dep.gram_blocks(M)
+            Cg_null[i] = Cg_null[i] + dep.gram_blocks(Mfree)
+    cat = np.concatenate
+    timings["spectra"] = time.perf_counter() - t0
+
+    # ---------------------------------------------------------------- 4. removal and importance
+    t0 = time.perf_counter()
+    H_max = max(H_of)
+    eff = np.zeros((nS, H_max))
+    eff_n = np.zeros((nS, H_max))
+    eff_mean = np.zeros((nS, H_max))
+    mich = np.zeros((nS, H_max))
+    n_texts_total = sum(bt["attention_mask"].shape[0] for bt in batches)
+    means = [(ctx_sum[i] / ntok).float() for i in range(nS)]
+    if removal:
+        total = sum(H_of) * len(batches) * (2 if mean_ablation else 1)
+        with tqdm(total=total, desc="head removal", disable=not progress, leave=False) as bar:
+            for b, (batch, cap) in enumerate(zip(batches, caps)):
+                s_, c_ = exact_removal(adapter, batch, cap.block_inputs, metrics[b], mode="zero",
+                                       max_tokens=max_tokens, reuse=reuse, progress=bar.update)
+                eff += np.nan_to_num(s_)
+                eff_n += c_
+                if mean_ablation:
+                    s_, _ = exact_removal(adapter, batch, cap.block_inputs, metrics[b], means=means, mode="mean",
+                                          max_tokens=max_tokens, reuse=reuse, progress=bar.update)
+                    eff_mean += np.nan_to_num(s_)
+    timings["removal"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if gradient:
+        for b, batch in enumerate(tqdm(batches, desc="gradient", disable=not progress, leave=False)):
+            mich += np.nan_to_num(michel_importance(adapter, batch, seed=seed + b))
+        mich /= n_texts_total
+    timings["gradient"] = time.perf_counter() - t0
+    del caps
+    if was_training:
+        tmod.train()
+
+    # ---------------------------------------------------------------- 5. tables
+    t0 = time.perf_counter()
+    L_max = max(bt["attention_mask"].sum(1).max().item() for bt in batches)
+    rows, lrows, prow = [], [], []
+    spectra_store = {}
+    mich_norm = normalize_per_layer(np.where(np.arange(H_max)[None] < np.array(H_of)[:, None], mich, np.nan))
+    effect_name = "loss_increase" if adapter.kind == "causal-lm" else "embedding_shift"
+    notes = []
+    for i, site in enumerate(sites):
+        H = site.n_heads
+        f = fits[i]
+        bl = sel.baselines(bsums[i])
+        groups = np.array([site.kv_group(h) for h in range(H)])
+        cka = dep.cka_matrix(Cg[i], H)
+        cka0 = dep.cka_matrix(Cg_null[i], H)
+        inner = dep.output_inner(Cg[i], W[i].double().numpy(), H)
+        la, lge, lfree = cat(lay["act"][i]), cat(lay["ge"][i]), cat(lay["free"][i])
+        shift = spectral_shift(la, [cat(lay_rm[i][h]) for h in range(H)])
+        energy = np.diag(inner)
+        n_texts_layer = n_texts_total
+        att = "causal" if site.causal else "bidirectional"
+        if site.window is not None:
+            att += f", window {site.window}"
+        offdiag = ~np.eye(H, dtype=bool)
+        for h in range(H):
+            act, ge = cat(acc["act"][i][h]), cat(acc["ge"][i][h])
+            d = sel.spectral_departure(act, ge)
+            d0 = sel.spectral_departure(cat(acc["null"][i][h]), cat(acc["nullge"][i][h]))
+            score = float(sel.selection_score(np.array(d["w1_rel"]), np.array(d0["w1_rel"])))
+            others = np.where(offdiag[h])[0]
+            s_h = float(f["score_scale"][h])
+            row = {
+                "layer": i, "head": h, "kv_group": int(groups[h]), "attention": att,
+                "score_scale": s_h, "beta_hat": float(f["beta_hat"][h]), "alpha_hat": float(f["alpha_hat"][h]),
+                "alpha_null": math.sqrt(max(math.expm1(min(s_h, 25) ** 2) - s_h ** 2, 0.0)),
+                "r2": float(f["r2"][h]),
+                "spec_w1": d["w1"], "spec_w1_rel": d["w1_rel"], "spec_ks": d["ks"],
+                "spec_outliers_per_text": d["n_outliers"] / n_texts_layer, "spec_m1": d["m1"], "spec_m1_ge": d["m1_ref"],
+                "null_w1_rel": d0["w1_rel"], "selection_score": score, "diffuse": bool(score < threshold),
+                "selection": "diffuse" if score < threshold else "selective",
+                **{k: float(v[h]) for k, v in bl.items()},
+                "cka_mean": float(np.nanmean(cka[h, others])) if H > 1 else np.nan,
+                "cka_max": float(np.nanmax(cka[h, others])) if H > 1 else np.nan,
+                "cka_partner": int(others[np.nanargmax(cka[h, others])]) if H > 1 else -1,
+                "cka_null_mean": float(np.nanmean(cka0[h, others])) if H > 1 else np.nan,
+                "energy_share": float(energy[h] / energy.sum()) if energy.sum() > 0 else np.nan,
+                "removal_spec_shift": float(shift[h]),
+            }
+            row["cka_excess"] = row["cka_mean"] - row["cka_null_mean"]
+            if removal:
+                row["removal_effect"] = float(eff[i, h] / max(eff_n[i, h], 1))
+                row[effect_name] = row["removal_effect"]
+                if mean_ablation:
+                    row["removal_effect_mean"] = float(eff_mean[i, h] / max(eff_n[i, h], 1))
+            if gradient:
+                row["michel_importance"] = float(mich_norm[i, h])
+                row["michel_importance_raw"] = float(mich[i, h])
+            rows.append(row)
+        g, hh, ck, ck0, corr, shared = dep.pair_table_arrays(cka, cka0, inner, groups)
+        for a, bb, x1, x2, x3, x4 in zip(g, hh, ck, ck0, corr, shared):
+            prow.append({"layer": i, "head_a": int(a), "head_b": int(bb), "cka": float(x1), "cka_null": float(x2),
+                         "cka_excess": float(x1 - x2), "output_corr": float(x3), "shared_kv": bool(x4)})
+        dfree = sel.spectral_departure(la, lfree)
+        dge = sel.spectral_departure(la, lge)
+        iu = np.triu_indices(H, 1)
+        sh_mask = (groups[iu[0]] == groups[iu[1]])
+        full_theory = (not site.causal) and (site.window is None or site.window >= L_max)
+        lrows.append({
+            "layer": i, "attention": att, "n_heads": H, "n_kv_heads": site.n_kv_heads, "head_dim": site.head_dim,
+            "d_out": site.d_out, "theory_applies": bool(full_theory),
+            "window_binds": bool(site.window is not None and site.window < L_max),
+            "value_power": float(vpow[i].sum() / vcount[i]),
+            "spec_m1": dge["m1"], "ge_m1": dge["m1_ref"], "ge_w1_rel": dge["w1_rel"], "ge_ks": dge["ks"],
+            "free_defect_w1_rel": dfree["w1_rel"], "free_defect_ks": dfree["ks"], "free_m1": dfree["m1_ref"],
+            "interference": float(inner.sum() / np.trace(inner) - 1) if np.trace(inner) > 0 else np.nan,
+            "cka_mean": float(np.nanmean(cka[iu])) if H > 1 else np.nan,
+            "cka_null_mean": float(np.nanmean(cka0[iu])) if H > 1 else np.nan,
+            "cka_shared_kv_mean": float(np.nanmean(cka[iu][sh_mask])) if sh_mask.any() else np.nan,
+            "cka_unshared_kv_mean": float(np.nanmean(cka[iu][~sh_mask])) if (~sh_mask).any() else np.nan,
+            "beta_hat_mean": float(np.mean(f["beta_hat"])), "score_scale_mean": float(np.mean(f["score_scale"])),
+            "n_diffuse": int(sum(r["diffuse"] for r in rows if r["layer"] == i)),
+            "n_selective": int(sum(not r["diffuse"] for r in rows if r["layer"] == i)),
+        })
+        spectra_store[i] = {"actual": la, "gaussian_equivalent": lge, "free_sum": lfree}
+    heads = pd.DataFrame(rows)
+    layers = pd.DataFrame(lrows)
+    pairs = pd.DataFrame(prow)
+    if any(s.causal for s in sites):
+        notes.append(_NOTE_CAUSAL)
+    windows = sorted({s.window for s in sites if s.window is not None})
+    for w in windows:
+        notes.append(_NOTE_WINDOW.format(w=w, L=L_max, status="it does not change any statistic here" if w >= L_max
+                                         else "those layers attend to a band, and the full-attention theory does not apply to them"))
+    if any(s.n_kv_heads < s.n_heads for s in sites):
+        notes.append("grouped-query attention: query heads of a group share keys and values (column shared_kv in the "
+                     "pairs table; layer columns cka_shared_kv_mean / cka_unshared_kv_mean). THEORY.md s.4 predicts that "
+                     "sharing across heads leaves the spectrum of the sum unchanged: compare free_defect_w1_rel with a "
+                     "model without sharing.")
+    timings["tables"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_start
+    summary = {
+        "model": model_name or type(tmod).__name__, "family": adapter.family, "kind": adapter.kind,
+        "n_layers": nS, "n_heads": int(sum(H_of)), "n_texts": int(n_texts_total), "n_tokens": int(ntok),
+        "max_tokens_per_text": int(L_max), "texts": source, "max_length": max_length, "bucket_size": bucket_size,
+        "removal_effect": effect_name if removal else None, "activation_reuse": bool(reuse),
+        "selection_threshold": threshold, "n_diffuse": int(heads["diffuse"].sum()),
+        "n_selective": int((~heads["diffuse"]).sum()), "spearman": spearman_table(heads), "notes": notes,
+        "seed": seed, "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "torch_threads": torch.get_num_threads(),
+    }
+    if source == "builtin":
+        from ..data import CORPUS_SOURCE
+        summary["corpus"] = CORPUS_SOURCE
+    return Diagnosis(heads=heads, layers=layers, pairs=pairs, spectra=spectra_store, summary=summary)

@@ -1,0 +1,103 @@
+"""The :class:`Diagnosis` result: DataFrames plus a JSON-able summary."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Diagnosis"]
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return None if not np.isfinite(x) else float(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    return x
+
+
+@dataclass
+class Diagnosis:
+    """Result of :func:`attnspec.diagnose`.
+
+    Attributes
+    ----------
+    heads : DataFrame
+        One row per (layer, head); columns documented in :mod:`attnspec.diagnose`.
+    layers : DataFrame
+        One row per layer.
+    pairs : DataFrame
+        One row per pair of heads of a layer (dependence).
+    spectra : dict
+        ``{layer: {'actual', 'gaussian_equivalent', 'free_sum'}}`` pooled layer spectra (arrays).
+    summary : dict
+        Model, data, settings, timings, Spearman correlations of the removal measures, notes.
+    """
+
+    heads: pd.DataFrame
+    layers: pd.DataFrame
+    pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    spectra: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"Diagnosis({s.get('model')}: {len(self.layers)} layers, {len(self.heads)} heads, "
+                f"{s.get('n_selective')} selective / {s.get('n_diffuse')} diffuse, {s.get('n_texts')} texts)")
+
+    def summary_json(self) -> str:
+        return json.dumps(_jsonable(self.summary), indent=2)
+
+    def to_csv(self, directory: str | Path) -> list[Path]:
+        """Write ``heads.csv``, ``layers.csv``, ``pairs.csv`` and ``summary.json`` into ``directory``."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        out = []
+        for name in ("heads", "layers", "pairs"):
+            p = d / f"{name}.csv"
+            getattr(self, name).to_csv(p, index=False)
+            out.append(p)
+        p = d / "summary.json"
+        p.write_text(self.summary_json())
+        return out + [p]
+
+    def to_parquet(self, directory: str | Path) -> list[Path]:
+        """Write ``heads.parquet``, ``layers.parquet``, ``pairs.parquet`` (needs pyarrow)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        out = []
+        for name in ("heads", "layers", "pairs"):
+            p = d / f"{name}.parquet"
+            getattr(self, name).to_parquet(p, index=False)
+            out.append(p)
+        return out
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """Everything as one JSON document (records per table; spectra summarized by quantiles)."""
+        q = np.linspace(0, 1, 21)
+        doc = {"summary": self.summary,
+               "heads": self.heads.to_dict(orient="records"), "layers": self.layers.to_dict(orient="records"),
+               "pairs": self.pairs.to_dict(orient="records"),
+               "spectra_quantiles": {str(k): {n: np.quantile(v, q) for n, v in d.items() if len(v)}
+                                     for k, d in self.spectra.items()}}
+        text = json.dumps(_jsonable(doc), indent=1)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    def report(self, path: str | Path) -> Path:
+        """Write the self-contained HTML report (see :mod:`attnspec.report`)."""
+        from ..report import write_report
+        return write_report(self, path)
