@@ -100,7 +100,7 @@ class FunctionalMetric:
     def reference(self, output: torch.Tensor, from_hidden: bool) -> None:
         """Store the unmodified quantities; ``output`` is final hidden (``from_hidden``) or model output."""
         if self.kind == "causal-lm":
-            self.ref = self.nll(output)[0] if from_hidden else self._nll_from_logits(output)
+            self.ref = self.nll(output)[0] if from_hidden else self._nll_from_logits(output)[0]
         else:
             self.ref = self.pooled(output)[0]
 

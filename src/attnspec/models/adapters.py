@@ -71,14 +71,17 @@ class ModelAdapter:
         if self.kind == "generic":
             out = self.model(*batch["args"], **batch.get("kwargs", {}))
         else:
-            out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+            out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **self._extra())
         return _main_output(out)
+
+    def _extra(self) -> dict:
+        return {"use_cache": False} if self.kind == "causal-lm" else {}
 
     def run_base(self, batch: dict[str, torch.Tensor]) -> Any:
         """Forward through the base model only (no LM head: vocabularies can be large)."""
         if self.base is None or self.kind == "generic":
             return self.run(batch)
-        return self.base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        return self.base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **self._extra())
 
     def describe(self) -> str:
         return f"{type(self.model).__name__} ({self.family}, {self.kind}): {len(self.sites)} attention layers"

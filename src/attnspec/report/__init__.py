@@ -1,0 +1,183 @@
+"""Self-contained HTML report of a :class:`~attnspec.diagnose.Diagnosis`.
+
+One HTML file, no external resources: figures are inline PNG (base64, matplotlib Agg), styles are
+inline, there is no JavaScript. Sections: summary and notes; layer x head heat maps of each score; per
+layer, the centered output spectrum overlaid on its Gaussian-equivalent reference and on the free sum
+of its heads; the layers table; what each score means.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["write_report", "render_report", "HEATMAPS", "DESCRIPTIONS"]
+
+#: Heat-mapped head columns, with a colour map and a title.
+HEATMAPS = [
+    ("selection_score", "RdBu_r", "selection score log(D/D_null)"),
+    ("beta_hat", "viridis", "beta_hat (linear coefficient)"),
+    ("r2", "viridis", "R^2 of the linear fit"),
+    ("spec_w1_rel", "magma", "W1(head, Gaussian equiv.) / m1"),
+    ("entropy_ratio", "viridis_r", "entropy / log n (Clark et al.)"),
+    ("confidence", "magma", "confidence (Voita et al.)"),
+    ("cka_excess", "RdBu_r", "CKA with other heads - null"),
+    ("removal_spec_shift", "magma", "(a) spectral shift on removal"),
+    ("removal_effect", "magma", "(b) exact removal effect"),
+    ("michel_importance", "magma", "(c) Michel et al. importance"),
+]
+
+DESCRIPTIONS = {
+    "score_scale": "Standard deviation of the head's row-centered logits: the inverse temperature beta it actually uses.",
+    "beta_hat": "Least-squares slope of l*A_ij - 1 on the standardized scores (THEORY.md s.2/s.6). A random head has beta_hat = score_scale.",
+    "alpha_hat": "Residual standard deviation of that fit: the size of the nonlinear remainder (alpha_null: the Gaussian-score value sqrt(e^{s^2}-1-s^2)).",
+    "r2": "Share of the variance of l*A - 1 explained by linear mixing of the scores.",
+    "spec_w1_rel": "W1 distance between the head's centered output spectrum and that of its fitted Gaussian equivalent (same inputs, values and W_O; attention replaced by (11^T + beta_hat S + alpha_hat Z)/l), divided by the equivalent's mean eigenvalue. spec_ks: KS distance; spec_outliers_per_text: eigenvalues above the equivalent's largest.",
+    "selection_score": "log of spec_w1_rel over the same quantity for a null head (same values, W_O, masks and temperature, random scores Q K^T/sqrt(d) of the theory's model). About 0 for noise-like heads; positive for heads whose attention is structured beyond their temperature. Heads below the threshold (log 2) are flagged diffuse.",
+    "entropy": "Clark et al. (2019): mean over real query tokens of the attention entropy; entropy_ratio divides by log(number of attended tokens) (1 = uniform).",
+    "confidence": "Voita et al. (2019): mean over real, non-special query tokens of the largest attention weight.",
+    "cka_mean": "Mean linear CKA (Kornblith et al. 2019) between this head's centered contexts and those of the other heads of its layer; cka_null_mean: the same after independent Haar rotations (independent heads); cka_excess = difference.",
+    "free_defect_w1_rel": "Layer: W1 between the layer's output spectrum and the spectrum of the free sum of its heads (each head's context rotated by an independent Haar frame: same per-head spectra, no dependence), over the free sum's mean eigenvalue.",
+    "interference": "Layer: ||sum_h Y_h||^2 / sum_h ||Y_h||^2 - 1, the share of output energy in cross terms between heads.",
+    "removal_spec_shift": "(a) W1 between the layer's output spectrum with and without the head, over the full spectrum's mean eigenvalue.",
+    "removal_effect": "(b) Exact ablation (head context set to 0): next-token loss increase in nats per token (causal LM, column loss_increase) or mean 1 - cos between mean-pooled final hidden states (encoder, column embedding_shift).",
+    "michel_importance": "(c) Michel et al. (2019) E_x |dL/dxi_h| from one backward pass, normalized per layer (l2); for encoders L is a random projection of the normalized pooled embedding orthogonal to it. michel_importance_raw: before normalization.",
+}
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _heatmaps(diag) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    h = diag.heads
+    cols = [c for c in HEATMAPS if c[0] in h]
+    nL = int(h["layer"].max()) + 1
+    nH = int(h["head"].max()) + 1
+    ncol = 2 if nH > 8 else 3
+    nrow = -(-len(cols) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(ncol * max(3.2, 0.38 * nH + 1.6), nrow * max(2.2, 0.22 * nL + 1.2)),
+                             squeeze=False)
+    for ax, (col, cmap, title) in zip(axes.ravel(), cols):
+        M = np.full((nL, nH), np.nan)
+        M[h["layer"].to_numpy(), h["head"].to_numpy()] = h[col].to_numpy(dtype=float)
+        kw = {}
+        if cmap == "RdBu_r":
+            v = np.nanmax(np.abs(M)) or 1.0
+            kw = {"vmin": -v, "vmax": v}
+        im = ax.imshow(M, aspect="auto", cmap=cmap, interpolation="nearest", **kw)
+        if col == "selection_score" and "diffuse" in h:
+            d = h[h["diffuse"]]
+            ax.scatter(d["head"], d["layer"], marker="x", color="k", s=14, lw=0.8)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("head", fontsize=8)
+        ax.set_ylabel("layer", fontsize=8)
+        ax.tick_params(labelsize=7)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03).ax.tick_params(labelsize=7)
+    for ax in axes.ravel()[len(cols):]:
+        ax.axis("off")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _spectra(diag) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    layers = sorted(diag.spectra)
+    if not layers:
+        return ""
+    ncol = min(3, len(layers))
+    nrow = -(-len(layers) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 2.6 * nrow), squeeze=False)
+    for ax, i in zip(axes.ravel(), layers):
+        s = diag.spectra[i]
+        allv = np.concatenate([v for v in s.values() if len(v)])
+        pos = allv[allv > 0]
+        if not pos.size:
+            continue
+        bins = np.logspace(np.log10(np.quantile(pos, 0.005)), np.log10(pos.max()), 40)
+        for name, color, kw in (("gaussian_equivalent", "tab:orange", {"histtype": "stepfilled", "alpha": 0.35}),
+                                ("free_sum", "tab:green", {"histtype": "step", "lw": 1.2, "ls": "--"}),
+                                ("actual", "tab:blue", {"histtype": "step", "lw": 1.5})):
+            v = s.get(name, np.array([]))
+            v = v[v > 0]
+            if v.size:
+                ax.hist(v, bins=bins, density=True, color=color, label=name.replace("_", " "), **kw)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"layer {i}", fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("eigenvalue of Y Y^T", fontsize=8)
+    axes.ravel()[0].legend(fontsize=7)
+    for ax in axes.ravel()[len(layers):]:
+        ax.axis("off")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _table(df, digits: int = 3) -> str:
+    return df.to_html(index=False, float_format=lambda x: f"{x:.{digits}g}", border=0, classes="tbl")
+
+
+def render_report(diag) -> str:
+    """The report as an HTML string."""
+    s = diag.summary
+    esc = html.escape
+    notes = "".join(f"<li>{esc(n)}</li>" for n in s.get("notes", []))
+    sp = "".join(f"<li><code>{esc(k)}</code>: {v:.3f}</li>" for k, v in s.get("spearman", {}).items())
+    desc = "".join(f"<dt><code>{esc(k)}</code></dt><dd>{esc(v)}</dd>" for k, v in DESCRIPTIONS.items())
+    hm = _heatmaps(diag)
+    spec = _spectra(diag)
+    top = diag.heads.sort_values("selection_score", ascending=False).head(10)
+    cols = [c for c in ("layer", "head", "selection_score", "beta_hat", "score_scale", "r2", "entropy_ratio",
+                        "confidence", "removal_effect", "michel_importance") if c in top]
+    timing = ", ".join(f"{k} {v:.1f} s" for k, v in s.get("timings_s", {}).items())
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>attnspec diagnosis: {esc(str(s.get('model')))}</title>
+<style>
+body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;line-height:1.4}}
+h1{{font-size:1.5em}} h2{{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em}}
+.tbl{{border-collapse:collapse;font-size:0.8em}} .tbl td,.tbl th{{padding:2px 6px;border-bottom:1px solid #eee;text-align:right}}
+img{{max-width:100%}} dt{{font-weight:bold;margin-top:.5em}} code{{background:#f4f4f4;padding:0 3px}}
+.kv span{{display:inline-block;margin-right:1.5em}}
+</style></head><body>
+<h1>attnspec diagnosis: {esc(str(s.get('model')))}</h1>
+<p class="kv"><span>family: <b>{esc(str(s.get('family')))}</b> ({esc(str(s.get('kind')))})</span>
+<span>{s.get('n_layers')} layers, {s.get('n_heads')} heads</span>
+<span>{s.get('n_texts')} texts, {s.get('n_tokens')} tokens (longest {s.get('max_tokens_per_text')})</span>
+<span>selective: <b>{s.get('n_selective')}</b>, diffuse: <b>{s.get('n_diffuse')}</b></span></p>
+<p>Texts: {esc(str(s.get('corpus', s.get('texts'))))}. Time: {esc(timing)}.</p>
+<h2>Notes</h2><ul>{notes or '<li>All layers are bidirectional full attention: the theory of THEORY.md s.1 applies as stated.</li>'}</ul>
+<h2>Heat maps (layer x head)</h2>
+<p>Crosses on the selection-score map mark heads flagged diffuse.</p>
+<img id="heatmaps" alt="layer x head heat maps" src="{hm}">
+<h2>Layer spectra against the Gaussian-equivalent reference</h2>
+<p>Centered output spectrum of each layer (blue), of the layer with every head replaced by its fitted Gaussian
+equivalent (orange, filled) and of the free sum of its heads (green, dashed); both axes logarithmic.</p>
+<img id="spectra" alt="layer spectra" src="{spec}">
+<h2>Head removal: rank agreement (Spearman)</h2><ul>{sp or '<li>not computed</li>'}</ul>
+<h2>Most selective heads</h2>{_table(top[cols])}
+<h2>Layers</h2>{_table(diag.layers)}
+<h2>What the scores mean</h2><dl>{desc}</dl>
+<p style="font-size:.8em;color:#777">attnspec report; normalizations in the docstrings of attnspec.diagnose.*</p>
+</body></html>
+"""
+
+
+def write_report(diag, path: str | Path) -> Path:
+    """Write :func:`render_report` to ``path`` (UTF-8)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(diag), encoding="utf-8")
+    return path
