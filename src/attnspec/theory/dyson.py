@@ -249,6 +249,10 @@ class DysonSolver:
         with np.errstate(all="ignore"):
             lr = np.log(g1 / g0)
             ok &= (np.abs(lr.real) <= np.log(self.level_ratio) + 0.5) & (np.abs(lr.imag) <= self.jump)
+            # and entrywise: no unknown may flip sign or turn by more than ~70 degrees in one level
+            au0, au1 = np.abs(u), np.abs(u1)
+            floor = 1e-6 * np.maximum(au0.max(axis=1, keepdims=True), au1.max(axis=1, keepdims=True))
+            ok &= np.max(np.abs(u1 - u) / np.maximum(np.maximum(au0, au1), floor), axis=1) <= 1.2
         if ok.all():
             return u1, G1
         bad = np.flatnonzero(~ok)

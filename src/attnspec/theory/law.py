@@ -113,15 +113,16 @@ class Law:
         return ax
 
 
-def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float) -> np.ndarray:
-    """``rho(x) = -Im g(x + i y)/pi`` with ``y = min(delta, 1e-3 x)``, followed down from ``Im z = 10 scale``
-    (from ``Im z = 10 B``, ``B`` the norm bound squared, if the start at ``10 scale`` fails)."""
+def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float, atom: float = 0.0) -> np.ndarray:
+    """``rho(x) = -Im [g(z) - atom/z]/pi`` at ``z = x + i y``, ``y = min(delta, 1e-3 x)`` (the atom's
+    Lorentzian removed), followed down from ``Im z = 10 scale`` (from ``10 B``, ``B`` the norm bound
+    squared, if that start fails)."""
     y = np.minimum(delta, 1e-3 * x)
     near0 = y < delta
     if x.size > 64 and 8 <= near0.sum() < x.size // 2:   # the head near 0 needs more levels: solve apart
         out = np.empty_like(x)
-        out[near0] = _density(solver, x[near0], scale, delta)
-        out[~near0] = _density(solver, x[~near0], scale, delta)
+        out[near0] = _density(solver, x[near0], scale, delta, atom)
+        out[~near0] = _density(solver, x[~near0], scale, delta, atom)
         return out
     try:
         g = solver.g_near_axis(x, y, y0=10.0 * scale)
@@ -129,7 +130,7 @@ def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float) -> 
         if scale >= solver.pencil.norm_bound() ** 2:
             raise
         g = solver.g_near_axis(x, y, y0=10.0 * solver.pencil.norm_bound() ** 2)
-    return np.maximum(-g.imag / math.pi, 0.0)
+    return np.maximum(-(g.imag + atom * y / (x * x + y * y)) / math.pi, 0.0)
 
 
 def _ksection(solver: DysonSolver, lo: float, hi: float, tau: float, scale: float, delta: float, rising: bool,
@@ -189,6 +190,33 @@ def _edges(solver: DysonSolver, scale: float, n_coarse: int = 64) -> tuple[float
     return right, left
 
 
+def _refine(solver: DysonSolver, grid: np.ndarray, rho: np.ndarray, right: float, atom: float,
+            rounds: int = 3, cell_tol: float = 1e-5, split: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Adaptive refinement: split (into ``split`` parts) every cell whose mass is uncertain by more than
+    ``cell_tol`` — where the power-law and trapezoid rules disagree, and on both sides of an edge inside
+    the grid (density switching between 0 and positive: gaps, components at smaller scales)."""
+    for _ in range(rounds):
+        tau = 1e-5 * np.max(grid * rho) / right      # well above the O(Im z) Lorentzian tails in a gap
+        zero = rho <= tau
+        lin = 0.5 * (rho[1:] + rho[:-1]) * np.diff(grid)
+        err = np.abs(_cell_masses(grid, rho) - lin)
+        trans = np.flatnonzero(zero[1:] != zero[:-1])
+        for k in (-1, 0, 1):      # the edge cell and its two neighbours
+            i = np.clip(trans + k, 0, lin.size - 1)
+            err[i] = np.maximum(err[i], 0.5 * lin[i])
+        cells = np.flatnonzero(err > cell_tol)
+        if cells.size == 0:
+            break
+        u = np.arange(1, split) / split
+        xn = (grid[cells, None] + np.diff(grid)[cells, None] * u[None, :]).ravel()
+        xn = xn[(xn > 0) & (xn < right)]
+        rn = _density(solver, xn, right, 1e-9 * right, atom)
+        x = np.concatenate([grid, xn])
+        order = np.argsort(x, kind="stable")
+        grid, rho = x[order], np.concatenate([rho, rn])[order]
+    return grid, rho
+
+
 def _cell_masses(x: np.ndarray, r: np.ndarray) -> np.ndarray:
     """``int_{x_i}^{x_{i+1}} rho`` per cell, exact for a local power law ``rho = C x^{-a}`` through both
     end values (this handles the ``x^{-a}`` blow-up at 0 on a geometric grid); trapezoid where an end
@@ -205,11 +233,12 @@ def _cell_masses(x: np.ndarray, r: np.ndarray) -> np.ndarray:
     return out
 
 
-def _grid(right: float, left: float | None, n: int) -> np.ndarray:
+def _grid(right: float, left: float | None, n: int, atom: float = 0.0) -> np.ndarray:
     t = np.linspace(0.0, 1.0, n)
     if left is None:
         bulk = right * np.sin(0.5 * np.pi * t[1:]) ** 2
-        head = right * np.geomspace(1e-10, 1e-3, max(16, n // 8))
+        # below ~1e-6 E an atom's 1/z term swamps the continuous part in double precision
+        head = right * np.geomspace(1e-10 if atom == 0 else 1e-6, 1.0, max(16, n // 5))[:-1]
         return np.unique(np.concatenate([head, bulk]))
     return left + (right - left) * np.sin(0.5 * np.pi * t) ** 2
 
@@ -232,7 +261,7 @@ def pencil_moments(pencil: Pencil, k: int = 4, n_contour: int = 64, tol: float =
     return _contour_moments(solver, right, n_contour, k)[1:], right
 
 
-def solve_law(config: MHSAConfig, n_grid: int = 320, n_contour: int = 64, reduce: bool = True,
+def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce: bool = True,
               tol: float = 1e-12, pencil: Pencil | None = None) -> Law:
     """The limiting law of ``config`` (THEORY.md section 3). Raises :class:`LawSolverError` on
     non-convergence (with the failing points and residuals), ``ValueError`` for ``beta = 0``.
@@ -248,13 +277,14 @@ def solve_law(config: MHSAConfig, n_grid: int = 320, n_contour: int = 64, reduce
     pencil = pencil if pencil is not None else build_pencil(config, reduce=reduce)
     solver = DysonSolver(pencil, tol=tol)
     scale = pencil.norm_bound() ** 2
+    atom = closed_forms.atom_at_zero(config)
     right, left = _edges(solver, scale)
-    grid = _grid(right, left, n_grid)
+    grid = _grid(right, left, n_grid, atom)
     inner = (grid > 0) & (grid < right) & ((grid > left) if left is not None else True)
     rho = np.zeros_like(grid)
-    rho[inner] = _density(solver, grid[inner], right, 1e-9 * right)
+    rho[inner] = _density(solver, grid[inner], right, 1e-9 * right, atom)
+    grid, rho = _refine(solver, grid, rho, right, atom)
     moments_all = _contour_moments(solver, right, n_contour)
-    atom = closed_forms.atom_at_zero(config)
     # power-law head on [0, grid[0]]
     head_p, head_mass = 1.0, 0.0
     if left is None and rho[0] > 0 and rho[1] > 0:
