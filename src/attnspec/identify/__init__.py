@@ -1,0 +1,18 @@
+"""Identification of Gaussian-equivalent MHSA parameters from an observed spectrum.
+
+* :mod:`.laws` — closed-form laws (single-head attention quartic, Marchenko–Pastur);
+* :mod:`.family` — model families ``theta -> law`` (:class:`MHSAFamily`, :class:`MarchenkoPasturFamily`);
+* :mod:`.fit` — minimum bulk-W1 fit, outliers above the fitted edge apart;
+* :mod:`.core` — :func:`identify`: fit, parametric bootstrap intervals, calibrated goodness of fit,
+  head-count profiling;
+* :mod:`.identifiability` — Fisher information of the bulk quantiles, non-identifiable directions.
+"""
+from .core import Identification, bootstrap, identify
+from .family import Family, MarchenkoPasturFamily, MHSAFamily, TabulatedBetaFamily
+from .fit import Fit, fit_family
+from .identifiability import fisher_report, jacobian
+from .laws import TabulatedLaw, attention_law, marchenko_pastur_law
+
+__all__ = ["Identification", "identify", "bootstrap", "Family", "MHSAFamily", "MarchenkoPasturFamily",
+           "TabulatedBetaFamily", "Fit", "fit_family", "fisher_report", "jacobian", "TabulatedLaw", "attention_law",
+           "marchenko_pastur_law"]

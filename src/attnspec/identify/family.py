@@ -1,0 +1,236 @@
+"""Model families for identification: a parameter vector ``theta`` -> a law (quantile function).
+
+A family exposes
+
+* ``names``: the free continuous parameters, ``bounds[name] = (lo, hi)`` and ``log_scale`` (names
+  optimized in log coordinates);
+* ``quantiles(theta, u)``: the law's quantile function ``Q_theta(u)``;
+* ``right_edge(theta)``: the law's right edge (outliers are counted above it);
+* ``sample(theta, rng)``: one surrogate spectrum of the observed size (for the parametric bootstrap
+  and the calibration of the goodness-of-fit statistic).
+
+:class:`MHSAFamily` is the Gaussian-equivalent family of an MHSA configuration. Its parameters are
+any of ``beta`` (inverse temperature), ``psi`` (``d_qk/d`` per head, all heads equal), ``phi``
+(``d_v/d``) and ``scale`` (an overall factor on the eigenvalues: the law of ``scale * lambda``); the
+head count is discrete and handled by profiling (one family per ``H``, see :func:`identify`).
+Its law comes from
+
+* the closed-form quartic of :func:`attnspec.identify.laws.attention_law` when
+  ``target='attention'`` (convention A) — milliseconds per evaluation;
+* otherwise :func:`attnspec.theory.solve_law`, evaluated on a configuration scaled to a large
+  virtual width so that ratios are continuous (the law depends on ratios only);
+
+cached by ``theta``. Surrogate samples come from :func:`attnspec.simulate.simulate`
+(``models=('surrogate',)``) at the base configuration's actual size.
+:class:`MarchenkoPasturFamily` (parameters ``scale`` and optionally ``ratio``) is a closed-form
+family used to test the fitter and as an alternative model in goodness-of-fit studies.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Mapping
+
+import numpy as np
+
+from ..config import MHSAConfig
+from .laws import attention_law, marchenko_pastur_law
+
+__all__ = ["Family", "MHSAFamily", "MarchenkoPasturFamily", "TabulatedBetaFamily", "law_backend"]
+
+_VIRTUAL_D = 1 << 20
+
+
+class Family:
+    """Base class (see module docstring)."""
+
+    names: tuple[str, ...] = ()
+    fixed: dict[str, float] = {}
+    bounds: dict[str, tuple[float, float]] = {}
+    log_scale: frozenset = frozenset({"scale", "psi", "phi", "ratio"})
+
+    def full(self, theta: Mapping[str, float]) -> dict[str, float]:
+        out = dict(self.fixed)
+        out.update({k: float(v) for k, v in theta.items()})
+        return out
+
+    def law(self, theta: Mapping[str, float]):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def quantiles(self, theta: Mapping[str, float], u: np.ndarray) -> np.ndarray:
+        t = self.full(theta)
+        return t.get("scale", 1.0) * self.law(t).quantile(u)
+
+    def right_edge(self, theta: Mapping[str, float]) -> float:
+        t = self.full(theta)
+        return t.get("scale", 1.0) * float(self.law(t).right_edge)
+
+    def sample(self, theta: Mapping[str, float], rng: np.random.Generator) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def start(self, eigs: np.ndarray) -> dict[str, float]:
+        """A starting point from the data (moment matching where possible)."""
+        return {k: 0.5 * (lo + hi) if k not in self.log_scale else math.sqrt(lo * hi) for k, (lo, hi) in
+                ((k, self.bounds[k]) for k in self.names)}
+
+
+def law_backend(config: MHSAConfig) -> str:
+    """``'closed-form'`` (attention target, convention A) or ``'solver'``."""
+    return "closed-form" if (config.target == "attention" and config.inputs == "orthonormal") else "solver"
+
+
+class MHSAFamily(Family):
+    """Gaussian-equivalent laws around a base MHSA configuration (see module docstring).
+
+    Parameters
+    ----------
+    base : MHSAConfig
+        Fixes everything that is not free (sizes of the simulated surrogate, sharing, tying, ...).
+    free : names among ``beta, psi, phi, scale``
+    fixed : values for parameters that are not free (default: from ``base``; ``scale`` 1)
+    draws : independent draws pooled in one surrogate sample (match the observed spectrum's pooling)
+    """
+
+    def __init__(self, base: MHSAConfig, free=("beta",), fixed: Mapping[str, float] | None = None,
+                 bounds: Mapping[str, tuple[float, float]] | None = None, draws: int = 1):
+        unknown = set(free) - {"beta", "psi", "phi", "scale"}
+        if unknown:
+            raise ValueError(f"unknown free parameters {sorted(unknown)}; choose among beta, psi, phi, scale")
+        if base.target == "attention" and "phi" in free:
+            raise ValueError("phi (value width) does not enter the attention-matrix law")
+        self.base = base
+        self.draws = int(draws)
+        self.names = tuple(free)
+        self.fixed = {"beta": base.beta, "psi": float(np.mean(base.psi)), "phi": float(np.mean(base.phi)), "scale": 1.0}
+        self.fixed.update(fixed or {})
+        self.bounds = {"beta": (0.05, 3.0), "psi": (0.01, 4.0), "phi": (0.01, 4.0), "scale": (1e-4, 1e4)}
+        self.bounds.update(bounds or {})
+        self.backend = law_backend(base)
+        self._law = lru_cache(maxsize=4096)(self._law_uncached)
+
+    def describe(self) -> str:
+        return f"Gaussian-equivalent law ({self.backend}) of {self.base.describe()}; free: {', '.join(self.names)}"
+
+    def config(self, theta: Mapping[str, float], d: int | None = None) -> MHSAConfig:
+        """The configuration at ``theta`` (widths rounded at width ``d``, default the base width)."""
+        t = self.full(theta)
+        b = self.base
+        d = d or b.d_model
+        H = b.n_heads
+        scale_to = d / b.d_model
+        psi_changed = abs(t["psi"] - float(np.mean(b.psi))) > 1e-15
+        phi_changed = abs(t["phi"] - float(np.mean(b.phi))) > 1e-15
+        dq = (max(1, round(t["psi"] * d)),) * H if psi_changed else tuple(max(1, round(w * scale_to)) for w in b.d_qk)
+        if b.values == "tied-to-keys":
+            dv = dq
+        else:
+            dv = (max(1, round(t["phi"] * d)),) * H if phi_changed else tuple(max(1, round(w * scale_to)) for w in b.d_v)
+        return b.replace(seq_len=max(2, round(b.seq_len * scale_to)), d_model=d, d_qk=dq, d_v=dv,
+                         d_out=max(1, round(b.d_out * scale_to)), beta=float(t["beta"]))
+
+    def _law_uncached(self, key: tuple):
+        t = dict(key)
+        if self.backend == "closed-form":
+            return attention_law(t["beta"], gamma=self.base.gamma, psi=t["psi"])
+        from ..theory import solve_law
+
+        return solve_law(self.config(t, d=_VIRTUAL_D))
+
+    def law(self, theta: Mapping[str, float]):
+        t = self.full(theta)
+        return self._law(tuple(sorted((k, round(v, 12)) for k, v in t.items() if k != "scale")))
+
+    def sample(self, theta: Mapping[str, float], rng: np.random.Generator) -> np.ndarray:
+        from ..simulate import simulate
+
+        t = self.full(theta)
+        seed = int(rng.integers(2 ** 62))
+        eigs = simulate(self.config(t), seed=seed, draws=self.draws, models=("surrogate",)).surrogate.ravel()
+        return t["scale"] * eigs
+
+    def start(self, eigs: np.ndarray) -> dict[str, float]:
+        s = super().start(eigs)
+        m1 = float(np.mean(eigs))
+        if "beta" in s and "scale" not in self.names:
+            # m1 = e^{beta^2} - 1 for untied values (THEORY 4b), divided by the fixed scale
+            s["beta"] = float(np.clip(math.sqrt(math.log1p(max(m1 / self.fixed["scale"], 1e-6))),
+                                      *self.bounds["beta"]))
+        if "scale" in s:
+            s["scale"] = float(np.clip(m1 / max(math.expm1(s.get("beta", self.fixed["beta"]) ** 2), 1e-12),
+                                       *self.bounds["scale"]))
+        return s
+
+
+class MarchenkoPasturFamily(Family):
+    """``sigma^2 W W^T / n`` (``W`` ``p x n``) with free ``scale`` (= sigma^2) and optionally ``ratio`` = p/n."""
+
+    def __init__(self, p: int, n: int, free=("scale",)):
+        self.p, self.n = p, n
+        self.names = tuple(free)
+        self.fixed = {"scale": 1.0, "ratio": p / n}
+        self.bounds = {"scale": (1e-4, 1e4), "ratio": (0.01, 1.0)}
+        self._law = lru_cache(maxsize=4096)(lambda r: marchenko_pastur_law(r, 1.0))
+
+    def describe(self) -> str:
+        return f"Marchenko-Pastur (p={self.p}, n={self.n}); free: {', '.join(self.names)}"
+
+    def law(self, theta):
+        return self._law(round(self.full(theta)["ratio"], 12))
+
+    def sample(self, theta, rng):
+        t = self.full(theta)
+        n = max(self.p, round(self.p / t["ratio"]))
+        W = rng.standard_normal((self.p, n))
+        return t["scale"] * np.linalg.eigvalsh(W @ W.T / n)
+
+    def start(self, eigs):
+        s = super().start(eigs)
+        if "scale" in s:
+            s["scale"] = float(np.mean(eigs))
+        return s
+
+
+class TabulatedBetaFamily(Family):
+    """A ``beta`` (optionally ``beta, scale``) family tabulated on a grid of ``beta`` and interpolated.
+
+    ``Q_beta(u)`` is precomputed at ``nodes`` values of ``beta`` on a fine ``u`` grid and interpolated
+    by a cubic spline in ``beta`` (``log Q`` when positive) and linearly in ``u``. Use it to make a slow
+    law (the operator-valued solver) cheap enough for bootstrap refits: the solver runs ``nodes``
+    times once, instead of a few dozen times per fit.
+    """
+
+    def __init__(self, inner: MHSAFamily, lo: float, hi: float, nodes: int = 41, n_u: int = 4001):
+        from scipy.interpolate import CubicSpline
+
+        if "beta" not in inner.names or not set(inner.names) <= {"beta", "scale"}:
+            raise ValueError("TabulatedBetaFamily wraps a family whose free parameters are beta (and scale)")
+        self.inner = inner
+        self.names = inner.names
+        self.fixed = dict(inner.fixed)
+        self.bounds = dict(inner.bounds, beta=(lo, hi))
+        self.betas = np.linspace(lo, hi, nodes)
+        t = np.linspace(0, 1, n_u)
+        self.u = 0.5 * (1 - np.cos(np.pi * t))          # dense near u = 0 and u = 1
+        table = np.array([inner.quantiles({"beta": b, "scale": 1.0}, self.u) for b in self.betas])
+        self._q = CubicSpline(self.betas, table, axis=0)
+        self._edge = CubicSpline(self.betas, [inner.right_edge({"beta": b, "scale": 1.0}) for b in self.betas])
+
+    def describe(self) -> str:
+        return f"{self.inner.describe()} (tabulated at {self.betas.size} beta nodes in [{self.betas[0]}, {self.betas[-1]}])"
+
+    def quantiles(self, theta, u):
+        t = self.full(theta)
+        return t.get("scale", 1.0) * np.interp(u, self.u, self._q(t["beta"]))
+
+    def right_edge(self, theta) -> float:
+        t = self.full(theta)
+        return t.get("scale", 1.0) * float(self._edge(t["beta"]))
+
+    def sample(self, theta, rng):
+        return self.inner.sample(theta, rng)
+
+    def start(self, eigs):
+        return self.inner.start(eigs)
+
+    def config(self, theta, d=None):
+        return self.inner.config(theta, d)
