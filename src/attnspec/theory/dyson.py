@@ -155,6 +155,14 @@ class DysonSolver:
                     G[:, ci] = np.linalg.inv(sub.reshape(n, nc, size, size)).reshape(n, -1)
         return G
 
+    @staticmethod
+    def _residual(F: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Entrywise relative residual ``max_k |F_k| / (|u_k| + 1e-8 max |u|)``: near an atom some unknowns
+        blow up like ``1/z`` and must not hide the error of the others."""
+        au = np.abs(u)
+        with np.errstate(all="ignore"):
+            return np.max(np.abs(F) / (au + 1e-8 * au.max(axis=1, keepdims=True) + 1e-300), axis=1)
+
     def g_out(self, w: np.ndarray, G: np.ndarray) -> np.ndarray:
         """``g(z) = G[out1, out1] / w`` with ``z = w^2``."""
         return G[:, self.i_out] / w
@@ -171,8 +179,7 @@ class DysonSolver:
         G = self.resolvent(w, u)
         for _ in range(maxit):
             F = u - G[:, self.i_u]
-            with np.errstate(all="ignore"):
-                res = np.max(np.abs(F), axis=1) / (1.0 + np.max(np.abs(u), axis=1))
+            res = self._residual(F, u)
             active = np.isfinite(res) & ((res > tol) | bool(polish))
             if not active.any():
                 break
@@ -191,9 +198,7 @@ class DysonSolver:
             else:
                 u[active] -= du
                 G[active] = self.resolvent(w[active], u[active])
-        F = u - G[:, self.i_u]
-        with np.errstate(all="ignore"):
-            res = np.max(np.abs(F), axis=1) / (1.0 + np.max(np.abs(u), axis=1))
+        res = self._residual(u - G[:, self.i_u], u)
         res[~np.isfinite(res)] = np.inf
         return u, G, res
 

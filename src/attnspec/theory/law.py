@@ -237,8 +237,7 @@ def _grid(right: float, left: float | None, n: int, atom: float = 0.0) -> np.nda
     t = np.linspace(0.0, 1.0, n)
     if left is None:
         bulk = right * np.sin(0.5 * np.pi * t[1:]) ** 2
-        # below ~1e-6 E an atom's 1/z term swamps the continuous part in double precision
-        head = right * np.geomspace(1e-10 if atom == 0 else 1e-6, 1.0, max(16, n // 5))[:-1]
+        head = right * np.geomspace(1e-10, 1.0, max(16, n // 5))[:-1]
         return np.unique(np.concatenate([head, bulk]))
     return left + (right - left) * np.sin(0.5 * np.pi * t) ** 2
 
