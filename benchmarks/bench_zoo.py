@@ -34,7 +34,7 @@ def main() -> None:
         sim = default_sim(a.classes, quick=a.quick)
         t0 = time.perf_counter()
         exp = run_experiment(arch, sim, fit_kwargs=dict(epochs=3 if a.quick else EPOCHS[arch], lr=3e-3,
-                                                         max_seconds=a.max_seconds, progress=False), diagnose=False)
+                                                         max_seconds=a.max_seconds, budget_clock="cpu", progress=False), diagnose=False)
         r = exp.result
         print(f"{arch:12s} classes={a.classes} train={r.n_train} test={r.n_test} epochs={r.epochs} "
               f"train_wall={r.seconds:.1f}s train_cpu={r.cpu_seconds:.1f}s acc={r.test_accuracy:.3f} "

@@ -1,5 +1,6 @@
 """Each zoo model learns the easy small simulated task; checkpoints; the diagnosis sees every block."""
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -62,11 +63,18 @@ def test_checkpoint_round_trip_and_diagnosis(tmp_path, data):
     m2 = zoo.load(tmp_path / "ck")
     x = torch.as_tensor(Xte[:4])
     torch.testing.assert_close(m2(x), m.eval()(x))
-    model, d = zoo.diagnose_checkpoint(tmp_path / "ck", n_trials=4, removal=True, gradient=False)
-    assert set(d.heads.block) == {"blocks.0.temporal", "blocks.0.spatial"}
-    assert set(d.heads.path) == {"temporal", "spatial"} and len(d.heads) == 4
-    assert list(d.layers.block) == ["blocks.0.temporal", "blocks.0.spatial"]
+    # what `attnspec diagnose --model CK` runs for a zoo checkpoint (stand-in CLI: python -m attnspec.zoo)
+    from attnspec.zoo.__main__ import main
+
+    assert main(["diagnose", str(tmp_path / "ck"), "--trials", "4", "--no-gradient", "--no-report",
+                 "--out", str(tmp_path / "d")]) == 0
+    heads = pd.read_csv(tmp_path / "d" / "heads.csv")
+    layers = pd.read_csv(tmp_path / "d" / "layers.csv")
+    assert (tmp_path / "d" / "summary.json").is_file()
+    assert set(heads.block) == {"blocks.0.temporal", "blocks.0.spatial"}
+    assert set(heads.path) == {"temporal", "spatial"} and len(heads) == 4
+    assert list(layers.block) == ["blocks.0.temporal", "blocks.0.spatial"]
     # the structure masks reach the statistics: a temporal query sees only its own electrode's P patches
-    P = model.n_patches
-    assert np.allclose(d.heads[d.heads.path == "temporal"].entropy_uniform, np.log(P))
-    assert np.allclose(d.heads[d.heads.path == "spatial"].entropy_uniform, np.log(22))
+    P = m2.n_patches
+    assert np.allclose(heads[heads.path == "temporal"].entropy_uniform, np.log(P))
+    assert np.allclose(heads[heads.path == "spatial"].entropy_uniform, np.log(22))

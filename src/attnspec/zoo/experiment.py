@@ -73,10 +73,12 @@ def run_experiment(arch: str, sim: SimConfig, model_kwargs: dict | None = None, 
     return exp
 
 
-def write_diagnosis(diag, directory: Path) -> list[Path]:
+def write_diagnosis(diag, directory: Path, report: bool = True) -> list[Path]:
     """CSV tables + summary, and the HTML report when :mod:`attnspec.report` is available."""
     directory = Path(directory)
     paths = diag.to_csv(directory)
+    if not report:
+        return paths
     try:
         paths.append(diag.report(directory / "report.html"))
     except (ImportError, AttributeError, NotImplementedError) as e:  # report layer not there yet
