@@ -84,7 +84,7 @@ class DysonSolver:
     """
 
     def __init__(self, pencil: Pencil, tol: float = 1e-12, maxit: int = 40, max_depth: int = 12,
-                 fixed_point_iters: int = 3000, damping: float = 0.5, jump: float = 1.0, level_ratio: float = 8.0):
+                 fixed_point_iters: int = 3000, damping: float = 0.5, jump: float = 0.5, level_ratio: float = 8.0):
         self.pencil, self.tol, self.maxit, self.max_depth = pencil, tol, maxit, max_depth
         self.jump, self.level_ratio = jump, level_ratio
         self.level_tol = 1e-7       # Newton tolerance on intermediate continuation levels

@@ -239,7 +239,9 @@ def _grid(right: float, left: float | None, n: int, atom: float = 0.0) -> np.nda
         bulk = right * np.sin(0.5 * np.pi * t[1:]) ** 2
         head = right * np.geomspace(1e-10, 1.0, max(16, n // 5))[:-1]
         return np.unique(np.concatenate([head, bulk]))
-    return left + (right - left) * np.sin(0.5 * np.pi * t) ** 2
+    # sin^2 (dense at both edges) plus a geometric part resolving structure at small scales above the left edge
+    geo = (right - left) * np.geomspace(1e-10, 1.0, max(16, n // 5))[1:-1]
+    return np.unique(np.concatenate([left + (right - left) * np.sin(0.5 * np.pi * t) ** 2, left + geo]))
 
 
 def _contour_moments(solver: DysonSolver, right: float, n: int = 64, k: int = 4) -> np.ndarray:

@@ -1,0 +1,213 @@
+"""The figures behind the seed's claims, regenerated from scratch (``attnspec figures``).
+
+1. ``law_vs_montecarlo``: the H = 4 law (gamma = omega = 1, psi = phi = 1/4, beta = 1) against one softmax
+   and one surrogate draw at d = 250..2000; W1 to the law shrinks with d (THEORY.md section 4).
+2. ``edge_vs_beta``: right edge of the attention-matrix law against the Marchenko–Pastur edge
+   ``4 (e^{beta^2} - 1)`` (gamma = psi = 1 and gamma = 0.5): the MP edge is never reached.
+3. ``sharing``: GQA (2 groups), MQA, keys-only and values-only sharing against independent heads:
+   the law is unchanged and softmax spectra agree within seed-to-seed noise.
+4. ``tying``: ``W_V = W_K`` inside each head against independent values: the law moves (m1 1.72 -> 5.72).
+
+Every function returns plain numbers (also written to ``figures.json``) and saves one PNG.
+Monte-Carlo uses :func:`attnspec.simulate.simulate` with fixed seeds (convention A, token centering).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..config import MHSAConfig
+from ..spectra import ks_distance, wasserstein1
+from . import closed_forms as cf
+from .law import law_distances, solve_law
+
+__all__ = ["h4_config", "law_vs_montecarlo", "edge_vs_beta", "sharing", "tying", "all_figures"]
+
+
+def h4_config(d: int, beta: float = 1.0, **kw) -> MHSAConfig:
+    """THEORY.md's H = 4 configuration at width ``d``: l = d_out = d, d_qk = d_v = round(d/4)."""
+    return MHSAConfig.uniform(d, d, heads=4, d_qk=round(d / 4), d_v=round(d / 4), d_out=d, beta=beta, **kw)
+
+
+def _law(**kw):
+    """The law of the H = 4 configuration with exact ratios psi = phi = 1/4 (the d -> infinity limit)."""
+    return solve_law(h4_config(400, **kw))
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _bar(total: int, desc: str, progress: bool):
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, disable=not progress, leave=False)
+
+
+def law_vs_montecarlo(out: Path, ds=(250, 500, 1000, 2000), seed: int = 0, progress: bool = True) -> dict:
+    """W1/KS between the law and one softmax and one surrogate draw per ``d``; histogram at the largest ``d``."""
+    from ..plots import plot_spectra, save_figure
+    from ..simulate import simulate
+
+    plt = _plt()
+    law = _law()
+    rows, last = [], None
+    with _bar(len(ds), "law vs Monte-Carlo", progress) as bar:
+        for d in ds:
+            sim = simulate(h4_config(d), seed=seed)
+            dist = {m: law_distances(law, getattr(sim, m)) for m in ("softmax", "surrogate")}
+            rows.append({"d": d, **{f"{k}_{m}": v for m in dist for k, v in dist[m].items()}})
+            last = sim
+            bar.update()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    plot_spectra(a1, {"softmax": last.softmax, "surrogate": last.surrogate}, law=law,
+                 title=f"{last.config.describe()} (one draw, seed {seed})")
+    dd = np.array([r["d"] for r in rows])
+    for m, style in (("softmax", "o-"), ("surrogate", "s-")):
+        a2.loglog(dd, [r[f"w1_{m}"] for r in rows], style, label=f"W1(law, {m})")
+        a2.loglog(dd, [r[f"w1_bulk_{m}"] for r in rows], style, alpha=0.4, label=f"W1 bulk (law, {m})")
+    a2.set_xlabel("d (= l = d_out; d_qk = d_v = d/4)")
+    a2.set_ylabel("W1 to the law")
+    a2.set_title(f"H = 4, beta = 1: law m1..m4 = {', '.join(f'{x:.5g}' for x in law.moments)}", fontsize=9)
+    a2.legend(fontsize=8)
+    png = save_figure(fig, Path(out) / "law_vs_montecarlo.png")
+    return {"figure": png.name, "law_moments": law.moments.tolist(), "law_right_edge": law.right_edge, "rows": rows}
+
+
+def edge_vs_beta(out: Path, betas=None, progress: bool = True) -> dict:
+    """Right edge of the attention-matrix law vs beta, against 4 sigma^2, at gamma = psi = 1 and gamma = 0.5."""
+    from ..plots import save_figure
+
+    plt = _plt()
+    betas = np.round(np.linspace(0.1, 2.5, 25), 3) if betas is None else np.asarray(betas, dtype=float)
+    res = {}
+    with _bar(2 * betas.size, "edge vs beta", progress) as bar:
+        for gamma in (1.0, 0.5):
+            edges = []
+            for b in betas:
+                cfg = MHSAConfig(seq_len=int(400 * gamma), d_model=400, d_qk=(400,), d_v=(400,), d_out=400,
+                                 beta=float(b), target="attention")
+                edges.append(solve_law(cfg).right_edge)
+                bar.update()
+            mp = np.array([cf.mp_edge(b) for b in betas])
+            res[f"gamma={gamma:g}"] = {"beta": betas.tolist(), "edge": edges, "mp_edge": mp.tolist(),
+                                       "ratio": (np.array(edges) / mp).tolist()}
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for key, r in res.items():
+        a1.semilogy(r["beta"], r["edge"], "o-", ms=3, label=f"law edge, {key}, psi = 1")
+        a2.plot(r["beta"], r["ratio"], "o-", ms=3, label=key)
+    a1.semilogy(betas, [cf.mp_edge(b) for b in betas], "k--", label="Marchenko–Pastur 4(e^{b^2}-1)")
+    a1.set_xlabel("beta")
+    a1.set_ylabel("right edge")
+    a1.legend(fontsize=8)
+    a1.set_title("attention matrix Y_att, convention A", fontsize=9)
+    a2.axhline(27 / 16, color="0.6", ls=":", label="27/16 (beta -> 0)")
+    a2.axhline(1.0, color="k", ls="--", lw=1)
+    a2.set_xlabel("beta")
+    a2.set_ylabel("edge / MP edge")
+    a2.legend(fontsize=8)
+    png = save_figure(fig, Path(out) / "edge_vs_beta.png")
+    return {"figure": png.name, **res}
+
+
+SHARING = {"independent": {}, "GQA (2 groups)": dict(key_groups=2, value_groups=2),
+           "MQA": dict(key_groups=1, value_groups=1), "K only": dict(key_groups=1), "V only": dict(value_groups=1)}
+
+
+def sharing(out: Path, d: int = 2000, seed: int = 0, progress: bool = True) -> dict:
+    """Sharing variants vs independent heads: laws (identical) and softmax spectra (KS, W1 to independent),
+    with the seed-to-seed noise of independent heads as the yardstick."""
+    from ..plots import save_figure
+    from ..simulate import simulate
+
+    plt = _plt()
+    res, eig, laws = {}, {}, {}
+    with _bar(len(SHARING) + 1, "sharing", progress) as bar:
+        for name, kw in SHARING.items():
+            cfg = h4_config(d, **kw)
+            laws[name] = _law(**kw)
+            eig[name] = simulate(cfg, seed=seed, models=("softmax",)).softmax
+            bar.update()
+        noise = simulate(h4_config(d), seed=seed + 1, models=("softmax",)).softmax
+        bar.update()
+    ref, lref = eig["independent"], laws["independent"]
+    for name in SHARING:
+        res[name] = {"ks_to_independent": ks_distance(eig[name], ref) if name != "independent" else 0.0,
+                     "w1_to_independent": wasserstein1(eig[name], ref) if name != "independent" else 0.0,
+                     "law_moments": laws[name].moments.tolist(), "law_right_edge": laws[name].right_edge,
+                     "law_max_rel_moment_change": float(np.max(np.abs(laws[name].moments / lref.moments - 1)))}
+    res["seed_noise"] = {"ks": ks_distance(noise, ref), "w1": wasserstein1(noise, ref)}
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    top = lref.right_edge * 1.1
+    bins = np.linspace(0, top, 80)
+    for name in SHARING:
+        x = eig[name]
+        a1.hist(x[x > 0], bins=bins, histtype="step", density=False, weights=np.full((x > 0).sum(), 1 / (x.size * np.diff(bins)[0])),
+                label=f"{name}: KS {res[name]['ks_to_independent']:.4f}")
+    lref.plot(a1, label="law (all variants)")
+    a1.set_yscale("log")
+    a1.set_xlim(0, top)
+    a1.set_title(f"softmax, H = 4, d = {d}, beta = 1; seed noise KS {res['seed_noise']['ks']:.4f}", fontsize=9)
+    a1.legend(fontsize=7)
+    names = [n for n in SHARING if n != "independent"]
+    xs = np.arange(len(names))
+    a2.bar(xs - 0.2, [res[n]["ks_to_independent"] for n in names], 0.4, label="KS to independent")
+    a2.bar(xs + 0.2, [res[n]["w1_to_independent"] for n in names], 0.4, label="W1 to independent")
+    a2.axhline(res["seed_noise"]["ks"], color="C0", ls=":", label="KS seed noise")
+    a2.axhline(res["seed_noise"]["w1"], color="C1", ls=":", label="W1 seed noise")
+    a2.set_xticks(xs, names)
+    a2.legend(fontsize=8)
+    a2.set_title("across-head sharing preserves the spectrum", fontsize=9)
+    png = save_figure(fig, Path(out) / "sharing.png")
+    return {"figure": png.name, "d": d, **res}
+
+
+def tying(out: Path, d: int = 1000, seed: int = 0, progress: bool = True) -> dict:
+    """``W_V = W_K`` inside each head vs independent values: laws and Monte-Carlo draws."""
+    from ..plots import save_figure
+    from ..simulate import simulate
+
+    plt = _plt()
+    res, sims, laws = {}, {}, {}
+    with _bar(2, "tying", progress) as bar:
+        for name, kw in (("independent", {}), ("tied W_V = W_K", dict(values="tied-to-keys"))):
+            cfg = h4_config(d, **kw)
+            laws[name] = _law(**kw)
+            sims[name] = simulate(cfg, seed=seed)
+            dist = {m: law_distances(laws[name], getattr(sims[name], m)) for m in ("softmax", "surrogate")}
+            res[name] = {"law_moments": laws[name].moments.tolist(), "law_right_edge": laws[name].right_edge,
+                         "m1_closed_form": cf.first_moment(cfg), "distances": dist,
+                         "softmax_m1": float(np.mean(sims[name].softmax)), "surrogate_m1": float(np.mean(sims[name].surrogate))}
+            bar.update()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    top = max(lw.right_edge for lw in laws.values()) * 1.1
+    bins = np.linspace(0, top, 90)
+    for ax, (name, law) in zip(axes, laws.items()):
+        for m in ("softmax", "surrogate"):
+            x = getattr(sims[name], m)
+            ax.hist(x[x > 0], bins=bins, histtype="step", weights=np.full((x > 0).sum(), 1 / (x.size * np.diff(bins)[0])),
+                    label=f"{m} (W1 {res[name]['distances'][m]['w1']:.3g})")
+        law.plot(ax)
+        ax.set_yscale("log")
+        ax.set_xlim(0, top)
+        ax.set_title(f"{name}: law m1 {law.moments[0]:.4f}, m2 {law.moments[1]:.4g}, edge {law.right_edge:.4g}", fontsize=9)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"within-head key-value tying changes the law (H = 4, d = {d}, beta = 1)", fontsize=10)
+    png = save_figure(fig, Path(out) / "tying.png")
+    return {"figure": png.name, "d": d, **res}
+
+
+def all_figures(out: Path, quick: bool = False, seed: int = 0, progress: bool = True) -> dict:
+    """All four figures; ``quick`` uses small d (for tests): 250/500 instead of 250..2000."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if quick:
+        return {"law_vs_montecarlo": law_vs_montecarlo(out, (250, 500), seed, progress),
+                "edge_vs_beta": edge_vs_beta(out, (0.25, 0.5, 1.0, 1.5, 2.0), progress),
+                "sharing": sharing(out, 250, seed, progress), "tying": tying(out, 250, seed, progress)}
+    return {"law_vs_montecarlo": law_vs_montecarlo(out, (250, 500, 1000, 2000), seed, progress),
+            "edge_vs_beta": edge_vs_beta(out, None, progress),
+            "sharing": sharing(out, 2000, seed, progress), "tying": tying(out, 1000, seed, progress)}
