@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     diag.report(out / "report.html")
     s = diag.summary
     print(f"{s['model']}: {len(diag.heads)} heads in {s['n_layers']} layers, {s['n_texts']} texts / {s['n_tokens']} tokens; "
-          f"{s['n_selective']} selective, {s['n_diffuse']} diffuse; load {t_load:.1f} s, diagnose {t_diag:.1f} s "
+          f"{s['n_selective']} selective, {s['n_diffuse']} diffuse, {s['n_sparse']} sparse; load {t_load:.1f} s, diagnose {t_diag:.1f} s "
           f"({torch.get_num_threads()} threads)")
     print(f"wrote {out}/heads.csv, layers.csv, pairs.csv, summary.json, report.html")
     return 0

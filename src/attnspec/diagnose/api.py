@@ -299,8 +299,8 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
                 "r2": float(f["r2"][h]),
                 "spec_w1": d["w1"], "spec_w1_rel": d["w1_rel"], "spec_ks": d["ks"],
                 "spec_outliers_per_text": d["n_outliers"] / n_texts_layer, "spec_m1": d["m1"], "spec_m1_ge": d["m1_ref"],
-                "null_w1_rel": d0["w1_rel"], "selection_score": score, "diffuse": bool(score < threshold),
-                "selection": "diffuse" if score < threshold else "selective",
+                "null_w1_rel": d0["w1_rel"], "selection_score": score,
+                "selection": sel.label(score, s_h, threshold),
                 **{k: float(v[h]) for k, v in bl.items()},
                 "cka_mean": float(np.nanmean(cka[h, others])) if H > 1 else np.nan,
                 "cka_max": float(np.nanmax(cka[h, others])) if H > 1 else np.nan,
@@ -309,6 +309,7 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
                 "energy_share": float(energy[h] / energy.sum()) if energy.sum() > 0 else np.nan,
                 "removal_spec_shift": float(shift[h]),
             }
+            row["diffuse"] = row["selection"] == "diffuse"
             row["cka_excess"] = row["cka_mean"] - row["cka_null_mean"]
             if removal:
                 row["removal_effect"] = float(eff[i, h] / max(eff_n[i, h], 1))
@@ -341,8 +342,9 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
             "cka_shared_kv_mean": float(np.nanmean(cka[iu][sh_mask])) if sh_mask.any() else np.nan,
             "cka_unshared_kv_mean": float(np.nanmean(cka[iu][~sh_mask])) if (~sh_mask).any() else np.nan,
             "beta_hat_mean": float(np.mean(f["beta_hat"])), "score_scale_mean": float(np.mean(f["score_scale"])),
-            "n_diffuse": int(sum(r["diffuse"] for r in rows if r["layer"] == i)),
-            "n_selective": int(sum(not r["diffuse"] for r in rows if r["layer"] == i)),
+            "n_diffuse": int(sum(r["selection"] == "diffuse" for r in rows if r["layer"] == i)),
+            "n_selective": int(sum(r["selection"] == "selective" for r in rows if r["layer"] == i)),
+            "n_sparse": int(sum(r["selection"] == "sparse" for r in rows if r["layer"] == i)),
         })
         spectra_store[i] = {"actual": la, "gaussian_equivalent": lge, "free_sum": lfree}
     heads = pd.DataFrame(rows)
@@ -366,8 +368,11 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
         "n_layers": nS, "n_heads": int(sum(H_of)), "n_texts": int(n_texts_total), "n_tokens": int(ntok),
         "max_tokens_per_text": int(L_max), "texts": source, "max_length": max_length, "bucket_size": bucket_size,
         "removal_effect": effect_name if removal else None, "activation_reuse": bool(reuse),
-        "selection_threshold": threshold, "n_diffuse": int(heads["diffuse"].sum()),
-        "n_selective": int((~heads["diffuse"]).sum()), "spearman": spearman_table(heads), "notes": notes,
+        "selection_threshold": threshold, "beta_max_diffuse": sel.BETA_MAX_DIFFUSE,
+        "n_diffuse": int((heads["selection"] == "diffuse").sum()),
+        "n_selective": int((heads["selection"] == "selective").sum()),
+        "n_sparse": int((heads["selection"] == "sparse").sum()),
+        "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)}, "spearman": spearman_table(heads), "notes": notes,
         "seed": seed, "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "torch_threads": torch.get_num_threads(),
     }

