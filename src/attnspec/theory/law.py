@@ -237,7 +237,7 @@ def _grid(right: float, left: float | None, n: int, atom: float = 0.0) -> np.nda
     t = np.linspace(0.0, 1.0, n)
     if left is None:
         bulk = right * np.sin(0.5 * np.pi * t[1:]) ** 2
-        head = right * np.geomspace(1e-10, 1.0, max(16, n // 5))[:-1]
+        head = right * np.geomspace(1e-8, 1.0, max(16, n // 5))[:-1]
         return np.unique(np.concatenate([head, bulk]))
     # sin^2 (dense at both edges) plus a geometric part resolving structure at small scales above the left edge
     geo = (right - left) * np.geomspace(1e-10, 1.0, max(16, n // 5))[1:-1]
