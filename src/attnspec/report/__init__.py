@@ -77,10 +77,10 @@ def _heatmaps(diag) -> str:
             kw = {"vmin": -v, "vmax": v}
         im = ax.imshow(M, aspect="auto", cmap=cmap, interpolation="nearest", **kw)
         if col == "selection_score" and "selection" in h:
-            for lab, mk in (("diffuse", "x"), ("sparse", "o")):
-                d = h[h["selection"] == lab]
-                ax.scatter(d["head"], d["layer"], marker=mk, facecolors="none" if mk == "o" else "k",
-                           edgecolors="k", s=14, lw=0.8)
+            d = h[h["selection"] == "diffuse"]
+            ax.scatter(d["head"], d["layer"], marker="x", color="k", s=14, lw=0.8)
+            d = h[h["selection"] == "sparse"]
+            ax.scatter(d["head"], d["layer"], marker="o", facecolors="none", edgecolors="k", s=14, lw=0.8)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)

