@@ -37,7 +37,10 @@ if __name__ == "__main__":
                        frac_entropy=float(tab.diffuse.mean()), mean_selection_entropy=float(tab.selection.mean()))
             if not args.no_diagnose:
                 d = diagnose_model(m, exp.X_test[:args.diagnose_trials])
+                lab = d.heads.selection.value_counts()
                 row.update(diffuse_diagnose=f"{int(d.heads.diffuse.sum())}/{len(d.heads)}",
+                           labels_diagnose=" ".join(f"{k}={int(lab.get(k, 0))}" for k in ("diffuse", "sparse", "selective")),
+                           score_scale=float(d.heads.score_scale.mean()),
                            frac_diagnose=float(d.heads.diffuse.mean()),
                            mean_selection_score=float(d.heads.selection_score.mean()))
             rows.append(row)
@@ -50,6 +53,7 @@ if __name__ == "__main__":
     line = (f"RESULT diffuse correction: heads flagged diffuse (entropy vs null) {off.diffuse_entropy} without -> "
             f"{on.diffuse_entropy} with correction")
     if "diffuse_diagnose" in table:
-        line += f"; by attnspec.diagnose {off.diffuse_diagnose} -> {on.diffuse_diagnose}"
+        line += (f"; by attnspec.diagnose {off.diffuse_diagnose} -> {on.diffuse_diagnose} "
+                 f"({off.labels_diagnose} -> {on.labels_diagnose})")
     line += f"; held-out accuracy {off.accuracy:.3f} -> {on.accuracy:.3f} (chance {off.chance:.3f})"
     print(line)

@@ -8,7 +8,10 @@
              :mod:`attnspec.zoo.selection`; sel <= margin means "as flat as a random head")
              w = sigmoid((margin - sel) / width)        soft diffuse indicator, no gradient
     pass 2   sd  = std of S_i. over the allowed keys      (no gradient)           [B, H, L]
-             t   = max(1, (1 + g_h) / sd),  g_h = softplus(rho_h) >= 0 learned per head (init ``init_gain``)
+             t   = max(1, (1 + g_h) / sd),  g_h = softplus(rho_h) >= 0 learned per head (init ``init_gain``
+                                                        = 1: target spread 2, above the score scale 1.5
+                                                        up to which attnspec.diagnose calls a
+                                                        noise-like head diffuse)
              S'  = S * (1 + w * (t - 1))                score refinement of diffuse queries only:
                                                         their scores are rescaled to the spread
                                                         (1 + g_h) x that of the null's N(0, 1) scores
@@ -46,7 +49,7 @@ class DiffuseCorrectedMHA(MHA):
     """MHA with detection and temperature correction of diffuse attention (see module docstring)."""
 
     def __init__(self, d_model: int, n_heads: int, correction: bool = True, margin: float = selection.DEFAULT_MARGIN,
-                 width: float = 0.02, init_gain: float = 0.5, path: str = "time"):
+                 width: float = 0.02, init_gain: float = 1.0, path: str = "time"):
         super().__init__(d_model, n_heads, path=path)
         self.correction, self.margin, self.width = bool(correction), float(margin), float(width)
         self.rho = nn.Parameter(torch.full((n_heads,), math.log(math.expm1(init_gain))))
@@ -80,7 +83,7 @@ class DiffuseCorrectionNet(ZooModel):
     def __init__(self, n_channels: int, n_times: int, n_classes: int, correction: bool = True, kernel: int = 31,
                  n_filters: int = 16, pool: int = 32, stride: int = 16, d_model: int = 32, n_heads: int = 4,
                  n_layers: int = 2, dropout: float = 0.2, margin: float = selection.DEFAULT_MARGIN,
-                 init_gain: float = 0.5):
+                 init_gain: float = 1.0):
         super().__init__(n_channels, n_times, n_classes, correction=bool(correction), kernel=kernel,
                          n_filters=n_filters, pool=pool, stride=stride, d_model=d_model, n_heads=n_heads,
                          n_layers=n_layers, dropout=dropout, margin=margin, init_gain=init_gain)
