@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from scipy.sparse import coo_matrix
+from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from .pencil import Pencil
@@ -122,11 +122,13 @@ class DysonSolver:
         E = np.zeros((self.nu, upos.size))
         np.add.at(E, (tk, tp), coef)
         self.E = E
-        self.i_j1 = where[self.uc[:, None], a[None, :]]     # G[c_j, a_t]
-        self.i_j2 = where[b[None, :], self.ud[:, None]]     # G[b_t, d_j]
-        S = np.zeros((a.size, self.nu))
-        np.add.at(S, (np.arange(a.size), tk), coef)
-        self.S = S
+        # Jacobian J[j, k] = sum_{t reads k} coef_t G[c_j, a_t] G[b_t, d_j]: keep only the (j, t) pairs
+        # whose two factors can be non-zero, and scatter them with a sparse matrix
+        i1 = where[self.uc[:, None], a[None, :]]     # G[c_j, a_t]
+        i2 = where[b[None, :], self.ud[:, None]]     # G[b_t, d_j]
+        jj, tt = np.nonzero((i1 < K) & (i2 < K))
+        self.i_j1, self.i_j2 = i1[jj, tt], i2[jj, tt]
+        self.S = csr_matrix((coef[tt], (np.arange(jj.size), jj * self.nu + tk[tt])), shape=(jj.size, self.nu * self.nu))
         self.base = np.zeros(K + 1, dtype=complex)
         inside = where < K
         self.base[where[inside]] = -pencil.a0[inside]
@@ -187,7 +189,7 @@ class DysonSolver:
             allact = active.all()
             Ga = G if allact else G[active]
             Fa = F if allact else F[active]
-            J = eye - (Ga[:, self.i_j1] * Ga[:, self.i_j2]) @ self.S
+            J = eye - np.asarray(self.S.T @ (Ga[:, self.i_j1] * Ga[:, self.i_j2]).T).T.reshape(-1, self.nu, self.nu)
             with np.errstate(all="ignore"):
                 try:
                     du = np.linalg.solve(J, Fa[..., None])[..., 0]

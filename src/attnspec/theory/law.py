@@ -115,7 +115,7 @@ class Law:
 
 def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float, atom: float = 0.0) -> np.ndarray:
     """``rho(x) = -Im [g(z) - atom/z]/pi`` at ``z = x + i y``, ``y = min(delta, 1e-3 x)`` (the atom's
-    Lorentzian removed), followed down from ``Im z = 10 scale`` (from ``10 B``, ``B`` the norm bound
+    Lorentzian removed), followed down from ``Im z = 2 scale`` (from ``10 B``, ``B`` the norm bound
     squared, if that start fails)."""
     y = np.minimum(delta, 1e-3 * x)
     near0 = y < delta
@@ -125,7 +125,7 @@ def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float, ato
         out[~near0] = _density(solver, x[~near0], scale, delta, atom)
         return out
     try:
-        g = solver.g_near_axis(x, y, y0=10.0 * scale)
+        g = solver.g_near_axis(x, y, y0=2.0 * scale)
     except LawSolverError:
         if scale >= solver.pencil.norm_bound() ** 2:
             raise
