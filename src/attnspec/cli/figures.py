@@ -35,9 +35,10 @@ def run(args: argparse.Namespace) -> int:
     res = all_figures(args.out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
     res["seconds"] = time.perf_counter() - t0
     lv = res["law_vs_montecarlo"]
-    print("law vs Monte-Carlo (H = 4, beta = 1): d, W1(law, softmax), W1(law, surrogate)")
+    print("law vs Monte-Carlo (H = 4, beta = 1): d, draws, mean W1(law, softmax), mean W1(law, surrogate) [first draw]")
     for r in lv["rows"]:
-        print(f"  {r['d']:5d}  {r['w1_softmax']:.4g}  {r['w1_surrogate']:.4g}")
+        print(f"  {r['d']:5d} {r['draws']:3d}  {r['w1_softmax']:.4g} [{r['w1_softmax_first_draw']:.4g}]  "
+              f"{r['w1_surrogate']:.4g} [{r['w1_surrogate_first_draw']:.4g}]")
     for key, r in res["edge_vs_beta"].items():
         if key.startswith("gamma"):
             print(f"edge/MP at {key}: " + ", ".join(f"beta {b:g}: {q:.4f}" for b, q in zip(r["beta"], r["ratio"])))
