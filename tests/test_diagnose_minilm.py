@@ -30,7 +30,7 @@ def random_bert_diag(tok):
 @pytest.fixture(scope="module")
 def minilm_diag(tok):
     model, _ = load_model("minilm")
-    return diagnose(model, tok, builtin_texts(24), bucket_size=12)
+    return diagnose(model, tok, builtin_texts(16), bucket_size=8)
 
 
 def test_random_bert_identification_recovers_beta(random_bert_diag):
