@@ -118,11 +118,36 @@ def bootstrap(fit: Fit, family: Family, n_boot: int, seed: int = 0, refit_family
 
 def _fast(family: Family, theta: Mapping[str, float]) -> Family:
     """A cheap stand-in for refits: a local beta table for MHSA families with free beta (and scale)."""
+    if isinstance(family, TabulatedBetaFamily):
+        return family
     if isinstance(family, MHSAFamily) and "beta" in family.names and set(family.names) <= {"beta", "scale"}:
         b = theta["beta"]
         lo, hi = family.bounds["beta"]
         return TabulatedBetaFamily(family, max(lo, 0.85 * b), min(hi, 1.15 * b), nodes=31)
     return family
+
+
+def _fit_fast(x: np.ndarray, family: Family) -> tuple[Family, Fit]:
+    """Fit; with the (slow) operator-valued solver and free beta (and scale), fit on a beta table first.
+
+    The table spans ``[0.8, 1.25]`` times the moment start (``m1 = e^{beta^2} - 1``) when the scale is
+    known, the whole ``beta`` range otherwise; if the optimum lands on the table's border the exact
+    family is fitted instead.
+    """
+    if (isinstance(family, MHSAFamily) and family.backend == "solver" and "beta" in family.names
+            and set(family.names) <= {"beta", "scale"}):
+        lo, hi = family.bounds["beta"]
+        if "scale" in family.names:
+            table = TabulatedBetaFamily(family, lo, hi, nodes=41)
+        else:
+            b0 = family.start(x)["beta"]
+            table = TabulatedBetaFamily(family, max(lo, 0.8 * b0), min(hi, 1.25 * b0), nodes=15)
+        fit = fit_family(x, table)
+        a, b = table.bounds["beta"]
+        if a + 0.01 * (b - a) < fit.theta["beta"] < b - 0.01 * (b - a) or (a <= lo and fit.theta["beta"] < b) \
+                or (b >= hi and fit.theta["beta"] > a):
+            return table, fit
+    return family, fit_family(x, family)
 
 
 def identify(eigs: np.ndarray, base: MHSAConfig | None = None, free: Sequence[str] = ("beta",), *,
@@ -160,7 +185,9 @@ def identify(eigs: np.ndarray, base: MHSAConfig | None = None, free: Sequence[st
                                   fixed=fixed, draws=draws) for H in cands}
     else:
         families = {None: family}
-    fits = {H: fit_family(x, fam) for H, fam in families.items()}
+    fitted = {H: _fit_fast(x, fam) for H, fam in families.items()}
+    families = {H: f[0] for H, f in fitted.items()}
+    fits = {H: f[1] for H, f in fitted.items()}
     H_best = min(fits, key=lambda h: fits[h].criterion)
     fam, fit = families[H_best], fits[H_best]
     t_fit = time.perf_counter() - t0

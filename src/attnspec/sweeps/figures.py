@@ -12,7 +12,7 @@ Monte-Carlo (markers: softmax and its Gaussian-equivalent surrogate), convention
   ``H`` moves only ``sigma^4/H``, ``d_qk`` only the score term ``beta^4 gamma/(H psi_h)``, ``d_v`` only
   ``sigma^4 gamma/(H phi_h)``.
 * ``structure_sharing.png`` — across-head sharing vs within-head key-value dependence, ``H = 8``.
-  Left: ``m2`` against the number of shared K/V groups (GQA from ``H`` to 1 group, keys only, values
+  Left: ``m2`` (relative to the independent-heads law) against the number of shared K/V groups (GQA from ``H`` to 1 group, keys only, values
   only). Middle: W1 between each shared variant's softmax spectrum and the *independent-heads law*
   (the size of Monte-Carlo noise if sharing preserves the law). Right: ``m1`` per unit value
   variance for independent values, ``W_V = W_K`` (tied) and key-dependent values ``V = K M`` with
@@ -119,18 +119,16 @@ def structure_figures(out_dir, quick: bool = False, progress: bool = True, n_wor
 
     # ---- figure 2: across-head sharing vs within-head dependence
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
-    indep_law = None
+    indep_law = float(_col(F["gqa"], "law.m2")[0])   # groups = H: independent heads
     for k, (panel, label, col) in enumerate([("gqa", "K and V shared (GQA -> MQA)", "C0"),
                                              ("keys_only", "keys only", "C1"), ("values_only", "values only", "C2")]):
         df = F[panel]
         x = _col(df, "tag.kv_groups" if panel == "gqa" else
                  ("tag.key_groups" if panel == "keys_only" else "tag.value_groups"))
         off = (k - 1) * 0.04
-        axes[0].plot(x * (1 + off), _col(df, "law.m2"), "-", color=col, lw=2, label=f"law: {label}")
-        axes[0].plot(x * (1 + off), _col(df, "softmax.m2"), "x", color=col, ms=8)
-        axes[0].plot(x * (1 + off), _col(df, "surrogate.m2"), "o", mfc="none", color=col, ms=8)
-        if indep_law is None:
-            indep_law = float(_col(df, "law.m2")[0])   # groups = H: independent heads
+        axes[0].plot(x * (1 + off), _col(df, "law.m2") / indep_law, "-", color=col, lw=2, label=f"law: {label}")
+        axes[0].plot(x * (1 + off), _col(df, "softmax.m2") / indep_law, "x", color=col, ms=8)
+        axes[0].plot(x * (1 + off), _col(df, "surrogate.m2") / indep_law, "o", mfc="none", color=col, ms=8)
         axes[1].plot(x * (1 + off), _col(df, "dist.law~softmax.w1"), "x-", color=col, label=f"softmax, {label}")
         axes[1].plot(x * (1 + off), _col(df, "dist.law~surrogate.w1"), "o--", mfc="none", color=col,
                      label=f"surrogate, {label}")
@@ -142,7 +140,11 @@ def structure_figures(out_dir, quick: bool = False, progress: bool = True, n_wor
         ax.set_xscale("log", base=2)
         ax.set_xlabel("number of shared groups (8 = independent heads, 1 = MQA)")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("m2 (lines: law, x: softmax, o: surrogate)")
+    axes[0].set_ylabel("m2 / m2(law, independent heads)\n(lines: law, x: softmax, o: surrogate)")
+    axes[0].set_ylim(0.75, 1.25)
+    tied_ratio = float(_col(F["tied"], "law.m2")[0]) / indep_law
+    axes[0].annotate(f"W_V = W_K (tied): law m2 ratio {tied_ratio:.1f}  (off the scale)", xy=(0.03, 0.93),
+                     xycoords="axes fraction", fontsize=8)
     axes[0].legend(fontsize=7)
     axes[1].set_ylabel("W1(MC spectrum, law of the variant)")
     axes[1].legend(fontsize=6)
