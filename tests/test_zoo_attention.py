@@ -33,6 +33,10 @@ def test_structure_masks_restrict_attention_to_own_electrode_and_own_patch():
         torch.testing.assert_close(r.context, r.probs @ r.values)
         assert torch.equal(r.allowed[0], same)
         assert r.scores.shape == (3, 4, 22 * P, 22 * P) and r.values.shape == (3, 4, 22 * P, 8)
+    # the adaptive gate: per-token weights of the two paths sum to one
+    g_t, g_s = recs["blocks.0.temporal"][0].extra["gate"], recs["blocks.0.spatial"][0].extra["gate"]
+    assert g_t.shape == (3, 22 * P)
+    torch.testing.assert_close(g_t + g_s, torch.ones_like(g_t))
 
 
 def test_head_removal_prehook_equals_zeroing_the_head_context():

@@ -17,7 +17,8 @@ Architecture (input x [B, C, T] volts, P = T // patch time patches, L = C * P to
 The temporal and spatial paths are full-sequence MHA blocks restricted by block-diagonal structure
 masks, so their attention matrices are [B, H, L, L] with zeros outside the allowed blocks and the
 diagnosis sees each path as its own block: ``blocks.{i}.temporal`` and ``blocks.{i}.spatial``.
-With recording on, each block also keeps its gate values (``AnisotropicBlock.gate_records``).
+With recording on, each path's record also keeps its mixing weight per token
+(``record.extra["gate"]``, [B, L]: g for the temporal path, 1 - g for the spatial one).
 """
 from __future__ import annotations
 
@@ -58,15 +59,16 @@ class AnisotropicBlock(nn.Module):
         nn.init.zeros_(self.gate.weight)
         nn.init.zeros_(self.gate.bias)
         self.ff = FeedForward(d_model, dropout=dropout)
-        self.gate_records: list[torch.Tensor] = []
 
     def forward(self, x, mask_t, mask_s):
         h = self.norm(x)
         t = self.temporal(h, mask_t)
         s = self.spatial(h, mask_s)
         g = torch.sigmoid(self.gate(h))
-        if self.temporal.recording:
-            self.gate_records.append(g.detach().cpu())
+        for path in (self.temporal, self.spatial):
+            if path.recording and path.records:       # weight of this path in the mix, [B, L]
+                w = g if path is self.temporal else 1 - g
+                path.records[-1].extra["gate"] = w[..., 0].detach().cpu()
         return self.ff(x + g * t + (1 - g) * s)
 
 

@@ -134,9 +134,9 @@ def _colored(rng, n_series: int, n: int, sfreq: float, shape_fn) -> np.ndarray:
     return x / (x.std(axis=-1, keepdims=True) + 1e-12)
 
 
-def _narrowband(rng, n_series, n, sfreq, f0, bw=1.0):
-    return _colored(rng, n_series, n, sfreq, lambda f: np.exp(-0.5 * ((f - f0[:, None]) / bw) ** 2)
-                    if np.ndim(f0) else np.exp(-0.5 * ((f - f0) / bw) ** 2))
+def _narrowband(rng, n_series: int, n: int, sfreq: float, f0: float, bw: float = 1.0) -> np.ndarray:
+    """Band-limited Gaussian processes [n_series, n] with a Gaussian spectral peak at f0 (sd bw Hz)."""
+    return _colored(rng, n_series, n, sfreq, lambda f: np.exp(-0.5 * ((f - f0) / bw) ** 2))
 
 
 def _ramp(t: np.ndarray, width: float) -> np.ndarray:
@@ -182,8 +182,8 @@ def _simulate_subject(cfg: SimConfig, subject: int, rng: np.random.Generator, po
     # --- sources: rhythms and ERD envelopes
     srcs = list(_SOURCES)
     S = len(srcs)
-    mu = _narrowband(rng, S, N, sf, np.full(S, mu_f), bw=0.8)
-    beta = _narrowband(rng, S, N, sf, np.full(S, beta_f), bw=2.0)
+    mu = _narrowband(rng, S, N, sf, mu_f, bw=0.8)
+    beta = _narrowband(rng, S, N, sf, beta_f, bw=2.0)
     env_mu = np.ones((S, N))
     env_beta = np.ones((S, N))
     depths = np.clip(cfg.erd_depth * erd_scale + cfg.erd_depth_sd * rng.standard_normal(n_tr), 0.0, 0.95)
