@@ -8,7 +8,7 @@ For a point with evaluations ``E`` the result holds
 * ``law`` (if in ``E``): the limiting law from :func:`attnspec.theory.solve_law` (moments, right edge,
   atom at zero, ``quantiles_100``), ``source='solver'``; when the solver is not importable, the
   closed forms of :mod:`.closed_form` with ``source='closed-form'`` (entries without a closed form are
-  ``null``);
+  ``null``; a solver failure is recorded in ``solver_error``);
 * ``distances``: ``softmax~surrogate`` (W1, KS, bulk versions, outliers above the surrogate edge) and
   ``law~softmax``, ``law~surrogate`` (from :func:`attnspec.theory.law_distances`: W1, KS, bulk W1,
   outliers above the law's edge) when both sides exist;
@@ -58,8 +58,13 @@ def _law(config):
         from ..theory import solve_law  # the operator-valued solver (may not be installed yet)
     except ImportError:
         solve_law = None
+    error = None
     if solve_law is not None:
-        law = solve_law(config)
+        try:
+            law = solve_law(config)
+        except Exception as exc:  # noqa: BLE001 (a solver failure must not lose the Monte-Carlo results)
+            error, solve_law = f"{type(exc).__name__}: {exc}", None
+    if solve_law is not None:
         m = [float(x) for x in np.ravel(law.moments)[:4]]
         out = {"source": "solver", "moments": m, "right_edge": float(law.right_edge),
                "atom_at_zero": float(law.atom_at_zero),
@@ -68,6 +73,8 @@ def _law(config):
     cf = closed_form_moments(config)
     out = {"source": "closed-form", "moments": [cf["m1"], cf["m2"], cf["m3"], cf["m4"]], "right_edge": cf["right_edge"],
            "atom_at_zero": None, "quantiles_100": None}
+    if error:
+        out["solver_error"] = error
     return None, out, time.perf_counter() - t0
 
 
