@@ -129,11 +129,60 @@ class DysonSolver:
         jj, tt = np.nonzero((i1 < K) & (i2 < K))
         self.i_j1, self.i_j2 = i1[jj, tt], i2[jj, tt]
         self.S = csr_matrix((coef[tt], (np.arange(jj.size), jj * self.nu + tk[tt])), shape=(jj.size, self.nu * self.nu))
+        self._plan_block_solve(jj, tk[tt], pencil)
         self.base = np.zeros(K + 1, dtype=complex)
         inside = where < K
         self.base[where[inside]] = -pencil.a0[inside]
         self.i_w = where[list(pencil.out), list(pencil.out)]
         self.i_out = where[pencil.out[0], pencil.out[0]]
+
+    def _plan_block_solve(self, jj: np.ndarray, kk: np.ndarray, pencil: Pencil) -> None:
+        """Plan a Schur-complement solve of the Newton system: the unknowns that touch an output block
+        ("hubs") couple everything; without them the Jacobian splits into small blocks (one per head
+        when heads are uncoupled), solved in batches. Falls back to a dense solve when it would not pay."""
+        nu = self.nu
+        pat = np.zeros((nu, nu), dtype=bool)
+        pat[jj, kk] = True
+        pat |= pat.T
+        out = np.array(pencil.out)
+        hub = np.isin(self.uc, out) | np.isin(self.ud, out)
+        self.block_plan = None
+        rest = np.flatnonzero(~hub)
+        if nu < 30 or rest.size == 0 or hub.sum() > nu // 3:   # small systems: dense LU is cheaper
+            return
+        sub = pat[np.ix_(rest, rest)]
+        _, lab = connected_components(coo_matrix(sub), directed=False)
+        sizes = np.bincount(lab)
+        if sizes.max() > nu // 2:
+            return
+        groups: dict[int, list[np.ndarray]] = {}
+        for k in range(sizes.size):
+            groups.setdefault(int(sizes[k]), []).append(rest[lab == k])
+        self.block_plan = (np.flatnonzero(hub), [np.array(v) for v in groups.values()])
+
+    def _solve(self, J: np.ndarray, F: np.ndarray) -> np.ndarray:
+        """Solve ``J x = F`` for every point (dense, or by the Schur complement on the hub unknowns)."""
+        if self.block_plan is None:
+            return np.linalg.solve(J, F[..., None])[..., 0]
+        h, groups = self.block_plan
+        Jhh = J[:, h[:, None], h[None, :]]
+        rhs_h = F[:, h]
+        parts = []
+        for idx in groups:                                    # idx: (n_groups, size)
+            Jrr = J[:, idx[:, :, None], idx[:, None, :]]      # (n, g, s, s)
+            Jrh = J[:, idx[:, :, None], h[None, None, :]]     # (n, g, s, nh)
+            Jhr = J[:, h[None, :, None], idx[:, None, :]]     # (n, g, nh, s)
+            sol = np.linalg.solve(Jrr, np.concatenate([Jrh, F[:, idx][..., None]], axis=-1))
+            X, y = sol[..., :-1], sol[..., -1]
+            Jhh = Jhh - np.einsum("ngas,ngsb->nab", Jhr, X)
+            rhs_h = rhs_h - np.einsum("ngas,ngs->na", Jhr, y)
+            parts.append((idx, X, y))
+        xh = np.linalg.solve(Jhh, rhs_h[..., None])[..., 0]
+        x = np.empty_like(F)
+        x[:, h] = xh
+        for idx, X, y in parts:
+            x[:, idx] = y - np.einsum("ngsb,nb->ngs", X, xh)
+        return x
 
     # ------------------------------------------------------------------ one evaluation
     def resolvent(self, w: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -192,7 +241,7 @@ class DysonSolver:
             J = eye - np.asarray(self.S.T @ (Ga[:, self.i_j1] * Ga[:, self.i_j2]).T).T.reshape(-1, self.nu, self.nu)
             with np.errstate(all="ignore"):
                 try:
-                    du = np.linalg.solve(J, Fa[..., None])[..., 0]
+                    du = self._solve(J, Fa)
                 except np.linalg.LinAlgError:
                     du = np.stack([np.linalg.lstsq(j, f, rcond=None)[0] for j, f in zip(J, Fa)])
             if allact:
