@@ -330,6 +330,26 @@ class DysonSolver:
 
     # ------------------------------------------------------------------ scalar transforms
     def g_near_axis(self, x: np.ndarray, y: np.ndarray, y0: float, levels: int | None = None) -> np.ndarray:
+        """``g(x + i y)``; see :meth:`solve_near_axis`."""
+        return self.solve_near_axis(x, y, y0, levels)[0]
+
+    def warm_near_axis(self, x: np.ndarray, y: np.ndarray, u0: np.ndarray, g_ref: np.ndarray,
+                       g_tol: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Newton at ``x + i y`` straight from the guess ``u0`` (e.g. interpolated between solved
+        neighbours). Returns ``(g, u, ok)``; ``ok`` requires convergence, the physical sign and
+        ``|g - g_ref| <= g_tol`` (continuity with the neighbours), else the point must be solved by
+        continuation."""
+        z = np.asarray(x, dtype=float) + 1j * np.asarray(y, dtype=float)
+        w = np.sqrt(z)
+        good = np.all(np.isfinite(u0), axis=1)
+        u, G, res = self._newton(w, np.where(good[:, None], u0, 0.0))
+        g = self.g_out(w, G)
+        with np.errstate(all="ignore"):
+            ok = good & self._ok(z, w, G, res) & (np.abs(g - g_ref) <= g_tol)
+        return g, u, ok
+
+    def solve_near_axis(self, x: np.ndarray, y: np.ndarray, y0: float,
+                        levels: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``g(x + i y)`` (``g(z) = (1/l) tr (z - Y Y^T)^{-1}``) by continuation in ``Im z`` from ``y0``
         (geometric levels, ``Im z`` shrinking by at most ``level_ratio`` per level)."""
         x = np.asarray(x, dtype=float)
@@ -340,11 +360,11 @@ class DysonSolver:
             return x[idx] + 1j * np.exp(ly0 + (ly[idx] - ly0) * s)
 
         if x.size == 0:
-            return np.zeros(0, dtype=complex)
+            return np.zeros(0, dtype=complex), np.zeros((0, self.nu), dtype=complex)
         if levels is None:
             levels = int(np.ceil(np.max(ly0 - ly) / np.log(self.level_ratio)))
         z, G = self.follow(path, x.size, levels)
-        return self.g_out(np.sqrt(z), G)
+        return self.g_out(np.sqrt(z), G), G[:, self.i_u]
 
     def g_on_circle(self, center: float, radius: float, n: int, t0: float = 64.0, levels: int = 8) -> tuple[np.ndarray, np.ndarray]:
         """``(z, g(z))`` at the ``n`` upper-half points ``center + radius e^{i theta_j}``,

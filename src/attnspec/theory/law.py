@@ -113,24 +113,48 @@ class Law:
         return ax
 
 
-def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float, atom: float = 0.0) -> np.ndarray:
+def _rho(g: np.ndarray, x: np.ndarray, y: np.ndarray, atom: float) -> np.ndarray:
+    return np.maximum(-(g.imag + atom * y / (x * x + y * y)) / math.pi, 0.0)
+
+
+def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float, atom: float = 0.0,
+             return_u: bool = False):
     """``rho(x) = -Im [g(z) - atom/z]/pi`` at ``z = x + i y``, ``y = min(delta, 1e-3 x)`` (the atom's
     Lorentzian removed), followed down from ``Im z = 2 scale`` (from ``10 B``, ``B`` the norm bound
-    squared, if that start fails)."""
+    squared, if that start fails). ``return_u``: ``(rho, u, g)`` with the solved unknowns and ``g``."""
     y = np.minimum(delta, 1e-3 * x)
     near0 = y < delta
     if x.size > 64 and 8 <= near0.sum() < x.size // 2:   # the head near 0 needs more levels: solve apart
-        out = np.empty_like(x)
-        out[near0] = _density(solver, x[near0], scale, delta, atom)
-        out[~near0] = _density(solver, x[~near0], scale, delta, atom)
-        return out
+        out, u, g = np.empty_like(x), np.empty((x.size, solver.nu), dtype=complex), np.empty(x.size, dtype=complex)
+        for part in (near0, ~near0):
+            out[part], u[part], g[part] = _density(solver, x[part], scale, delta, atom, return_u=True)
+        return (out, u, g) if return_u else out
     try:
-        g = solver.g_near_axis(x, y, y0=2.0 * scale)
+        g, u = solver.solve_near_axis(x, y, y0=2.0 * scale)
     except LawSolverError:
         if scale >= solver.pencil.norm_bound() ** 2:
             raise
-        g = solver.g_near_axis(x, y, y0=10.0 * solver.pencil.norm_bound() ** 2)
-    return np.maximum(-(g.imag + atom * y / (x * x + y * y)) / math.pi, 0.0)
+        g, u = solver.solve_near_axis(x, y, y0=10.0 * solver.pencil.norm_bound() ** 2)
+    rho = _rho(g, x, y, atom)
+    return (rho, u, g) if return_u else rho
+
+
+def _density_between(solver: DysonSolver, xn: np.ndarray, grid: np.ndarray, U: np.ndarray, Gs: np.ndarray,
+                     right: float, delta: float, atom: float):
+    """``(rho, u, g)`` at new points inside solved cells: Newton warm-started from the linear interpolation
+    of the neighbours' unknowns, accepted only if ``g`` stays within the neighbours' spread; the rest by
+    continuation (:func:`_density`)."""
+    i = np.clip(np.searchsorted(grid, xn) - 1, 0, grid.size - 2)
+    t = (xn - grid[i]) / (grid[i + 1] - grid[i])
+    u0 = (1 - t)[:, None] * U[i] + t[:, None] * U[i + 1]
+    y = np.minimum(delta, 1e-3 * xn)
+    gref = (1 - t) * Gs[i] + t * Gs[i + 1]
+    gtol = np.abs(Gs[i + 1] - Gs[i]) + 0.01 * np.abs(gref)
+    g, u, ok = solver.warm_near_axis(xn, y, u0, gref, np.where(np.isfinite(gtol), gtol, -1.0))
+    rho = _rho(g, xn, y, atom)
+    if not ok.all():
+        rho[~ok], u[~ok], g[~ok] = _density(solver, xn[~ok], right, delta, atom, return_u=True)
+    return rho, u, g
 
 
 def _ksection(solver: DysonSolver, lo: float, hi: float, tau: float, scale: float, delta: float, rising: bool,
@@ -190,11 +214,12 @@ def _edges(solver: DysonSolver, scale: float, n_coarse: int = 64) -> tuple[float
     return right, left
 
 
-def _refine(solver: DysonSolver, grid: np.ndarray, rho: np.ndarray, right: float, atom: float,
-            rounds: int = 3, cell_tol: float = 1e-5, split: int = 3) -> tuple[np.ndarray, np.ndarray]:
+def _refine(solver: DysonSolver, grid: np.ndarray, rho: np.ndarray, U: np.ndarray, Gs: np.ndarray, right: float,
+            atom: float, rounds: int = 3, cell_tol: float = 1e-5, split: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """Adaptive refinement: split (into ``split`` parts) every cell whose mass is uncertain by more than
     ``cell_tol`` — where the power-law and trapezoid rules disagree, and on both sides of an edge inside
-    the grid (density switching between 0 and positive: gaps, components at smaller scales)."""
+    the grid (density switching between 0 and positive: gaps, components at smaller scales).
+    ``U``, ``Gs``: unknowns and ``g`` at the grid points (NaN where not solved) for warm starts."""
     for _ in range(rounds):
         tau = 1e-5 * np.max(grid * rho) / right      # well above the O(Im z) Lorentzian tails in a gap
         zero = rho <= tau
@@ -210,10 +235,10 @@ def _refine(solver: DysonSolver, grid: np.ndarray, rho: np.ndarray, right: float
         u = np.arange(1, split) / split
         xn = (grid[cells, None] + np.diff(grid)[cells, None] * u[None, :]).ravel()
         xn = xn[(xn > 0) & (xn < right)]
-        rn = _density(solver, xn, right, 1e-9 * right, atom)
-        x = np.concatenate([grid, xn])
-        order = np.argsort(x, kind="stable")
-        grid, rho = x[order], np.concatenate([rho, rn])[order]
+        rn, un, gn = _density_between(solver, xn, grid, U, Gs, right, 1e-9 * right, atom)
+        order = np.argsort(np.concatenate([grid, xn]), kind="stable")
+        grid, rho = np.concatenate([grid, xn])[order], np.concatenate([rho, rn])[order]
+        U, Gs = np.concatenate([U, un])[order], np.concatenate([Gs, gn])[order]
     return grid, rho
 
 
@@ -283,8 +308,10 @@ def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce
     grid = _grid(right, left, n_grid, atom)
     inner = (grid > 0) & (grid < right) & ((grid > left) if left is not None else True)
     rho = np.zeros_like(grid)
-    rho[inner] = _density(solver, grid[inner], right, 1e-9 * right, atom)
-    grid, rho = _refine(solver, grid, rho, right, atom)
+    U = np.full((grid.size, solver.nu), np.nan, dtype=complex)
+    Gs = np.full(grid.size, np.nan, dtype=complex)
+    rho[inner], U[inner], Gs[inner] = _density(solver, grid[inner], right, 1e-9 * right, atom, return_u=True)
+    grid, rho = _refine(solver, grid, rho, U, Gs, right, atom)
     moments_all = _contour_moments(solver, right, n_contour)
     # power-law head on [0, grid[0]]
     head_p, head_mass = 1.0, 0.0
