@@ -70,9 +70,9 @@ def attention_edge(beta: float, gamma: float, psi: float) -> float:
 
 def attention_stieltjes(z: np.ndarray, beta: float, gamma: float, psi: float) -> np.ndarray:
     """``g(z)`` of the attention law from the quartic
-    ``beta^2 alpha^2 G^4 - beta^2 w G^3 + (beta^2 - c sigma^2) G^2 + c w G - c = 0``, ``w = sqrt z``:
-    the root closest to ``1/w`` when far from the spectrum, followed by continuity is not attempted;
-    the root with ``Im g <= 0`` closest to the large-``z`` expansion is returned (for checks only)."""
+    ``beta^2 alpha^2 G^4 - beta^2 w G^3 + (beta^2 - c sigma^2) G^2 + c w G - c = 0``, ``w = sqrt z``,
+    ``g = G/w``: among the roots with ``Im g <= 0`` (for ``Im z > 0``), the one closest to the expansion
+    ``1/z + sigma^2/z^2``. No continuation: meant for cross-checks at a few points off the spectrum."""
     z = np.atleast_1d(np.asarray(z, dtype=complex))
     s2 = math.expm1(beta ** 2)
     a2, c, b2 = s2 - beta ** 2, psi / gamma, beta ** 2

@@ -1,18 +1,22 @@
 """The limiting spectral law of ``Y Y^T`` (or ``Y_att Y_att^T``) as a :class:`Law`.
 
-``solve_law(config)`` builds the pencil, then with ``g(z) = (1/l) tr (z - Y Y^T)^{-1}``:
+``solve_law(config)`` builds the pencil (:func:`build_pencil`, identical heads merged), then with
+``g(z) = (1/l) tr (z - Y Y^T)^{-1}`` and ``rho(x) = -Im[g(x + i y) - atom/z]/pi`` (``y`` tiny):
 
-1. brackets the right edge on a log grid up to the norm bound ``B`` and refines it by repeated
-   k-section on ``rho(x) > tau`` (``rho(x) = -Im g(x + i delta)/pi``, ``delta = 1e-11 B``); likewise the
-   left edge when the bulk is separated from zero;
-2. evaluates the density on a grid dense near 0 (geometric, where ``rho`` may blow up like
-   ``x^{-a}``) and near both edges (``sin^2`` map);
-3. computes ``m_k = (1/2 pi i) oint z^k g(z) dz`` on the circle of centre ``E/2`` and radius
-   ``0.75 E`` (trapezoid rule, exponentially accurate, conjugate symmetry halves the work);
-4. takes the atom at 0 from the generic rank (:func:`closed_forms.atom_at_zero`).
+1. edges: a log grid up to ``1.25 B`` (``B`` the norm bound squared) brackets the support; two rounds
+   of 24-section on ``rho > tau`` and a square-root extrapolation give the right edge (and the left edge
+   when the bulk is separated from 0) to about 1e-7 relative;
+2. density: a grid dense near 0 (geometric down to ``1e-8 E``, where ``rho`` may blow up like
+   ``x^{-a}``) and near the edges (``sin^2`` map), then up to three rounds of adaptive refinement of the
+   cells whose mass is uncertain (power-law vs trapezoid rule, edges inside the grid); new points are
+   solved by Newton warm-started from their neighbours when that stays consistent with them;
+3. moments ``m_k = (1/2 pi i) oint z^k g(z) dz`` on the circle of centre ``E/2`` and radius ``0.75 E``
+   (trapezoid rule on 128 points, exponentially accurate; conjugate symmetry halves the work);
+4. the atom at 0 from the generic rank (:func:`closed_forms.atom_at_zero`), its ``atom/z`` removed
+   from ``g`` before taking the density.
 
-The CDF integrates the density by trapezoids, with the head ``[0, x_0]`` integrated exactly for a
-power law fitted through the first two grid points; ``mass`` (atom plus integral) should be 1.
+The CDF integrates the density cell by cell, exactly for a local power law (so the ``x^{-a}`` head is
+right), plus a power-law head on ``[0, x_0]``; ``mass`` (atom plus integral) is 1 to about 1e-4.
 """
 from __future__ import annotations
 
