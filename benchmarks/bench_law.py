@@ -51,7 +51,7 @@ def main():
     print(f"{'configuration':30s} {'pencil':>7s} {'law [s]':>8s} {'MC d=' + str(args.d) + ' [s]':>13s} {'MC/law':>7s}")
     for name, cfg in cases(args.d).items():
         solve_law(cfg)  # warm-up (imports, caches)
-        t_law = best_of(lambda: solve_law(cfg), args.reps)
+        t_law = best_of(lambda c=cfg: solve_law(c), args.reps)
         size = f"{build_pencil(cfg).size}/{build_pencil(cfg, reduce=False).size}"
         if args.no_mc:
             print(f"{name:30s} {size:>7s} {t_law:8.3f}")

@@ -1,6 +1,5 @@
 """Closed forms reproduced by the general pencil solver: Marchenko–Pastur, Fuss–Catalan, the attention quartic,
 the first and second moments of the output, the atom at zero."""
-import math
 
 import numpy as np
 import pytest
