@@ -327,7 +327,10 @@ def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce
     mass = float(cum[-1])
     checks = {"m0_contour": float(moments_all[0]), "m1_closed_form": closed_forms.first_moment(config),
               "m2_closed_form": closed_forms.second_moment(config), "mass": mass,
-              "norm_bound_squared": scale}
+              "norm_bound_squared": scale, "mp_edge": closed_forms.mp_edge(config.beta)}
+    if config.target == "attention" and config.inputs == "orthonormal":
+        checks["edge_closed_form"] = closed_forms.attention_edge(config.beta, config.gamma, config.psi[0])
+        checks["m4_closed_form"] = float(closed_forms.attention_moments(config.beta, config.gamma, config.psi[0])[3])
     return Law(config=config, grid=grid, density=rho, atom_at_zero=float(atom), right_edge=float(right),
                left_edge=None if left is None else float(left), moments=moments_all[1:], mass=mass,
                checks=checks, _head=(head_p, head_mass), _cum=cum)
