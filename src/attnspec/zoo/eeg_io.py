@@ -70,6 +70,7 @@ def write_recording(rec: Recording, path, bci2a_layout: bool = False, overwrite:
     import mne
 
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     raw = to_raw(rec, bci2a_layout=bci2a_layout)
     if path.suffix == ".fif" or path.name.endswith(".fif.gz"):
         raw.save(path, overwrite=overwrite, verbose="error")
