@@ -246,6 +246,23 @@ def _refine(solver: DysonSolver, grid: np.ndarray, rho: np.ndarray, U: np.ndarra
     return grid, rho
 
 
+def _head(grid: np.ndarray, rho: np.ndarray) -> tuple[float, float, float]:
+    """``(1 - a, mass, error)`` of the power law ``rho = C x^{-a}`` through the first two grid points, on
+    ``[0, x_0]`` (``a`` clipped to ``[0, 0.95]``). ``error ~ mass |da/dlog x| / (1 - a)^2`` estimates what
+    a drifting exponent (from the first three points) does to the head's mass."""
+    if not (rho[0] > 0 and rho[1] > 0):
+        return 1.0, 0.0, 0.0
+    L = np.log(grid[:3])
+    a01 = -math.log(rho[1] / rho[0]) / (L[1] - L[0])
+    a = min(max(a01, 0.0), 0.95)
+    mass = grid[0] * rho[0] / (1.0 - a)
+    err = 0.0
+    if rho[2] > 0:
+        a12 = -math.log(rho[2] / rho[1]) / (L[2] - L[1])
+        err = mass * abs(a12 - a01) / (0.5 * (L[2] - L[0])) / (1.0 - a) ** 2
+    return 1.0 - a, mass, err
+
+
 def _cell_masses(x: np.ndarray, r: np.ndarray) -> np.ndarray:
     """``int_{x_i}^{x_{i+1}} rho`` per cell, exact for a local power law ``rho = C x^{-a}`` through both
     end values (this handles the ``x^{-a}`` blow-up at 0 on a geometric grid); trapezoid where an end
@@ -318,11 +335,13 @@ def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce
     grid, rho = _refine(solver, grid, rho, U, Gs, right, atom)
     moments_all = _contour_moments(solver, right, n_contour)
     # power-law head on [0, grid[0]]
-    head_p, head_mass = 1.0, 0.0
-    if left is None and rho[0] > 0 and rho[1] > 0:
-        a = -math.log(rho[1] / rho[0]) / math.log(grid[1] / grid[0])
-        a = min(max(a, 0.0), 0.95)
-        head_p, head_mass = 1.0 - a, grid[0] * rho[0] / (1.0 - a)
+    head_p, head_mass, head_err = _head(grid, rho) if left is None else (1.0, 0.0, 0.0)
+    for _ in range(2):      # a drifting x^{-a} blow-up: the extrapolated head is unsure, go deeper
+        if head_err <= 1e-4:
+            break
+        xh = grid[0] * np.geomspace(1e-4, 1.0, 9)[:-1]
+        grid, rho = np.concatenate([xh, grid]), np.concatenate([_density(solver, xh, right, 1e-9 * right, atom), rho])
+        head_p, head_mass, head_err = _head(grid, rho)
     cum = atom + head_mass + np.concatenate([[0.0], np.cumsum(_cell_masses(grid, rho))])
     mass = float(cum[-1])
     checks = {"m0_contour": float(moments_all[0]), "m1_closed_form": closed_forms.first_moment(config),
