@@ -100,3 +100,23 @@ def test_failed_points_are_logged_and_retried(tmp_path):
         assert len(s) == 2 and len(s.failures()) == 1
     r = run_sweep(pts, db, n_workers=0, evaluator=lambda p: {"seed": p.seed}, progress=False)
     assert (r.computed, r.skipped) == (1, 2)
+
+
+def test_cli_sweep_serial_with_spec_file_and_exports(tmp_path, capsys):
+    import tomli_w
+
+    from attnspec.cli import main
+
+    spec = {"sweep": {"name": "cli", "draws": 1, "evaluations": ["law", "surrogate"]},
+            "base": BASE.to_dict(), "grid": {"heads": [1, 2, 4]}}
+    (tmp_path / "s.toml").write_text(tomli_w.dumps(spec))
+    db = tmp_path / "r.sqlite"
+    argv = ["sweep", str(tmp_path / "s.toml"), "--db", str(db), "--workers", "0", "--no-progress"]
+    assert main(argv + ["--dry-run"]) == 0
+    assert "3 to compute" in capsys.readouterr().out
+    assert main(argv + ["--parquet", str(tmp_path / "r.parquet"), "--plot", str(tmp_path / "m2.png"),
+                        "--y", "law.m2,surrogate.m2"]) == 0
+    assert "3 computed" in capsys.readouterr().out
+    assert (tmp_path / "r.parquet").stat().st_size > 0 and (tmp_path / "m2.png").stat().st_size > 0
+    assert main(argv) == 0
+    assert "3 already stored, 0 computed" in capsys.readouterr().out
