@@ -315,7 +315,8 @@ def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce
 
     ``n_grid``: density grid points (plus a geometric head near 0); ``n_contour``: contour points on the
     upper half circle; ``reduce``: merge identical uncoupled heads; ``pencil``: use this pencil
-    instead (e.g. a hand-built one; ``config`` then only labels the result).
+    instead (e.g. a hand-built one; ``config`` still supplies the atom and the closed-form checks).
+    Only the ratios, ``beta``, sharing/tying and ``inputs`` matter; ``centering`` does not change the law.
     """
     if not isinstance(config, MHSAConfig):
         raise TypeError(f"config must be an MHSAConfig, got {type(config).__name__}")
