@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     print(f"16-point sweep, l = d = {a.d}, draws = {a.draws}, evaluations = {','.join(ev)}; "
           f"{os.cpu_count()} CPUs, load average before {os.getloadavg()[0]:.2f}", flush=True)
     res = {}
-    for rep in range(a.repeat):
+    for _ in range(a.repeat):
         for w in (1, 2):
             with tempfile.TemporaryDirectory() as tmp:
                 db = Path(tmp) / "b.sqlite"
@@ -53,8 +53,8 @@ def main(argv=None) -> int:
             res.setdefault(w, []).append((wall, span, busy))
             print(f"  {w} worker(s): wall {wall:6.2f} s (cluster start included), compute span {span:6.2f} s, "
                   f"sum of point times {busy:6.2f} s, load {os.getloadavg()[0]:.2f}", flush=True)
-    w1 = min(x[0] for x in res[1]); w2 = min(x[0] for x in res[2])
-    s1 = min(x[1] for x in res[1]); s2 = min(x[1] for x in res[2])
+    w1, w2 = min(x[0] for x in res[1]), min(x[0] for x in res[2])
+    s1, s2 = min(x[1] for x in res[1]), min(x[1] for x in res[2])
     conc = max(x[2] / x[1] for x in res[2])
     print(f"speed-up of 2 workers over 1: {w1 / w2:.2f}x wall-clock, {s1 / s2:.2f}x compute span "
           f"(load average after {os.getloadavg()[0]:.2f}); with 2 workers the points overlapped "

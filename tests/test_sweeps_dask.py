@@ -1,5 +1,4 @@
 """Sweeps on real Dask clusters: a 2-worker LocalCluster, an existing scheduler, and kill-and-resume."""
-import json
 import os
 import signal
 import sqlite3
