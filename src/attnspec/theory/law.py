@@ -360,24 +360,14 @@ def law_distances(law: Law, eigenvalues, rel_tol: float = 0.02, zero_tol: float 
     """W1 and KS between ``law`` and an eigenvalue sample (pooled), and W1 of the bulk.
 
     Eigenvalues ``<= zero_tol * max`` are exact zeros (rank deficiency; round-off makes them ~1e-15).
-    ``w1`` uses :func:`attnspec.spectra.wasserstein1_to_cdf`; ``ks`` uses
-    :func:`attnspec.spectra.ks_to_cdf` when the law has no atom, and otherwise compares the ECDF with
-    ``F`` on both sides of every sample point, with ``F(0-) = 0`` (``ks_to_cdf`` takes ``F(x_i)`` as
-    the left limit, which is wrong at an atom). ``w1_bulk`` drops the sample's eigenvalues above
+    ``w1`` uses :func:`attnspec.spectra.wasserstein1_to_cdf`, ``ks`` :func:`attnspec.spectra.ks_to_cdf`
+    (exact at the law's atom at zero). ``w1_bulk`` drops the sample's eigenvalues above
     ``right_edge * (1 + rel_tol)`` (:func:`attnspec.spectra.split_outliers`); ``n_outliers`` counts them.
     """
     x = np.asarray(eigenvalues, dtype=float).ravel()
     x = np.where(x <= zero_tol * max(float(x.max(initial=0.0)), 1e-300), 0.0, x)
     bulk, out = split_outliers(x, law.right_edge, rel_tol)
-    if law.atom_at_zero > 0:
-        u, counts = np.unique(x, return_counts=True)
-        Fn = np.cumsum(counts) / x.size
-        Fn_left = Fn - counts / x.size
-        F = law.cdf(u)
-        F_left = np.where(u == 0, 0.0, F)
-        ks = float(max(np.max(np.abs(Fn - F)), np.max(np.abs(Fn_left - F_left))))
-    else:
-        ks = ks_to_cdf(x, law.cdf)
+    ks = ks_to_cdf(x, law.cdf)
     return {
         "w1": wasserstein1_to_cdf(x, law.cdf, law.right_edge),
         "ks": ks,
