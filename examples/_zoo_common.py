@@ -15,7 +15,7 @@ def parser(description: str, arch: str) -> argparse.ArgumentParser:
                    help="budget clock: process CPU time (default; honest on a shared machine) or wall time")
     p.add_argument("--threads", type=int, default=2, help="torch threads (the budget is 3 minutes on 2 cores)")
     p.add_argument("--seed", type=int, default=0, help="simulation seed")
-    p.add_argument("--quick", action="store_true", help="small easy data set, 5 epochs (smoke run)")
+    p.add_argument("--quick", action="store_true", help="small easy data set, 8 epochs (smoke run)")
     p.add_argument("--no-diagnose", action="store_true")
     p.add_argument("--diagnose-trials", type=int, default=16)
     p.add_argument("--out", default=f"out/eeg_{arch}", help="checkpoint and diagnosis directory")
@@ -27,7 +27,7 @@ def run(arch: str, args, model_kwargs: dict | None = None, lr: float = 3e-3):
 
     torch.set_num_threads(args.threads)
     sim = default_sim(args.classes, quick=args.quick, seed=args.seed)
-    epochs = 5 if args.quick else args.epochs
+    epochs = 8 if args.quick else args.epochs
     exp = run_experiment(arch, sim, model_kwargs, dict(epochs=epochs, lr=lr, max_seconds=args.max_seconds, budget_clock=args.clock),
                          out=args.out, diagnose=not args.no_diagnose, diagnose_trials=args.diagnose_trials)
     return exp

@@ -25,7 +25,8 @@ CLASSES = {2: ("left_hand", "right_hand"), 4: ("left_hand", "right_hand", "feet"
 def default_sim(n_classes: int = 2, quick: bool = False, seed: int = 0) -> SimConfig:
     """The simulation used for the results table (quick: a smaller, easier set for smoke runs)."""
     if quick:
-        return SimConfig(n_subjects=1, trials_per_class=24, classes=CLASSES[n_classes], erd_depth=0.8, seed=seed)
+        return SimConfig(n_subjects=1, trials_per_class=40, classes=CLASSES[n_classes], erd_depth=0.85,
+                         erd_depth_sd=0.05, mu_uv=14.0, background_uv=5.0, seed=seed)
     return SimConfig(n_subjects=3, trials_per_class=60, classes=CLASSES[n_classes], seed=seed)
 
 
