@@ -63,11 +63,12 @@ def test_checkpoint_round_trip_and_diagnosis(tmp_path, data):
     m2 = zoo.load(tmp_path / "ck")
     x = torch.as_tensor(Xte[:4])
     torch.testing.assert_close(m2(x), m.eval()(x))
-    # what `attnspec diagnose --model CK` runs for a zoo checkpoint (stand-in CLI: python -m attnspec.zoo)
-    from attnspec.zoo.__main__ import main
+    # `attnspec diagnose --model CK` on a zoo checkpoint: held-out trials regenerated from its metadata
+    from attnspec.cli import main
 
-    assert main(["diagnose", str(tmp_path / "ck"), "--trials", "4", "--no-gradient", "--no-report",
+    assert main(["diagnose", "--model", str(tmp_path / "ck"), "--n-texts", "4", "--no-gradient", "--quiet",
                  "--out", str(tmp_path / "d")]) == 0
+    assert (tmp_path / "d" / "report.html").stat().st_size > 10_000
     heads = pd.read_csv(tmp_path / "d" / "heads.csv")
     layers = pd.read_csv(tmp_path / "d" / "layers.csv")
     assert (tmp_path / "d" / "summary.json").is_file()

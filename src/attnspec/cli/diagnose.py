@@ -15,7 +15,7 @@ def register(subparsers) -> None:
         description="Per layer and per head: Gaussian-equivalent identification, selection score and baselines, "
                     "inter-head dependence, head-removal sensitivity. Writes heads.csv, layers.csv, pairs.csv, "
                     "summary.json and report.html into --out.")
-    p.add_argument("--model", required=True, help="'minilm', 'gemma3-270m', or a local safetensors/GGUF model path")
+    p.add_argument("--model", required=True, help="'minilm', 'gemma3-270m', a local safetensors/GGUF model path, or an attnspec.zoo checkpoint directory")
     p.add_argument("--texts", default="builtin", help="'builtin' (stdlib docstring sentences) or a UTF-8 file, one text per line")
     p.add_argument("--n-texts", type=int, default=None, help="number of texts (default: 64 for encoders, 16 for causal LMs)")
     p.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
@@ -36,12 +36,18 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from .. import zoo
     from ..data import builtin_texts, packed_texts
     from ..diagnose import diagnose
     from ..models import ModelLoadError, adapt, load_model
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
+    if zoo.is_checkpoint(args.model):  # an attnspec.zoo EEG model: held-out simulated trials as inputs
+        _, diag = zoo.diagnose_checkpoint(args.model, n_trials=args.n_texts or 32, removal=not args.no_removal,
+                                          gradient=not args.no_gradient, mean_ablation=args.mean_ablation,
+                                          seed=args.seed, progress=not args.quiet, model_name=args.model)
+        return _write(diag, args, time.perf_counter() - t0, 0.0)
     try:
         print(f"loading {args.model} ...", file=sys.stderr)
         model, tok = load_model(args.model, verbose=True)
@@ -69,6 +75,13 @@ def run(args: argparse.Namespace) -> int:
         from ..data import CORPUS_SOURCE
         diag.summary["corpus"] = CORPUS_SOURCE + (f"; packed into texts of {args.max_length} tokens"
                                                   if (args.pack or causal) else "")
+    return _write(diag, args, t_diag, t_load)
+
+
+def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:
+    """Tables, JSON summary and report into ``--out``; one line of results on stdout."""
+    import torch
+
     diag.summary["load_s"] = round(t_load, 2)
     diag.summary["diagnose_s"] = round(t_diag, 2)
     out = Path(args.out)
