@@ -6,7 +6,7 @@ weights), reporting held-out accuracy and the fraction of heads flagged diffuse 
 
 * the zoo's in-model detector (normalized attention entropy against the Gaussian-equivalent null,
   attnspec.zoo.selection): the score the correction itself uses;
-* attnspec's diagnosis (spectral selection score against a null head, attnspec.diagnose).
+* attnspec's diagnosis (spectral selection score against a null head, attnspec.diagnostics).
 
     python examples/eeg_diffuse_correction.py
     python examples/eeg_diffuse_correction.py --quick
@@ -53,7 +53,7 @@ if __name__ == "__main__":
     line = (f"RESULT diffuse correction: heads flagged diffuse (entropy vs null) {off.diffuse_entropy} without -> "
             f"{on.diffuse_entropy} with correction")
     if "diffuse_diagnose" in table:
-        line += (f"; by attnspec.diagnose {off.diffuse_diagnose} -> {on.diffuse_diagnose} "
+        line += (f"; by attnspec.diagnostics {off.diffuse_diagnose} -> {on.diffuse_diagnose} "
                  f"({off.labels_diagnose} -> {on.labels_diagnose})")
     line += f"; held-out accuracy {off.accuracy:.3f} -> {on.accuracy:.3f} (chance {off.chance:.3f})"
     print(line)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnspec.diagnose import diagnose
+from attnspec.diagnostics import diagnose
 from attnspec.models import adapt
 
 from test_models_adapters import _Custom  # noqa: E402  (same directory)

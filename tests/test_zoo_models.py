@@ -50,7 +50,7 @@ def test_training_is_deterministic(data):
 
 
 def test_checkpoint_round_trip_and_diagnosis(tmp_path, data):
-    pytest.importorskip("attnspec.diagnose")
+    pytest.importorskip("attnspec.diagnostics")
     Xtr, ytr, Xte, _ = data
     torch.manual_seed(0)
     m = build("anisotropic", dict(n_channels=22, n_times=Xtr.shape[-1], n_classes=2, patch=32, n_filters=4,

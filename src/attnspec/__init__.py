@@ -7,11 +7,11 @@ Layers, each depending only on those above it:
 * :mod:`attnspec.simulate` — softmax MHSA and its Gaussian-equivalent surrogate;
 * :mod:`attnspec.theory` — the limiting spectral law (operator-valued free probability);
 * :mod:`attnspec.models` — adapters exposing the attention heads of real models;
-* :mod:`attnspec.diagnose` — per-head diagnosis of trained models against the Gaussian-equivalent null;
+* :mod:`attnspec.diagnostics` — per-head diagnosis of trained models against the Gaussian-equivalent null;
 * :mod:`attnspec.report`, :mod:`attnspec.cli` — reports and the command line.
 
-The most used entry points are importable from here (loaded lazily, so ``import attnspec`` does not
-import torch).
+The most used entry points are importable from here: ``MHSAConfig``, ``solve_law``, ``Law``,
+``diagnose`` and ``Diagnosis`` (loaded lazily, so ``import attnspec`` does not import torch).
 """
 from importlib import import_module
 
@@ -22,6 +22,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "solve_law": "attnspec.theory",
     "Law": "attnspec.theory",
+    "diagnose": "attnspec.diagnostics",
+    "Diagnosis": "attnspec.diagnostics",
 }
 __all__ = ["ConfigError", "MHSAConfig", "__version__", *_LAZY]
 

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .. import zoo
     from ..data import builtin_texts, packed_texts
-    from ..diagnose import diagnose
+    from ..diagnostics import diagnose
     from ..models import ModelLoadError, adapt, load_model
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,4 +1,4 @@
-"""Self-contained HTML report of a :class:`~attnspec.diagnose.Diagnosis`.
+"""Self-contained HTML report of a :class:`~attnspec.Diagnosis`.
 
 One HTML file, no external resources: figures are inline PNG (base64, matplotlib Agg), styles are
 inline, there is no JavaScript. Sections: summary and notes; layer x head heat maps of each score; per
@@ -172,7 +172,7 @@ equivalent (orange, filled) and of the free sum of its heads (green, dashed); bo
 <h2>Most selective heads</h2>{_table(top[cols])}
 <h2>Layers</h2>{_table(diag.layers)}
 <h2>What the scores mean</h2><dl>{desc}</dl>
-<p style="font-size:.8em;color:#777">attnspec report; normalizations in the docstrings of attnspec.diagnose.*</p>
+<p style="font-size:.8em;color:#777">attnspec report; normalizations in the docstrings of attnspec.diagnostics.*</p>
 </body></html>
 """
 

@@ -11,7 +11,7 @@ Modules (each states its architecture or format in its docstring):
   tokens), :mod:`.diffuse` (diffuse-attention detection and correction);
 * :mod:`.selection` — the entropy-vs-null diffuseness score; :mod:`.train` — seeded training loop;
 * :mod:`.checkpoint` — safetensors + JSON checkpoints; :mod:`.adapter` — glue to
-  :func:`attnspec.diagnose.diagnose`.
+  :func:`attnspec.diagnose`.
 
 Entry points for the command line: :func:`is_checkpoint`, :func:`load`,
 :func:`diagnose_checkpoint`.
@@ -42,7 +42,7 @@ def is_checkpoint(path) -> bool:
 
 
 def diagnose_model(model, X, **kwargs):
-    """:func:`attnspec.diagnose.diagnose` on a zoo model and epochs X [B, C, T]; tables carry
+    """:func:`attnspec.diagnose` on a zoo model and epochs X [B, C, T]; tables carry
     ``block`` and ``path`` columns."""
     from .adapter import diagnose_model as _dm
     return _dm(model, X, **kwargs)

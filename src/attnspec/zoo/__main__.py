@@ -7,7 +7,7 @@
 ``diagnose`` is what ``attnspec diagnose --model CHECKPOINT_DIR`` does for a zoo checkpoint: it
 loads the model (:func:`attnspec.zoo.load`), takes the held-out simulated trials recorded in the
 checkpoint (or epochs read from an EEG file with the BCI IV 2a-compatible reader), runs
-:func:`attnspec.diagnose.diagnose` and writes the tables (CSV, summary JSON) and the HTML report.
+:func:`attnspec.diagnose` and writes the tables (CSV, summary JSON) and the HTML report.
 """
 from __future__ import annotations
 

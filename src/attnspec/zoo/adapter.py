@@ -1,4 +1,4 @@
-"""Glue between the zoo models and :func:`attnspec.diagnose.diagnose`.
+"""Glue between the zoo models and :func:`attnspec.diagnose`.
 
 Every zoo attention block is an :class:`~attnspec.zoo.attention.MHA`, which follows the
 custom-module protocol (:mod:`attnspec.models.protocol`). Three things the generic path of
@@ -71,7 +71,7 @@ def zoo_adapter(model) -> ZooAdapter:
 
 
 def diagnosis_inputs(model, X) -> dict:
-    """Batch dict for :func:`attnspec.diagnose.diagnose`: x [B, C, T] and a [B, L_tokens] mask of ones."""
+    """Batch dict for :func:`attnspec.diagnose`: x [B, C, T] and a [B, L_tokens] mask of ones."""
     x = torch.as_tensor(np.asarray(X), dtype=torch.float32)
     with torch.no_grad():
         L = model.tokens(x[:1]).shape[1]
@@ -93,9 +93,9 @@ def label(diag, adapter: ZooAdapter):
 
 
 def diagnose_model(model, X, **kwargs):
-    """Run :func:`attnspec.diagnose.diagnose` on a zoo model with epochs X [B, C, T] (volts);
-    returns the labelled :class:`~attnspec.diagnose.Diagnosis`. ``kwargs`` go to ``diagnose``."""
-    from ..diagnose import diagnose
+    """Run :func:`attnspec.diagnose` on a zoo model with epochs X [B, C, T] (volts);
+    returns the labelled :class:`~attnspec.Diagnosis`. ``kwargs`` go to ``diagnose``."""
+    from ..diagnostics import diagnose
 
     model.eval()
     adapter = zoo_adapter(model)

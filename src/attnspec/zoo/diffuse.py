@@ -10,7 +10,7 @@
     pass 2   sd  = std of S_i. over the allowed keys      (no gradient)           [B, H, L]
              t   = max(1, (1 + g_h) / sd),  g_h = softplus(rho_h) >= 0 learned per head (init ``init_gain``
                                                         = 1: target spread 2, above the score scale 1.5
-                                                        up to which attnspec.diagnose calls a
+                                                        up to which attnspec.diagnostics calls a
                                                         noise-like head diffuse)
              S'  = S * (1 + w * (t - 1))                score refinement of diffuse queries only:
                                                         their scores are rescaled to the spread

@@ -106,7 +106,7 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     -------
     Diagnosis
         ``.heads`` (one row per layer x head), ``.layers`` (one row per layer), ``.pairs`` (head
-        pairs) and ``.summary``; column meanings in :mod:`attnspec.diagnose` and the report.
+        pairs) and ``.summary``; column meanings in :mod:`attnspec.diagnostics` and the report.
     """
     with _one_blas_thread():
         return _diagnose(model, tokenizer_or_inputs, texts, n_texts=n_texts, max_length=max_length,

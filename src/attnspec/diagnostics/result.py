@@ -35,7 +35,7 @@ class Diagnosis:
     Attributes
     ----------
     heads : DataFrame
-        One row per (layer, head); columns documented in :mod:`attnspec.diagnose`.
+        One row per (layer, head); columns documented in :mod:`attnspec.diagnostics`.
     layers : DataFrame
         One row per layer.
     pairs : DataFrame

@@ -3,7 +3,7 @@
 For every head ``h`` of layer ``i``:
 
 * ``removal_spec_shift`` (a): ``W1(spec Y, spec (Y - Y_h)) / m1(spec Y)``, the shift of the layer's
-  centered output spectrum (normalized as in :mod:`~attnspec.diagnose.spectral`, both with the full
+  centered output spectrum (normalized as in :mod:`~attnspec.diagnostics.spectral`, both with the full
   layer's value-path power) when the head is removed;
 * ``removal_effect`` (b): exact, by ablation (:func:`attnspec.models.exact_removal`): the increase of
   next-token cross-entropy per predicted token (nats; column ``loss_increase``) for causal LMs, the mean
