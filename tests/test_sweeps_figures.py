@@ -19,7 +19,10 @@ def test_structure_points_cover_the_panels():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_structure_figures_quick(tmp_path):
-    paths = structure_figures(tmp_path, quick=True, progress=False)
+    from attnspec.cli import main
+
+    assert main(["figures", "--set", "structure", "--quick", "--no-progress", "--out", str(tmp_path)]) == 0
+    paths = structure_figures(tmp_path, quick=True, progress=False)  # a re-run reads the stored sweep
     assert [p.name for p in paths] == ["structure_heads_widths.png", "structure_sharing.png", "structure_numbers.json"]
     assert all(p.stat().st_size > 1000 for p in paths)
     nums = json.loads(paths[2].read_text())

@@ -21,6 +21,9 @@ def register(sub) -> None:
                     "V only) vs independent heads, and V = K tying vs independent values. Writes PNGs and "
                     "figures.json into --out.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--set", dest="figure_set", choices=("theory", "structure"), default="theory",
+                   help="theory: the figures above; structure: head allocation vs widths and across-head sharing vs "
+                        "within-head dependence, from sweeps stored in OUT/structure.sqlite (re-runs recompute nothing)")
     p.add_argument("--out", type=Path, default=Path("out/figures"), help="output directory")
     p.add_argument("--quick", action="store_true", help="small d (250, 500) and few betas: a fast smoke run")
     p.add_argument("--seed", type=int, default=0, help="Monte-Carlo seed")
@@ -29,6 +32,12 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.figure_set == "structure":
+        from ..sweeps.figures import structure_figures
+
+        for path in structure_figures(args.out, quick=args.quick, progress=not args.no_progress):
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
     from ..theory.figures import all_figures
 
     t0 = time.perf_counter()
