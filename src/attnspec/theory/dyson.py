@@ -129,6 +129,7 @@ class DysonSolver:
         jj, tt = np.nonzero((i1 < K) & (i2 < K))
         self.i_j1, self.i_j2 = i1[jj, tt], i2[jj, tt]
         self.S = csr_matrix((coef[tt], (np.arange(jj.size), jj * self.nu + tk[tt])), shape=(jj.size, self.nu * self.nu))
+        self.S_T = self.S.T.tocsr()   # the Jacobian uses the transpose: build it once
         self._plan_block_solve(jj, tk[tt], pencil)
         self.base = np.zeros(K + 1, dtype=complex)
         inside = where < K
@@ -238,7 +239,7 @@ class DysonSolver:
             allact = active.all()
             Ga = G if allact else G[active]
             Fa = F if allact else F[active]
-            J = eye - np.asarray(self.S.T @ (Ga[:, self.i_j1] * Ga[:, self.i_j2]).T).T.reshape(-1, self.nu, self.nu)
+            J = eye - np.asarray(self.S_T @ (Ga[:, self.i_j1] * Ga[:, self.i_j2]).T).T.reshape(-1, self.nu, self.nu)
             with np.errstate(all="ignore"):
                 try:
                     du = self._solve(J, Fa)
