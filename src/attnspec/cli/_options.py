@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..config import CENTERINGS, INPUTS, TARGETS, ConfigError, MHSAConfig
+from ..jsonio import jsonable, write_json
 
 __all__ = ["add_config_arguments", "config_from_args", "write_json", "jsonable"]
 
@@ -18,7 +15,7 @@ def _widths(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(w) for w in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or a comma-separated list of integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected an integer or a comma-separated list of integers, got {text!r}") from None
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, seq_len: int = 500, d_model: int = 500) -> None:
@@ -28,7 +25,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, seq_len: int = 500, d_
     g.add_argument("--seq-len", type=int, metavar="L", help=f"sequence length l (default {seq_len})")
     g.add_argument("--d-model", type=int, metavar="D", help=f"model width d (default {d_model})")
     g.add_argument("--heads", type=int, metavar="H", help="number of heads (default 1, or the length of a --d-qk list)")
-    g.add_argument("--d-qk", type=_widths, metavar="W[,W...]", help="query/key width per head: one value for all heads or a list (default d/H)")
+    g.add_argument("--d-qk", type=_widths, metavar="W[,W...]", help="query/key width per head: one value or a list (default d/H)")
     g.add_argument("--d-v", type=_widths, metavar="W[,W...]", help="value width per head (default d_qk)")
     g.add_argument("--d-out", type=int, metavar="N", help="output width (default d)")
     g.add_argument("--beta", type=float, help="inverse temperature, 0..25 (default 1)")
@@ -77,28 +74,3 @@ def config_from_args(args: argparse.Namespace) -> MHSAConfig:
     if args.key_dependent_values is not None:
         data["values"], data["value_key_scale"] = "key-dependent", args.key_dependent_values
     return MHSAConfig.from_dict(data)
-
-
-def jsonable(obj: Any) -> Any:
-    """Plain JSON data: arrays to lists, non-finite floats to None (JSON has no inf/nan)."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
-
-
-def write_json(path: Path, data: dict) -> Path:
-    """Write JSON atomically (temporary file, then rename): never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(jsonable(data), indent=1, allow_nan=False))
-    tmp.replace(path)
-    return path

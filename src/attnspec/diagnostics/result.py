@@ -4,28 +4,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..jsonio import jsonable
+
 __all__ = ["Diagnosis"]
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, float)):
-        return None if not np.isfinite(x) else float(x)
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    return x
 
 
 @dataclass
@@ -58,7 +43,7 @@ class Diagnosis:
                 f"{s.get('n_selective')} selective / {s.get('n_diffuse')} diffuse, {s.get('n_texts')} texts)")
 
     def summary_json(self) -> str:
-        return json.dumps(_jsonable(self.summary), indent=2)
+        return json.dumps(jsonable(self.summary), indent=2)
 
     def to_csv(self, directory: str | Path) -> list[Path]:
         """Write ``heads.csv``, ``layers.csv``, ``pairs.csv`` and ``summary.json`` into ``directory``."""
@@ -92,7 +77,7 @@ class Diagnosis:
                "pairs": self.pairs.to_dict(orient="records"),
                "spectra_quantiles": {str(k): {n: np.quantile(v, q) for n, v in d.items() if len(v)}
                                      for k, d in self.spectra.items()}}
-        text = json.dumps(_jsonable(doc), indent=1)
+        text = json.dumps(jsonable(doc), indent=1)
         if path is not None:
             Path(path).write_text(text)
         return text

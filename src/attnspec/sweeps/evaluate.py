@@ -18,9 +18,8 @@ Everything is plain JSON (non-finite floats become ``null``).
 """
 from __future__ import annotations
 
-import math
 import time
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -28,27 +27,12 @@ from ..spectra import summarize
 from .closed_form import closed_form_moments
 from .spec import SweepPoint
 
+from ..jsonio import jsonable
+
 __all__ = ["evaluate_point", "run_point", "U_LEVELS", "jsonable"]
 
 #: Quantile levels stored for every spectrum and law.
 U_LEVELS = (np.arange(100) + 0.5) / 100
-
-
-def jsonable(obj: Any) -> Any:
-    """Plain JSON data: arrays to lists, non-finite floats to ``None``."""
-    if isinstance(obj, Mapping):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    return obj
 
 
 def _law(config):
