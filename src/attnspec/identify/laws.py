@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sweeps.closed_form import attention_edge
+from ..theory.closed_forms import attention_edge
 
 __all__ = ["TabulatedLaw", "attention_law", "marchenko_pastur_law"]
 
@@ -97,7 +97,7 @@ def attention_law(beta: float, gamma: float = 1.0, psi: float = 1.0, n: int = 40
     if beta <= 0:
         raise ValueError("beta must be > 0 for the attention law (beta = 0 is a point mass at 0)")
     c = psi / gamma
-    edge = attention_edge(beta, c)
+    edge = attention_edge(beta, 1.0, c)
 
     def rho(x):
         out = np.zeros_like(x)
