@@ -37,7 +37,7 @@ def _config(d: int, gamma: float, beta: float, target: str):
 
 def _one(job):
     from attnspec.identify import identify
-    from attnspec.simulate import simulate
+    from attnspec.simulation import simulate
 
     d, gamma, beta, target, seed, boot = job
     cfg = _config(d, gamma, beta, target)

@@ -46,7 +46,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-mc", action="store_true")
     args = ap.parse_args()
-    from attnspec.simulate import simulate
+    from attnspec.simulation import simulate
 
     print(f"{'configuration':30s} {'pencil':>7s} {'law [s]':>8s} {'MC d=' + str(args.d) + ' [s]':>13s} {'MC/law':>7s}")
     for name, cfg in cases(args.d).items():

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from attnspec import MHSAConfig
-from attnspec.simulate import draw_blocks, simulate, simulate_outputs, stack_blocks
+from attnspec.simulation import draw_blocks, simulate, simulate_outputs, stack_blocks
 from attnspec.spectra import gram_eigenvalues
 
 

@@ -2,16 +2,17 @@
 import subprocess
 import sys
 
-import attnspec
 
 
 def test_top_level_entry_points():
     import attnspec.diagnostics
+    import attnspec.simulation
     import attnspec.theory
 
     assert attnspec.diagnose is attnspec.diagnostics.diagnose and callable(attnspec.diagnose)
     assert attnspec.Diagnosis is attnspec.diagnostics.Diagnosis
     assert attnspec.solve_law is attnspec.theory.solve_law
+    assert attnspec.simulate is attnspec.simulation.simulate and callable(attnspec.simulate)
 
 
 def test_import_does_not_pull_torch():

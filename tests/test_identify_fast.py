@@ -7,7 +7,7 @@ import pytest
 from attnspec import MHSAConfig
 from attnspec.identify import (Family, MarchenkoPasturFamily, MHSAFamily, attention_law, fisher_report, fit_family,
                                identify, marchenko_pastur_law)
-from attnspec.simulate import simulate
+from attnspec.simulation import simulate
 from attnspec.sweeps.closed_form import closed_form_moments
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnspec import MHSAConfig
-from attnspec.simulate import draw_blocks, simulate, simulate_outputs, softmax_rows, surrogate_attention
+from attnspec.simulation import draw_blocks, simulate, simulate_outputs, softmax_rows, surrogate_attention
 from attnspec.spectra import moments, wasserstein1
 
 E_MINUS_1 = math.e - 1
@@ -130,7 +130,7 @@ def test_gaussian_inputs_and_value_centering_run():
 def test_simulate_outputs_shapes_and_centering():
     c = MHSAConfig.uniform(60, 80, heads=2, d_qk=20, d_out=30)
     b = draw_blocks(c, np.random.default_rng(0))
-    from attnspec.simulate import stack_blocks
+    from attnspec.simulation import stack_blocks
     Y = simulate_outputs(c, stack_blocks([b]), [np.random.default_rng(1)])
     assert Y["softmax"].shape == (1, 60, 30) and Y["surrogate"].shape == (1, 60, 30)
     np.testing.assert_allclose(Y["softmax"].sum(axis=1), 0.0, atol=1e-10)  # P O: columns centered over tokens

@@ -1,9 +1,9 @@
-"""The law against Monte-Carlo of the Gaussian-equivalent surrogate (attnspec.simulate)."""
+"""The law against Monte-Carlo of the Gaussian-equivalent surrogate (attnspec.simulation)."""
 import numpy as np
 import pytest
 
 from attnspec.config import MHSAConfig
-from attnspec.simulate import simulate
+from attnspec.simulation import simulate
 from attnspec.spectra import moments
 from attnspec.theory import closed_forms as cf
 from attnspec.theory import law_distances, solve_law

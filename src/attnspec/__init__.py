@@ -4,13 +4,13 @@ Layers, each depending only on those above it:
 
 * :mod:`attnspec.config` — :class:`MHSAConfig`, the one configuration type;
 * :mod:`attnspec.spectra` — empirical spectra, moments, distances;
-* :mod:`attnspec.simulate` — softmax MHSA and its Gaussian-equivalent surrogate;
+* :mod:`attnspec.simulation` — softmax MHSA and its Gaussian-equivalent surrogate;
 * :mod:`attnspec.theory` — the limiting spectral law (operator-valued free probability);
 * :mod:`attnspec.models` — adapters exposing the attention heads of real models;
 * :mod:`attnspec.diagnostics` — per-head diagnosis of trained models against the Gaussian-equivalent null;
 * :mod:`attnspec.report`, :mod:`attnspec.cli` — reports and the command line.
 
-The most used entry points are importable from here: ``MHSAConfig``, ``solve_law``, ``Law``,
+The most used entry points are importable from here: ``MHSAConfig``, ``simulate``, ``solve_law``, ``Law``,
 ``diagnose`` and ``Diagnosis`` (loaded lazily, so ``import attnspec`` does not import torch).
 """
 from importlib import import_module
@@ -20,6 +20,8 @@ from .config import ConfigError, MHSAConfig
 __version__ = "0.1.0"
 
 _LAZY = {
+    "simulate": "attnspec.simulation",
+    "SimulationResult": "attnspec.simulation",
     "solve_law": "attnspec.theory",
     "Law": "attnspec.theory",
     "diagnose": "attnspec.diagnostics",

@@ -37,7 +37,7 @@ def law_vs_simulation(out: Path, d: int, seed: int = 0) -> dict:
 
     from ..config import MHSAConfig
     from ..plots import plot_spectra, save_figure
-    from ..simulate import simulate
+    from ..simulation import simulate
     from ..theory import law_distances, solve_law
 
     results = {}

@@ -30,7 +30,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..simulate import simulate
+    from ..simulation import simulate
 
     config = config_from_args(args)
     result = simulate(config, seed=args.seed, draws=args.draws, progress=args.draws > 1 and not args.no_progress)

@@ -20,7 +20,7 @@ Its law comes from
 * otherwise :func:`attnspec.theory.solve_law`, evaluated on a configuration scaled to a large
   virtual width so that ratios are continuous (the law depends on ratios only);
 
-cached by ``theta``. Surrogate samples come from :func:`attnspec.simulate.simulate`
+cached by ``theta``. Surrogate samples come from :func:`attnspec.simulation.simulate`
 (``models=('surrogate',)``) at the base configuration's actual size.
 :class:`MarchenkoPasturFamily` (parameters ``scale`` and optionally ``ratio``) is a closed-form
 family used to test the fitter and as an alternative model in goodness-of-fit studies.
@@ -141,7 +141,7 @@ class MHSAFamily(Family):
         return self._law(tuple(sorted((k, round(v, 12)) for k, v in t.items() if k != "scale")))
 
     def sample(self, theta: Mapping[str, float], rng: np.random.Generator) -> np.ndarray:
-        from ..simulate import simulate
+        from ..simulation import simulate
 
         t = self.full(theta)
         seed = int(rng.integers(2 ** 62))

@@ -72,7 +72,7 @@ def evaluate_point(point: SweepPoint) -> dict[str, Any]:
     models = tuple(m for m in ("softmax", "surrogate") if m in point.evaluations)
     sim = None
     if models:
-        from ..simulate import simulate
+        from ..simulation import simulate
 
         t0 = time.perf_counter()
         sim = simulate(cfg, seed=point.seed, draws=point.draws, models=models)

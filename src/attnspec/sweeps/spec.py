@@ -43,7 +43,7 @@ class SweepPoint:
     ----------
     config : MHSAConfig
     seed : int
-        Seed passed to :func:`attnspec.simulate.simulate`.
+        Seed passed to :func:`attnspec.simulation.simulate`.
     draws : int
         Independent draws pooled into one spectrum.
     evaluations : tuple of str

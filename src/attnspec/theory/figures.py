@@ -9,7 +9,7 @@
 4. ``tying``: ``W_V = W_K`` inside each head against independent values: the law moves (m1 1.72 -> 5.72).
 
 Every function returns plain numbers (also written to ``figures.json``) and saves one PNG.
-Monte-Carlo uses :func:`attnspec.simulate.simulate` with fixed seeds (convention A, token centering).
+Monte-Carlo uses :func:`attnspec.simulation.simulate` with fixed seeds (convention A, token centering).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def law_vs_montecarlo(out: Path, ds=(250, 500, 1000, 2000), seed: int = 0, progr
     (so every size pools about 2000 eigenvalues), distances per draw averaged; histogram at the largest ``d``.
     ``first_draw`` keeps the single-draw distances (THEORY.md quotes one draw each)."""
     from ..plots import plot_spectra, save_figure
-    from ..simulate import simulate
+    from ..simulation import simulate
 
     plt = _plt()
     law = _law()
@@ -134,7 +134,7 @@ def sharing(out: Path, d: int = 2000, seed: int = 0, progress: bool = True) -> d
     """Sharing variants vs independent heads: laws (identical) and softmax spectra (KS, W1 to independent),
     with the seed-to-seed noise of independent heads as the yardstick."""
     from ..plots import save_figure
-    from ..simulate import simulate
+    from ..simulation import simulate
 
     plt = _plt()
     res, eig, laws = {}, {}, {}
@@ -185,7 +185,7 @@ def sharing(out: Path, d: int = 2000, seed: int = 0, progress: bool = True) -> d
 def tying(out: Path, d: int = 1000, seed: int = 0, progress: bool = True) -> dict:
     """``W_V = W_K`` inside each head vs independent values: laws and Monte-Carlo draws."""
     from ..plots import save_figure
-    from ..simulate import simulate
+    from ..simulation import simulate
 
     plt = _plt()
     res, sims, laws = {}, {}, {}
