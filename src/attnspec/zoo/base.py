@@ -39,6 +39,17 @@ class ZooModel(nn.Module):
         self.input_mean.copy_(X.mean(dim=(0, 2)))
         self.input_std.copy_(X.std(dim=(0, 2)).clamp_min(1e-12))
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, C, T] -> pooled features [B, D] (the classifier's input): ``tokens``, then ``layers``,
+        the final ``norm`` and the mean over tokens. Models with another structure override it."""
+        z = self.tokens(x)
+        for layer in self.layers:
+            z = layer(z)
+        return self.norm(z).mean(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
     def attention_blocks(self) -> Iterator[tuple[str, MHA]]:
         """``(qualified name, block)`` for every attention block (see :mod:`attnspec.zoo.attention`)."""
         return attention_blocks(self)

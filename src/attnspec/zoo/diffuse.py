@@ -108,13 +108,3 @@ class DiffuseCorrectionNet(ZooModel):
 
     def tokens(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(self.local(self.normalize(x))).transpose(1, 2) + self.pos
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, C, T] -> pooled features [B, D] (the classifier's input)."""
-        z = self.tokens(x)
-        for layer in self.layers:
-            z = layer(z)
-        return self.norm(z).mean(1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))

@@ -137,13 +137,3 @@ class SPDAttentionNet(ZooModel):
         B, N, D = t.shape
         t = t.reshape(B, -1, self.config["n_segments"], D) + self.band_emb + self.seg_emb
         return t.reshape(B, N, D)
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, C, T] -> pooled features [B, D] (the classifier's input)."""
-        z = self.tokens(x)
-        for layer in self.layers:
-            z = layer(z)
-        return self.norm(z).mean(1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))
