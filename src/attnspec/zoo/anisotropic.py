@@ -107,6 +107,3 @@ class AnisotropicAttentionNet(ZooModel):
             z = blk(z, self.mask_temporal, self.mask_spatial)
         B, _, D = z.shape
         return self.norm(z).reshape(B, -1, self.n_patches, D).mean(2).flatten(1)    # [B, C*D]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))
