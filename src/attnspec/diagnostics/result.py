@@ -45,29 +45,26 @@ class Diagnosis:
     def summary_json(self) -> str:
         return json.dumps(jsonable(self.summary), indent=2)
 
-    def to_csv(self, directory: str | Path) -> list[Path]:
-        """Write ``heads.csv``, ``layers.csv``, ``pairs.csv`` and ``summary.json`` into ``directory``."""
+    def _write_tables(self, directory: str | Path, suffix: str) -> list[Path]:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         out = []
         for name in ("heads", "layers", "pairs"):
-            p = d / f"{name}.csv"
-            getattr(self, name).to_csv(p, index=False)
+            p = d / f"{name}.{suffix}"
+            getattr(getattr(self, name), f"to_{suffix}")(p, index=False)
             out.append(p)
-        p = d / "summary.json"
+        return out
+
+    def to_csv(self, directory: str | Path) -> list[Path]:
+        """Write ``heads.csv``, ``layers.csv``, ``pairs.csv`` and ``summary.json`` into ``directory``."""
+        p = Path(directory) / "summary.json"
+        out = self._write_tables(directory, "csv")
         p.write_text(self.summary_json())
         return out + [p]
 
     def to_parquet(self, directory: str | Path) -> list[Path]:
         """Write ``heads.parquet``, ``layers.parquet``, ``pairs.parquet`` (needs pyarrow)."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        out = []
-        for name in ("heads", "layers", "pairs"):
-            p = d / f"{name}.parquet"
-            getattr(self, name).to_parquet(p, index=False)
-            out.append(p)
-        return out
+        return self._write_tables(directory, "parquet")
 
     def to_json(self, path: str | Path | None = None) -> str:
         """Everything as one JSON document (records per table; spectra summarized by quantiles)."""
