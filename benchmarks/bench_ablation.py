@@ -5,8 +5,10 @@ with and without the head, on the same texts (built-in corpus, truncated to 128 
 
 * naive: the texts as one padded batch, one full forward pass per head with a zeroing pre-hook on the
   output projection (what users of hook libraries write);
-* attnspec: :func:`attnspec.models.exact_removal`: length buckets, block inputs recorded once, layers
-  below the removed head never re-run, several heads removed per forward pass.
+* attnspec: :func:`attnspec.models.ablation.removal_effects` as :func:`attnspec.diagnose` runs it:
+  length buckets of 4 texts, block inputs recorded once, layers below the removed head never re-run,
+  the removed head's own layer computes its attention once for all heads, several heads removed per
+  forward pass.
 
 Prints the times, the ratio and the largest difference between the two results. Asserts nothing.
 Usage: ``python benchmarks/bench_ablation.py [--texts 64] [--threads 2] [--pack]``.
@@ -20,24 +22,13 @@ import numpy as np
 import torch
 
 from attnspec.data import builtin_texts, packed_texts
-from attnspec.models import adapt, capture, exact_removal, load_model, make_batches
-from attnspec.models.ablation import FunctionalMetric
+from attnspec.models import adapt, load_model, make_batches
+from attnspec.models.ablation import removal_effects
 
 
 def engine(ad, batches):
     t = time.perf_counter()
-    tot, cnt = 0, 0
-    for b in batches:
-        last = {}
-        hk = ad.sites[-1].block.register_forward_hook(lambda m, a, o: last.__setitem__("h", o[0] if isinstance(o, tuple) else o))
-        with torch.inference_mode(), capture(ad.sites, blocks=True, keep_weights=False) as cap:
-            ad.run_base(b)
-        hk.remove()
-        metric = FunctionalMetric(ad, b, ad.tail)
-        with torch.inference_mode():
-            metric.reference(last["h"], from_hidden=True)
-        s, c = exact_removal(ad, b, cap.block_inputs, metric)
-        tot, cnt = tot + s, cnt + c
+    tot, cnt = removal_effects(ad, batches)
     return tot / cnt, time.perf_counter() - t
 
 
@@ -73,13 +64,13 @@ def main():
     model, tok = load_model("minilm")
     ad = adapt(model)
     texts = packed_texts(tok, a.texts, 128) if a.pack else builtin_texts(a.texts)
-    batches = make_batches(tok, texts, max_length=128, bucket_size=16)
+    batches = make_batches(tok, texts, max_length=128, bucket_size=4)
     ntok = sum(int(b["attention_mask"].sum()) for b in batches)
     fast, t_fast = engine(ad, batches)
     slow, t_slow = naive(ad, model, tok, texts)
     print(f"MiniLM, {len(texts)} texts, {ntok} tokens, {a.threads} threads, 72 heads")
     print(f"naive loop (72 full forwards, padded batch): {t_slow:.2f} s")
-    print(f"attnspec exact_removal (reuse + buckets + batched heads): {t_fast:.2f} s")
+    print(f"attnspec removal_effects (reuse + buckets + batched heads): {t_fast:.2f} s")
     print(f"ratio naive / attnspec: {t_slow / t_fast:.2f}x")
     print(f"max |difference| of the effects: {np.abs(fast - slow).max():.2e} (effects up to {slow.max():.3g})")
 

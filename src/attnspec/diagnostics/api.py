@@ -2,15 +2,14 @@
 
 Pipeline (one reference forward pass per length bucket; the model is never modified):
 
-1. hooks record, at every attention layer, the weights ``A``, values ``V`` and per-head contexts
-   (and each block's inputs, for activation reuse);
+1. hooks record, at every attention layer, the weights ``A``, values ``V`` and per-head contexts;
 2. identification (:mod:`.identification`): ``beta_hat``, ``alpha_hat``, ``R^2`` per head;
 3. spectra (:mod:`.spectral`) of each head's centered output against its Gaussian equivalent and
    against a null head (:mod:`.selection`); layer spectra against the layer's Gaussian equivalent
    and the free sum of its heads (:mod:`.dependence`); spectra with each head removed
    (:mod:`.removal`);
-4. exact head removal with activation reuse and Michel et al. gradient importance
-   (:mod:`attnspec.models.ablation`).
+4. exact head removal with activation reuse, on finer length buckets, and Michel et al. gradient
+   importance (:mod:`attnspec.models.ablation`).
 """
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..models import adapt, capture, exact_removal, make_batches, michel_importance
-from ..models.ablation import FunctionalMetric
+from ..models import adapt, capture, make_batches, michel_importance
+from ..models.ablation import removal_effects
 from . import dependence as dep
 from . import identification as ident
 from . import selection as sel
@@ -80,7 +79,8 @@ def _one_blas_thread():
 def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] | str | None = None, *,
              n_texts: int = 64, max_length: int = 128, bucket_size: int = 16, removal: bool = True,
              mean_ablation: bool = False, gradient: bool = True, threshold: float = sel.DIFFUSE_THRESHOLD,
-             seed: int = 0, max_tokens: int = 16384, progress: bool = False, model_name: str | None = None) -> Diagnosis:
+             seed: int = 0, max_tokens: int = 16384, removal_bucket_size: int = 4, progress: bool = False,
+             model_name: str | None = None) -> Diagnosis:
     """Diagnose every attention head of ``model``.
 
     Parameters
@@ -101,6 +101,9 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         Seeds the Gaussian-equivalent noise, null heads, free rotations and gradient probes.
     max_tokens : int
         Token budget of one ablation forward pass (``K`` heads removed per pass = budget / (B L)).
+    removal_bucket_size : int
+        Texts per length bucket in exact removal (at most ``bucket_size``): its arithmetic is
+        proportional to padded tokens, so it uses finer buckets than the statistics.
 
     Returns
     -------
@@ -108,15 +111,17 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         ``.heads`` (one row per layer x head), ``.layers`` (one row per layer), ``.pairs`` (head
         pairs) and ``.summary``; column meanings in :mod:`attnspec.diagnostics` and the report.
     """
+    if not isinstance(removal_bucket_size, int) or removal_bucket_size < 1:
+        raise ValueError(f"removal_bucket_size must be an integer >= 1, got {removal_bucket_size!r}")
     with _one_blas_thread():
         return _diagnose(model, tokenizer_or_inputs, texts, n_texts=n_texts, max_length=max_length,
                          bucket_size=bucket_size, removal=removal, mean_ablation=mean_ablation, gradient=gradient,
-                         threshold=threshold, seed=seed, max_tokens=max_tokens, progress=progress,
-                         model_name=model_name)
+                         threshold=threshold, seed=seed, max_tokens=max_tokens,
+                         removal_bucket_size=removal_bucket_size, progress=progress, model_name=model_name)
 
 
 def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_size, removal, mean_ablation,
-              gradient, threshold, seed, max_tokens, progress, model_name) -> Diagnosis:
+              gradient, threshold, seed, max_tokens, removal_bucket_size, progress, model_name) -> Diagnosis:
     from tqdm.auto import tqdm
     t_start = time.perf_counter()
     adapter = adapt(model)
@@ -138,26 +143,14 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
 
     # ---------------------------------------------------------------- 1. reference passes
     t0 = time.perf_counter()
-    caps, metrics = [], []
-    for b, batch in enumerate(tqdm(batches, desc="forward", disable=not progress, leave=False)):
-        last = {}
-        hk = sites[-1].block.register_forward_hook(lambda m, a, o: last.__setitem__("h", o[0] if isinstance(o, tuple) else o)) \
-            if reuse else None
-        try:
-            with torch.inference_mode(), capture(sites, blocks=reuse) as cap:
-                out = adapter.run_base(batch) if reuse else adapter.run(batch)
-        finally:
-            if hk is not None:
-                hk.remove()
-        caps.append(cap)
-        metric = FunctionalMetric(adapter, batch, adapter.tail)
-        with torch.inference_mode():
+    caps = []
+    for batch in tqdm(batches, desc="forward", disable=not progress, leave=False):
+        with torch.inference_mode(), capture(sites) as cap:
             if reuse:
-                metric.reference(last["h"], from_hidden=True)
+                adapter.run_base(batch)   # the LM head is not needed for the statistics
             else:
-                from ..models.adapters import _main_output
-                metric.reference(_main_output(out), from_hidden=False)
-        metrics.append(metric)
+                adapter.run(batch)
+        caps.append(cap)
     timings["forward"] = time.perf_counter() - t0
 
     # ---------------------------------------------------------------- 2. identification + baselines (pass 1)
@@ -232,24 +225,20 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
     # ---------------------------------------------------------------- 4. removal and importance
     t0 = time.perf_counter()
     H_max = max(H_of)
-    eff = np.zeros((nS, H_max))
-    eff_n = np.zeros((nS, H_max))
-    eff_mean = np.zeros((nS, H_max))
+    eff, eff_n, eff_mean = (np.zeros((nS, H_max)) for _ in range(3))
     mich = np.zeros((nS, H_max))
     n_texts_total = sum(bt["attention_mask"].shape[0] for bt in batches)
     means = [(ctx_sum[i] / ntok).float() for i in range(nS)]
     if removal:
-        total = sum(H_of) * len(batches) * (2 if mean_ablation else 1)
+        # exact removal on its own, finer length buckets: its cost is proportional to padded tokens
+        rm_batches = make_batches(tokenizer_or_inputs, texts, max_length=max_length,
+                                  bucket_size=min(bucket_size, removal_bucket_size)) if source != "inputs" else batches
+        total = sum(H_of) * len(rm_batches) * (2 if mean_ablation else 1)
         with tqdm(total=total, desc="head removal", disable=not progress, leave=False) as bar:
-            for b, (batch, cap) in enumerate(zip(batches, caps)):
-                s_, c_ = exact_removal(adapter, batch, cap.block_inputs, metrics[b], mode="zero",
-                                       max_tokens=max_tokens, reuse=reuse, progress=bar.update)
-                eff += np.nan_to_num(s_)
-                eff_n += c_
-                if mean_ablation:
-                    s_, _ = exact_removal(adapter, batch, cap.block_inputs, metrics[b], means=means, mode="mean",
-                                          max_tokens=max_tokens, reuse=reuse, progress=bar.update)
-                    eff_mean += np.nan_to_num(s_)
+            eff, eff_n = removal_effects(adapter, rm_batches, max_tokens=max_tokens, progress=bar.update)
+            if mean_ablation:
+                eff_mean, _ = removal_effects(adapter, rm_batches, mode="mean", means=means, max_tokens=max_tokens,
+                                              progress=bar.update)
     timings["removal"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if gradient:

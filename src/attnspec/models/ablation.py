@@ -25,9 +25,10 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from .adapters import ModelAdapter
-from .hooks import HeadEdit, ablate, gate
+from .hooks import HeadEdit, ablate, capture, gate
 
-__all__ = ["FunctionalMetric", "exact_removal", "naive_removal", "michel_importance", "run_blocks"]
+__all__ = ["FunctionalMetric", "exact_removal", "naive_removal", "michel_importance", "run_blocks", "reference_pass",
+           "removal_effects"]
 
 
 def _block_out(out: Any) -> torch.Tensor:
@@ -131,7 +132,9 @@ def exact_removal(adapter: ModelAdapter, batch: dict, block_inputs: Sequence | N
     """Summed effects ``(n_sites, H)`` and their normalizers for one batch.
 
     With ``reuse`` (and block inputs recorded), removing head ``h`` of layer ``i`` re-runs blocks
-    ``i..N-1``; ``K = max(1, max_tokens // (B*L))`` heads are removed per forward pass.
+    ``i..N-1``; ``K = max(1, max_tokens // (B*L))`` heads are removed per forward pass. When the
+    adapter's blocks broadcast (``adapter.blocks_broadcast``), block ``i`` computes its attention once
+    and only the output projection onward runs ``K`` times.
     """
     sites = adapter.sites
     H = max(s.n_heads for s in sites)
@@ -145,17 +148,59 @@ def exact_removal(adapter: ModelAdapter, batch: dict, block_inputs: Sequence | N
                 heads = list(range(h0, min(site.n_heads, h0 + K)))
                 k = len(heads)
                 edit = _edit(mode, heads, None if means is None else means[i])
-                with ablate(site, edit):
-                    if reuse:
-                        hidden = block_inputs[i][0][0].repeat(k, 1, 1)
-                        out = run_blocks(adapter, i, hidden, block_inputs, B, k)
-                        s, c = metric.effects(out, k, from_hidden=True)
-                    else:
-                        out = adapter.run(batch)
-                        s, c = metric.effects(out, 1, from_hidden=False)
+                if reuse and adapter.blocks_broadcast:
+                    args, kwargs = block_inputs[i]
+                    with ablate(site, edit, expand=True):   # attention of layer i once for the k removals
+                        out = _block_out(site.block(*args, **kwargs))
+                    out = run_blocks(adapter, i + 1, out.reshape(k * B, *out.shape[2:]), block_inputs, B, k)
+                    s, c = metric.effects(out, k, from_hidden=True)
+                else:
+                    with ablate(site, edit):
+                        if reuse:
+                            hidden = block_inputs[i][0][0].repeat(k, 1, 1)
+                            out = run_blocks(adapter, i, hidden, block_inputs, B, k)
+                            s, c = metric.effects(out, k, from_hidden=True)
+                        else:
+                            out = adapter.run(batch)
+                            s, c = metric.effects(out, 1, from_hidden=False)
                 tot[i, heads], cnt[i, heads] = s, c
                 if progress:
                     progress(k)
+    return tot, cnt
+
+
+def reference_pass(adapter: ModelAdapter, batch: dict) -> tuple[list | None, FunctionalMetric]:
+    """One unmodified forward pass: each block's recorded inputs (``None`` without reuse) and the
+    reference quantities of :class:`FunctionalMetric`."""
+    metric = FunctionalMetric(adapter, batch, adapter.tail)
+    if not adapter.can_reuse:
+        with torch.inference_mode():
+            metric.reference(adapter.run(batch), from_hidden=False)
+        return None, metric
+    last = {}
+    hk = adapter.sites[-1].block.register_forward_hook(lambda m, a, o: last.__setitem__("h", _block_out(o)))
+    try:
+        with torch.inference_mode(), capture(adapter.sites, blocks=True, keep_weights=False) as cap:
+            adapter.run_base(batch)
+            metric.reference(last["h"], from_hidden=True)
+    finally:
+        hk.remove()
+    return cap.block_inputs, metric
+
+
+def removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: str = "zero",
+                    means: Sequence[torch.Tensor] | None = None, max_tokens: int = 16384,
+                    progress: Callable | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact removal over ``batches``: summed effects ``(n_sites, H_max)`` and their normalizers
+    (predicted tokens or texts); the mean effect is their ratio. One :func:`reference_pass` per
+    batch, then :func:`exact_removal`. Small length buckets (``make_batches(..., bucket_size=4)``)
+    waste the least arithmetic on padding."""
+    tot = cnt = 0
+    for batch in batches:
+        blocks, metric = reference_pass(adapter, batch)
+        s, c = exact_removal(adapter, batch, blocks, metric, means=means, mode=mode, max_tokens=max_tokens,
+                             reuse=blocks is not None, progress=progress)
+        tot, cnt = tot + np.nan_to_num(s), cnt + c
     return tot, cnt
 
 

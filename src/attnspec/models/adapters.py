@@ -53,6 +53,12 @@ class ModelAdapter:
         activation reuse. ``None``: ablations use full forward passes.
     family : str
         Detected family, for reports.
+    blocks_broadcast : bool
+        The blocks accept an output projection that returns ``(K, B, L, D)`` for a ``(B, L, D)`` input
+        (their residual sums, norms and MLPs broadcast over a leading axis): exact removal then runs the
+        attention of the removed head's layer once for ``K`` removals (``ablate(..., expand=True)``).
+        True for the transformers families below, whose blocks are checked against full forward
+        passes in ``tests/test_models_adapters.py``.
     """
 
     model: nn.Module
@@ -61,6 +67,7 @@ class ModelAdapter:
     tail: Callable | None = None
     family: str = "generic"
     base: nn.Module | None = None
+    blocks_broadcast: bool = False
 
     @property
     def can_reuse(self) -> bool:
@@ -129,7 +136,7 @@ def _bert(model: nn.Module) -> ModelAdapter | None:
             weights_module=att, weights_pick=lambda out: out[1],
             values_module=att.value, values_pick=lambda out, H=H: _heads_view(out, H), block=layer))
     tail = (lambda h: h) if base is model else None
-    return ModelAdapter(model, sites, "encoder", tail, family="bert", base=base)
+    return ModelAdapter(model, sites, "encoder", tail, family="bert", base=base, blocks_broadcast=True)
 
 
 def _gpt2(model: nn.Module) -> ModelAdapter | None:
@@ -150,7 +157,8 @@ def _gpt2(model: nn.Module) -> ModelAdapter | None:
             w_out_fn=lambda att=att: att.c_proj.weight.detach()))  # Conv1D weight is (in, out)
     lm = hasattr(model, "lm_head")
     tail = (lambda h: model.lm_head(tr.ln_f(h))) if lm else ((lambda h: tr.ln_f(h)) if tr is model else None)
-    return ModelAdapter(model, sites, "causal-lm" if lm else "encoder", tail, family="gpt2", base=tr)
+    return ModelAdapter(model, sites, "causal-lm" if lm else "encoder", tail, family="gpt2", base=tr,
+                        blocks_broadcast=True)
 
 
 def _llama(model: nn.Module) -> ModelAdapter | None:
@@ -191,7 +199,7 @@ def _llama(model: nn.Module) -> ModelAdapter | None:
         return logits
     kind = "causal-lm" if lm is not None else "encoder"
     return ModelAdapter(model, sites, kind, tail, family=type(model).__name__.replace("ForCausalLM", "").lower(),
-                        base=base)
+                        base=base, blocks_broadcast=True)
 
 
 def _mha_recompute(mod: nn.MultiheadAttention, args: tuple, kwargs: dict):

@@ -88,31 +88,49 @@ class HeadEdit:
     mode: str = "zero"
     means: torch.Tensor | None = None  # (H, d_head)
 
+    def _edited(self, x: torch.Tensor, H: int) -> torch.Tensor:
+        """``x`` ``(K or 1, B, L, H*d)`` -> ``(K, B, L, H*d)``: copy ``k`` is ``x * keep_k + (1 - keep_k) *
+        fill``, ``keep_k`` the indicator of the heads other than ``heads[k]``, ``fill`` 0 or the means."""
+        _, B, L, D = x.shape
+        h = torch.as_tensor(list(self.heads))
+        keep = (torch.arange(H)[None, :] != h[:, None]).to(x.dtype)[:, None, None, :, None]  # (K,1,1,H,1)
+        y = x.view(-1, B, L, H, D // H) * keep
+        if self.mode == "mean":
+            y = y + (1 - keep) * self.means.to(x.dtype)
+        return y.view(len(h), B, L, D)
+
+    def replicas(self, ctx: torch.Tensor, H: int) -> torch.Tensor:
+        """``K`` edited copies of one context ``ctx`` ``(B, L, H*d)``: ``(K, B, L, H*d)``."""
+        return self._edited(ctx[None], H)
+
     def apply(self, ctx: torch.Tensor, H: int) -> torch.Tensor:
+        """Edit a stacked context ``(K*B, L, H*d)`` whose replica ``k`` loses head ``heads[k]``."""
         K = len(self.heads)
         KB, L, D = ctx.shape
-        x = ctx.clone().view(K, KB // K, L, H, D // H)
-        for k, h in enumerate(self.heads):
-            if h < 0:
-                continue
-            if self.mode == "zero":
-                x[k, :, :, h, :] = 0
-            else:
-                x[k, :, :, h, :] = self.means[h].to(x.dtype)
-        return x.view(KB, L, D)
+        return self._edited(ctx.view(K, KB // K, L, D), H).reshape(KB, L, D)
 
 
 @contextmanager
-def ablate(site: AttentionSite, edit: HeadEdit) -> Iterator[None]:
-    """Apply ``edit`` at ``site`` for the duration of the block (pre-hook on the output projection)."""
+def ablate(site: AttentionSite, edit: HeadEdit, expand: bool = False) -> Iterator[None]:
+    """Apply ``edit`` at ``site`` for the duration of the block (pre-hook on the output projection).
+
+    With ``expand`` the site runs once on the unreplicated batch and the pre-hook returns the ``K``
+    edited copies ``(K, B, L, H*d)`` (:meth:`HeadEdit.replicas`): queries, keys, values and attention
+    are computed once for all ``K`` removals, and the block's residual sum broadcasts to
+    ``(K, B, L, D)``.
+    """
     if site.recompute is not None:
+        if expand:
+            raise ValueError("expand=True needs an output projection called on the context (not nn.MultiheadAttention)")
+
         def hook(mod, args, kwargs, output):
             _, _, ctx = _mha_context(site, mod, args, kwargs)
             return _mha_output(mod, edit.apply(ctx, site.n_heads), output)
         h = site.module.register_forward_hook(hook, with_kwargs=True)
     else:
         def hook(mod, args):
-            return (edit.apply(args[0], site.n_heads),) + tuple(args[1:])
+            x = edit.replicas(args[0], site.n_heads) if expand else edit.apply(args[0], site.n_heads)
+            return (x,) + tuple(args[1:])
         h = site.out_proj.register_forward_pre_hook(hook)
     try:
         yield

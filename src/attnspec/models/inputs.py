@@ -22,6 +22,8 @@ __all__ = ["make_batches"]
 def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, max_length: int = 128,
                  bucket_size: int = 16) -> list[dict[str, Any]]:
     """Length-bucketed batches (see module docstring)."""
+    if not isinstance(bucket_size, int) or bucket_size < 1:
+        raise ValueError(f"bucket_size must be an integer >= 1, got {bucket_size!r}")
     obj = tokenizer_or_inputs
     if isinstance(obj, torch.Tensor):
         return [{"args": (obj,), "kwargs": {}, "attention_mask": torch.ones(obj.shape[:2], dtype=torch.long),
