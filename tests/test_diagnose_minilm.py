@@ -80,3 +80,31 @@ def test_outputs_roundtrip(minilm_diag, tmp_path):
     doc = json.loads(minilm_diag.to_json())
     assert len(doc["heads"]) == 72 and "spearman" in doc["summary"]
     assert np.isfinite(minilm_diag.heads["selection_score"]).all()
+
+
+def test_removal_does_not_depend_on_bucketing(tok):
+    from attnspec.models import adapt, make_batches
+    from attnspec.models.ablation import removal_effects
+    ad = adapt(load_model("minilm")[0])
+    texts = builtin_texts(10)
+    s1, n1 = removal_effects(ad, make_batches(tok, texts, bucket_size=3))
+    s2, n2 = removal_effects(ad, make_batches(tok, texts, bucket_size=10))
+    assert (n1 == 10).all() and (n2 == 10).all()
+    np.testing.assert_allclose(s1 / n1, s2 / n2, rtol=1e-4, atol=1e-8)
+    assert (s1 > 0).all()
+    with pytest.raises(ValueError, match="bucket_size"):
+        make_batches(tok, texts, bucket_size=0)
+    with pytest.raises(ValueError, match="removal_bucket_size"):
+        diagnose(ad, tok, texts, removal_bucket_size=0)
+
+
+def test_spearman_matches_scipy():
+    from scipy.stats import spearmanr
+
+    from attnspec.diagnostics.removal import spearman
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=40)
+    y = x + rng.normal(size=40)
+    x[5] = x[6]  # ties get average ranks in both
+    y[1] = y[2]
+    assert spearman(x, y) == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)

@@ -13,8 +13,10 @@ Pipeline (one reference forward pass per length bucket; the model is never modif
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
@@ -57,6 +59,56 @@ def _site_data(site, cap, i, batch):
     return A, V, C, allowed, groups
 
 
+def _site_spectra(site, cap, i: int, batch: dict, f: dict, ch: np.ndarray, W: torch.Tensor, seed: int, b: int) -> dict:
+    """Spectra of one layer on one batch (module docstring, step 3).
+
+    ``heads[key][h]``: pooled eigenvalues of head ``h`` for ``key`` in ``act`` (the head), ``ge`` (its
+    Gaussian equivalent), ``null`` (a null head) and ``nullge`` (the null head's equivalent);
+    ``layer[key]`` for the layer output (``act``), its Gaussian equivalent (``ge``) and the free sum of
+    its heads (``free``); ``removed[h]``: the layer without head ``h``; ``gram``/``gram_free``: the
+    head-pair Gram blocks of the contexts and of their free rotations.
+    """
+    valid = batch["attention_mask"].bool()
+    lengths = valid.sum(1).numpy()
+    H, dh = site.n_heads, site.head_dim
+    A, V, C, allowed, groups = _site_data(site, cap, i, batch)
+    Wh = W.view(H, dh, -1)
+    Ks = spec.sqrt_psd(Wh @ Wh.transpose(-1, -2))
+    M = spec.center(C.view(C.shape[0], C.shape[1], H, dh).transpose(1, 2), valid)
+    Age = ident.surrogate_weights(A, allowed, f["score_scale"], f["beta_hat"], f["alpha_hat"], _seed(seed, 1, i, b))
+    Mge = spec.head_contexts(Age, V, groups, valid)
+    A0 = ident.null_weights(allowed, f["score_scale"], H, _seed(seed, 2, i, b), d_qk=dh)
+    f0 = ident.fit(ident.score_sums(A0, allowed))
+    A0ge = ident.surrogate_weights(A0, allowed, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"], _seed(seed, 3, i, b))
+    M0 = spec.head_contexts(A0, V, groups, valid)
+    M0ge = spec.head_contexts(A0ge, V, groups, valid)
+    heads = {key: spec.head_eigs(MM, Ks, lengths, ch, site.d_out)
+             for key, MM in (("act", M), ("ge", Mge), ("null", M0), ("nullge", M0ge))}
+    c_layer = float(ch.sum())
+    Yh = torch.einsum("bhld,hde->bhle", M, Wh)            # (B, H, L, d_out)
+    Y = Yh.sum(1)
+    Mfree = spec.free_rotation(M, valid, _seed(seed, 4, i, b))
+    layer = {"act": spec.layer_eigs(Y, lengths, c_layer),
+             "ge": spec.layer_eigs(torch.einsum("bhld,hde->ble", Mge, Wh), lengths, c_layer),
+             "free": spec.layer_eigs(torch.einsum("bhld,hde->ble", Mfree, Wh), lengths, c_layer)}
+    removed = spec.layer_eigs(Y[None] - Yh.transpose(0, 1), lengths, c_layer)  # (H, n)
+    return {"heads": heads, "layer": layer, "removed": removed, "gram": dep.gram_blocks(M),
+            "gram_free": dep.gram_blocks(Mfree)}
+
+
+@contextlib.contextmanager
+def _thread_pool(n: int):
+    """``n`` worker threads, each running torch single-threaded (numpy's LAPACK and torch release
+    the GIL, so the per-layer spectra of step 3 run side by side)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, n)) as pool:
+            yield pool
+    finally:
+        torch.set_num_threads(old)
+
+
 def _resolve_texts(texts, n_texts):
     if texts is None or (isinstance(texts, str) and texts == "builtin"):
         from ..data import builtin_texts
@@ -72,7 +124,6 @@ def _one_blas_thread():
         from threadpoolctl import ThreadpoolController
         return ThreadpoolController().select(internal_api="openblas").limit(limits=1)
     except Exception:  # threadpoolctl missing or no OpenBLAS: nothing to limit
-        import contextlib
         return contextlib.nullcontext()
 
 
@@ -129,7 +180,7 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
     was_training = tmod.training
     tmod.eval()
     source = "inputs"
-    if tokenizer_or_inputs is not None and hasattr(tokenizer_or_inputs, "__call__") and not isinstance(
+    if tokenizer_or_inputs is not None and callable(tokenizer_or_inputs) and not isinstance(
             tokenizer_or_inputs, torch.Tensor) and not isinstance(tokenizer_or_inputs, dict) and \
             not hasattr(tokenizer_or_inputs, "keys"):
         texts, source = _resolve_texts(texts, n_texts)
@@ -162,7 +213,7 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
     vcount = np.zeros(nS)
     ctx_sum = [torch.zeros(s.n_heads, s.head_dim, dtype=torch.float64) for s in sites]
     ntok = 0.0
-    for b, (batch, cap) in enumerate(zip(batches, caps)):
+    for batch, cap in zip(batches, caps):
         valid = batch["attention_mask"].bool()
         ntok += float(valid.sum())
         for i, site in enumerate(sites):
@@ -185,40 +236,24 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
     lay_rm = [[[] for _ in range(H_of[i])] for i in range(nS)]
     Cg = [0.0] * nS
     Cg_null = [0.0] * nS
-    for b, (batch, cap) in enumerate(tqdm(list(zip(batches, caps)), desc="spectra", disable=not progress, leave=False)):
-        valid = batch["attention_mask"].bool()
-        lengths = valid.sum(1).numpy()
-        for i, site in enumerate(sites):
-            H, dh = site.n_heads, site.head_dim
-            A, V, C, allowed, groups = _site_data(site, cap, i, batch)
-            f = fits[i]
-            ch = vpow[i] / vcount[i]
-            Wh = W[i].view(H, dh, -1)
-            Ks = spec.sqrt_psd(Wh @ Wh.transpose(-1, -2))
-            M = spec.center(C.view(C.shape[0], C.shape[1], H, dh).transpose(1, 2), valid)
-            Age = ident.surrogate_weights(A, allowed, f["score_scale"], f["beta_hat"], f["alpha_hat"], _seed(seed, 1, i, b))
-            Mge = spec.head_contexts(Age, V, groups, valid)
-            A0 = ident.null_weights(allowed, f["score_scale"], H, _seed(seed, 2, i, b), d_qk=dh)
-            f0 = ident.fit(ident.score_sums(A0, allowed))
-            A0ge = ident.surrogate_weights(A0, allowed, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"], _seed(seed, 3, i, b))
-            M0 = spec.head_contexts(A0, V, groups, valid)
-            M0ge = spec.head_contexts(A0ge, V, groups, valid)
-            for key, MM in (("act", M), ("ge", Mge), ("null", M0), ("nullge", M0ge)):
-                for h, e in enumerate(spec.head_eigs(MM, Ks, lengths, ch, site.d_out)):
+    jobs = [(b, i) for b in range(len(batches)) for i in range(nS)]
+
+    def one(job):
+        b, i = job
+        return _site_spectra(sites[i], caps[b], i, batches[b], fits[i], vpow[i] / vcount[i], W[i], seed, b)
+    with _thread_pool(torch.get_num_threads()) as pool, \
+            tqdm(total=len(jobs), desc="spectra", disable=not progress, leave=False) as bar:
+        for (_, i), r in zip(jobs, pool.map(one, jobs)):   # in order: pooled spectra do not depend on threads
+            for key in ("act", "ge", "null", "nullge"):
+                for h, e in enumerate(r["heads"][key]):
                     acc[key][i][h].append(e)
-            # layer spectra
-            c_layer = float(ch.sum())
-            Yh = torch.einsum("bhld,hde->bhle", M, Wh)            # (B, H, L, d_out)
-            Y = Yh.sum(1)
-            lay["act"][i].append(spec.layer_eigs(Y, lengths, c_layer))
-            lay["ge"][i].append(spec.layer_eigs(torch.einsum("bhld,hde->ble", Mge, Wh), lengths, c_layer))
-            Mfree = spec.free_rotation(M, valid, _seed(seed, 4, i, b))
-            lay["free"][i].append(spec.layer_eigs(torch.einsum("bhld,hde->ble", Mfree, Wh), lengths, c_layer))
-            rm = spec.layer_eigs(Y[None] - Yh.transpose(0, 1), lengths, c_layer)  # (H, n)
-            for h in range(H):
-                lay_rm[i][h].append(rm[h])
-            Cg[i] = Cg[i] + dep.gram_blocks(M)
-            Cg_null[i] = Cg_null[i] + dep.gram_blocks(Mfree)
+            for key in ("act", "ge", "free"):
+                lay[key][i].append(r["layer"][key])
+            for h in range(H_of[i]):
+                lay_rm[i][h].append(r["removed"][h])
+            Cg[i] = Cg[i] + r["gram"]
+            Cg_null[i] = Cg_null[i] + r["gram_free"]
+            bar.update()
     cat = np.concatenate
     timings["spectra"] = time.perf_counter() - t0
 
@@ -246,7 +281,7 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
             mich += np.nan_to_num(michel_importance(adapter, batch, seed=seed + b))
         mich /= n_texts_total
     timings["gradient"] = time.perf_counter() - t0
-    del caps
+    caps.clear()   # free the captured activations before the tables
     if was_training:
         tmod.train()
 
@@ -361,7 +396,8 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
         "n_diffuse": int((heads["selection"] == "diffuse").sum()),
         "n_selective": int((heads["selection"] == "selective").sum()),
         "n_sparse": int((heads["selection"] == "sparse").sum()),
-        "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)}, "spearman": spearman_table(heads), "notes": notes,
+        "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)},
+        "spearman": spearman_table(heads), "notes": notes,
         "seed": seed, "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "torch_threads": torch.get_num_threads(),
     }

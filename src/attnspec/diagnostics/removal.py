@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
-
 from ..spectra import moments, wasserstein1
 
-__all__ = ["spectral_shift", "normalize_per_layer", "spearman_table"]
+__all__ = ["spectral_shift", "normalize_per_layer", "spearman", "spearman_table"]
 
 
 def spectral_shift(full: np.ndarray, removed: np.ndarray) -> np.ndarray:
@@ -40,6 +38,12 @@ def normalize_per_layer(raw: np.ndarray) -> np.ndarray:
         return raw / norm
 
 
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rho: Pearson correlation of the ranks (ties get their average rank)."""
+    rx, ry = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
 def spearman_table(heads: pd.DataFrame, cols=("removal_spec_shift", "removal_effect", "michel_importance_raw")) -> dict:
     """Spearman correlations between the removal columns present (pairs named ``a~b``)."""
     out = {}
@@ -47,6 +51,5 @@ def spearman_table(heads: pd.DataFrame, cols=("removal_spec_shift", "removal_eff
     for i, a in enumerate(cols):
         for b in cols[i + 1:]:
             ok = heads[a].notna() & heads[b].notna()
-            rho = spearmanr(heads.loc[ok, a], heads.loc[ok, b]).statistic
-            out[f"{a}~{b}"] = float(rho)
+            out[f"{a}~{b}"] = spearman(heads.loc[ok, a].to_numpy(), heads.loc[ok, b].to_numpy())
     return out

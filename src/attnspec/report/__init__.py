@@ -1,7 +1,8 @@
 """Self-contained HTML report of a :class:`~attnspec.Diagnosis`.
 
-One HTML file, no external resources: figures are inline PNG (base64, matplotlib Agg), styles are
-inline, there is no JavaScript. Sections: summary and notes; layer x head heat maps of each score; per
+One HTML file, no external resources: heat maps are HTML tables coloured with matplotlib colour maps
+(values in tooltips), the spectra figure is an inline PNG (base64, matplotlib Agg), styles are inline,
+there is no JavaScript. Sections: summary and notes; layer x head heat maps of each score; per
 layer, the centered output spectrum overlaid on its Gaussian-equivalent reference and on the free sum
 of its heads; the layers table; what each score means.
 """
@@ -50,52 +51,66 @@ DESCRIPTIONS = {
 
 def _png(fig) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=90)  # the caller ran tight_layout; bbox "tight" would lay out twice
     import matplotlib.pyplot as plt
     plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _hex(rgba) -> str:
+    return "#%02x%02x%02x" % tuple(int(round(255 * c)) for c in rgba[:3])
+
+
+def _heatmap(h, col: str, cmap_name: str, title: str, nL: int, nH: int) -> str:
+    """One layer x head heat map as an HTML table: cell colour from ``cmap_name`` (symmetric about 0
+    for diverging maps), exact value in the cell's tooltip, a colour bar with the range below."""
+    from matplotlib import colormaps
+    cmap = colormaps[cmap_name]
+    M = np.full((nL, nH), np.nan)
+    M[h["layer"].to_numpy(), h["head"].to_numpy()] = h[col].to_numpy(dtype=float)
+    finite = M[np.isfinite(M)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if cmap_name == "RdBu_r":
+        lo, hi = -max(abs(lo), abs(hi), 1e-12), max(abs(lo), abs(hi), 1e-12)
+    span = hi - lo if hi > lo else 1.0
+    marks = {}
+    if col == "selection_score" and "selection" in h:
+        marks = {(int(r.layer), int(r.head)): {"diffuse": "&times;", "sparse": "&#9675;"}.get(r.selection, "")
+                 for r in h[["layer", "head", "selection"]].itertuples()}
+    head_row = "".join(f"<th>{j}</th>" for j in range(nH))
+    rows = []
+    for i in range(nL):
+        cells = []
+        for j in range(nH):
+            v = M[i, j]
+            if not np.isfinite(v):
+                cells.append('<td class="na" title="n/a"></td>')
+                continue
+            c = cmap((v - lo) / span)
+            ink = "#000" if 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2] > 0.5 else "#fff"
+            cells.append(f'<td style="background:{_hex(c)};color:{ink}" title="layer {i}, head {j}: {col} = {v:.4g}">'
+                         f"{marks.get((i, j), '')}</td>")
+        rows.append(f"<tr><th>{i}</th>{''.join(cells)}</tr>")
+    stops = ",".join(_hex(cmap(t)) for t in np.linspace(0, 1, 11))
+    return (f'<figure class="hm"><figcaption>{html.escape(title)}</figcaption>'
+            f'<table><tr><th class="corner">layer \\ head</th>{head_row}</tr>{"".join(rows)}</table>'
+            f'<div class="cbar" style="background:linear-gradient(to right,{stops})"></div>'
+            f'<div class="cbar-range"><span>{lo:.3g}</span><span>{hi:.3g}</span></div></figure>')
+
+
 def _heatmaps(diag) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Layer x head heat maps of the columns of :data:`HEATMAPS` present in ``diag.heads``."""
     h = diag.heads
-    cols = [c for c in HEATMAPS if c[0] in h]
     nL = int(h["layer"].max()) + 1
     nH = int(h["head"].max()) + 1
-    ncol = 2 if nH > 8 else 3
-    nrow = -(-len(cols) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(ncol * max(3.2, 0.38 * nH + 1.6), nrow * max(2.2, 0.22 * nL + 1.2)),
-                             squeeze=False)
-    for ax, (col, cmap, title) in zip(axes.ravel(), cols):
-        M = np.full((nL, nH), np.nan)
-        M[h["layer"].to_numpy(), h["head"].to_numpy()] = h[col].to_numpy(dtype=float)
-        kw = {}
-        if cmap == "RdBu_r":
-            v = np.nanmax(np.abs(M)) or 1.0
-            kw = {"vmin": -v, "vmax": v}
-        im = ax.imshow(M, aspect="auto", cmap=cmap, interpolation="nearest", **kw)
-        if col == "selection_score" and "selection" in h:
-            d = h[h["selection"] == "diffuse"]
-            ax.scatter(d["head"], d["layer"], marker="x", color="k", s=14, lw=0.8)
-            d = h[h["selection"] == "sparse"]
-            ax.scatter(d["head"], d["layer"], marker="o", facecolors="none", edgecolors="k", s=14, lw=0.8)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("head", fontsize=8)
-        ax.set_ylabel("layer", fontsize=8)
-        ax.tick_params(labelsize=7)
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03).ax.tick_params(labelsize=7)
-    for ax in axes.ravel()[len(cols):]:
-        ax.axis("off")
-    fig.tight_layout()
-    return _png(fig)
+    return "".join(_heatmap(h, col, cmap, title, nL, nH) for col, cmap, title in HEATMAPS if col in h)
 
 
 def _spectra(diag) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
     layers = sorted(diag.spectra)
     if not layers:
         return ""
@@ -118,6 +133,8 @@ def _spectra(diag) -> str:
                 ax.hist(v, bins=bins, density=True, color=color, label=name.replace("_", " "), **kw)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):   # no minor ticks: hundreds of tick artists, seconds of layout
+            axis.set_minor_locator(NullLocator())
         ax.set_title(f"layer {i}", fontsize=9)
         ax.tick_params(labelsize=7)
         ax.set_xlabel("eigenvalue of Y Y^T", fontsize=8)
@@ -153,6 +170,10 @@ h1{{font-size:1.5em}} h2{{font-size:1.2em;border-bottom:1px solid #ccc;margin-to
 .tbl{{border-collapse:collapse;font-size:0.8em}} .tbl td,.tbl th{{padding:2px 6px;border-bottom:1px solid #eee;text-align:right}}
 img{{max-width:100%}} dt{{font-weight:bold;margin-top:.5em}} code{{background:#f4f4f4;padding:0 3px}}
 .kv span{{display:inline-block;margin-right:1.5em}}
+#heatmaps{{display:flex;flex-wrap:wrap;gap:1.2em}} .hm{{margin:0}} .hm figcaption{{font-size:.85em;margin-bottom:.2em}}
+.hm table{{border-collapse:collapse;font-size:.7em}} .hm td{{width:1.6em;height:1.3em;text-align:center;padding:0}}
+.hm th{{font-weight:normal;color:#666;padding:0 3px}} .hm td.na{{background:#eee}} .hm th.corner{{font-size:.85em}}
+.cbar{{height:.6em;margin-top:.3em}} .cbar-range{{display:flex;justify-content:space-between;font-size:.7em;color:#555}}
 </style></head><body>
 <h1>attnspec diagnosis: {esc(str(s.get('model')))}</h1>
 <p class="kv"><span>family: <b>{esc(str(s.get('family')))}</b> ({esc(str(s.get('kind')))})</span>
@@ -162,8 +183,9 @@ img{{max-width:100%}} dt{{font-weight:bold;margin-top:.5em}} code{{background:#f
 <p>Texts: {esc(str(s.get('corpus', s.get('texts'))))}. Time: {esc(timing)}.</p>
 <h2>Notes</h2><ul>{notes or '<li>All layers are bidirectional full attention: the theory of THEORY.md s.1 applies as stated.</li>'}</ul>
 <h2>Heat maps (layer x head)</h2>
-<p>On the selection-score map, crosses mark heads flagged diffuse, circles heads labelled sparse.</p>
-<img id="heatmaps" alt="layer x head heat maps" src="{hm}">
+<p>Hover a cell for its value. On the selection-score map, crosses mark heads flagged diffuse, circles heads
+labelled sparse.</p>
+<div id="heatmaps">{hm}</div>
 <h2>Layer spectra against the Gaussian-equivalent reference</h2>
 <p>Centered output spectrum of each layer (blue), of the layer with every head replaced by its fitted Gaussian
 equivalent (orange, filled) and of the free sum of its heads (green, dashed); both axes logarithmic.</p>
