@@ -45,6 +45,8 @@ def test_random_bert_selection_at_null(random_bert_diag):
     assert h["diffuse"].all() and (h["selection"] == "diffuse").all(), h["selection_score"].describe()
     assert abs(h["selection_score"].median()) < math.log(2)
     assert (h["entropy_ratio"] > 0.99).all()
+    # removing a noise-like head shifts the layer spectrum as the Gaussian equivalent of H - 1 heads predicts
+    np.testing.assert_allclose(h["removal_spec_shift"], h["removal_spec_shift_ge"], rtol=0.05)
 
 
 def test_minilm_has_selective_heads(minilm_diag):
@@ -108,3 +110,17 @@ def test_spearman_matches_scipy():
     x[5] = x[6]  # ties get average ranks in both
     y[1] = y[2]
     assert spearman(x, y) == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)
+
+
+def test_diagnosis_does_not_depend_on_bucketing(tok):
+    """Random draws are made text by text and fits are pooled: bucket sizes change no number."""
+    torch.manual_seed(1)
+    cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, initializer_range=0.2, attn_implementation="eager")
+    model = transformers.BertModel(cfg).eval()
+    texts = builtin_texts(9)
+    a = diagnose(model, tok, texts, bucket_size=2, removal_bucket_size=1).heads
+    b = diagnose(model, tok, texts, bucket_size=9, removal_bucket_size=9).heads
+    num = a.select_dtypes("number").columns
+    np.testing.assert_allclose(a[num].to_numpy(), b[num].to_numpy(), rtol=2e-4, atol=1e-7)
+    assert (a["selection"] == b["selection"]).all()

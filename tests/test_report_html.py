@@ -32,7 +32,7 @@ def test_self_contained(report):
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
     assert "<script" not in text
     assert text.count("data:image/png;base64,") == 1            # the layer spectra
-    assert text.count('<figure class="hm">') == 10              # one heat map table per score
+    assert text.count('<figure class="hm">') == 11              # one heat map table per score
     assert 'title="layer 2, head 3: selection_score = ' in text  # exact values in tooltips
     for word in ("selection_score", "Gaussian", "Voita", "Clark", "Michel"):
         assert word in text

@@ -17,7 +17,8 @@ dependence (:mod:`.dependence`)
     ``cka_mean``, ``cka_max``, ``cka_partner``, ``cka_null_mean``, ``cka_excess``, ``energy_share``;
     the ``pairs`` table; per layer ``free_defect_w1_rel``, ``interference``, GQA sharing columns;
 removal (:mod:`.removal`)
-    ``removal_spec_shift`` (a), ``removal_effect`` = ``loss_increase`` or ``embedding_shift`` (b),
+    ``removal_spec_shift`` (a) and ``removal_spec_shift_ge`` (its Gaussian-equivalent, ``H - 1``-head
+    prediction), ``removal_effect`` = ``loss_increase`` or ``embedding_shift`` (b),
     ``michel_importance`` / ``michel_importance_raw`` (c); Spearman correlations in ``summary``.
 """
 from .api import diagnose

@@ -29,6 +29,7 @@ from . import dependence as dep
 from . import identification as ident
 from . import selection as sel
 from . import spectral as spec
+from .noise import TextNoise
 from .removal import normalize_per_layer, spearman_table, spectral_shift
 from .result import Diagnosis
 
@@ -42,13 +43,6 @@ _NOTE_WINDOW = ("sliding-window layers: keys farther than the window are masked;
                 "texts longer than {w} tokens (longest text here: {L}), so {status}.")
 
 
-def _seed(*parts: int) -> torch.Generator:
-    s = 0
-    for p in parts:
-        s = (s * 1000003 + int(p)) % (2 ** 63 - 1)
-    return torch.Generator().manual_seed(s)
-
-
 def _site_data(site, cap, i, batch):
     mask = batch["attention_mask"]
     A = cap.weights[i].float()
@@ -59,27 +53,40 @@ def _site_data(site, cap, i, batch):
     return A, V, C, allowed, groups
 
 
-def _site_spectra(site, cap, i: int, batch: dict, f: dict, ch: np.ndarray, W: torch.Tensor, seed: int, b: int) -> dict:
+def _null_heads(site, i: int, batch: dict, f: dict, seed: int) -> torch.Tensor:
+    """Null heads of layer ``i`` on ``batch`` (random scores at each head's fitted ``score_scale``; drawn
+    text by text, so the same for any batching): weights ``(B, H, L, L)``."""
+    valid = batch["attention_mask"].bool()
+    noise = TextNoise(seed, 2, i, batch["order"], valid)
+    return ident.null_weights(site.allowed(batch["attention_mask"]), f["score_scale"], site.n_heads, noise,
+                              d_qk=site.head_dim)
+
+
+def _site_spectra(site, cap, i: int, batch: dict, f: dict, f0: dict, ch: np.ndarray, W: torch.Tensor,
+                  seed: int) -> dict:
     """Spectra of one layer on one batch (module docstring, step 3).
 
     ``heads[key][h]``: pooled eigenvalues of head ``h`` for ``key`` in ``act`` (the head), ``ge`` (its
     Gaussian equivalent), ``null`` (a null head) and ``nullge`` (the null head's equivalent);
     ``layer[key]`` for the layer output (``act``), its Gaussian equivalent (``ge``) and the free sum of
-    its heads (``free``); ``removed[h]``: the layer without head ``h``; ``gram``/``gram_free``: the
+    its heads (``free``); ``removed[h]``: the layer without head ``h``, ``removed_ge[h]``: its Gaussian
+    equivalent without head ``h`` (the ``H - 1``-head prediction); ``gram``/``gram_free``: the
     head-pair Gram blocks of the contexts and of their free rotations.
     """
     valid = batch["attention_mask"].bool()
     lengths = valid.sum(1).numpy()
     H, dh = site.n_heads, site.head_dim
     A, V, C, allowed, groups = _site_data(site, cap, i, batch)
+
+    def noise(purpose: int) -> TextNoise:   # draws per text: independent of batching
+        return TextNoise(seed, purpose, i, batch["order"], valid)
     Wh = W.view(H, dh, -1)
     Ks = spec.sqrt_psd(Wh @ Wh.transpose(-1, -2))
     M = spec.center(C.view(C.shape[0], C.shape[1], H, dh).transpose(1, 2), valid)
-    Age = ident.surrogate_weights(A, allowed, f["score_scale"], f["beta_hat"], f["alpha_hat"], _seed(seed, 1, i, b))
+    Age = ident.surrogate_weights(A, allowed, f["score_scale"], f["beta_hat"], f["alpha_hat"], noise(1))
     Mge = spec.head_contexts(Age, V, groups, valid)
-    A0 = ident.null_weights(allowed, f["score_scale"], H, _seed(seed, 2, i, b), d_qk=dh)
-    f0 = ident.fit(ident.score_sums(A0, allowed))
-    A0ge = ident.surrogate_weights(A0, allowed, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"], _seed(seed, 3, i, b))
+    A0 = _null_heads(site, i, batch, f, seed)
+    A0ge = ident.surrogate_weights(A0, allowed, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"], noise(3))
     M0 = spec.head_contexts(A0, V, groups, valid)
     M0ge = spec.head_contexts(A0ge, V, groups, valid)
     heads = {key: spec.head_eigs(MM, Ks, lengths, ch, site.d_out)
@@ -87,13 +94,15 @@ def _site_spectra(site, cap, i: int, batch: dict, f: dict, ch: np.ndarray, W: to
     c_layer = float(ch.sum())
     Yh = torch.einsum("bhld,hde->bhle", M, Wh)            # (B, H, L, d_out)
     Y = Yh.sum(1)
-    Mfree = spec.free_rotation(M, valid, _seed(seed, 4, i, b))
-    layer = {"act": spec.layer_eigs(Y, lengths, c_layer),
-             "ge": spec.layer_eigs(torch.einsum("bhld,hde->ble", Mge, Wh), lengths, c_layer),
+    Mfree = spec.free_rotation(M, valid, noise(4))
+    Yge_h = torch.einsum("bhld,hde->bhle", Mge, Wh)
+    Yge = Yge_h.sum(1)
+    layer = {"act": spec.layer_eigs(Y, lengths, c_layer), "ge": spec.layer_eigs(Yge, lengths, c_layer),
              "free": spec.layer_eigs(torch.einsum("bhld,hde->ble", Mfree, Wh), lengths, c_layer)}
     removed = spec.layer_eigs(Y[None] - Yh.transpose(0, 1), lengths, c_layer)  # (H, n)
-    return {"heads": heads, "layer": layer, "removed": removed, "gram": dep.gram_blocks(M),
-            "gram_free": dep.gram_blocks(Mfree)}
+    removed_ge = spec.layer_eigs(Yge[None] - Yge_h.transpose(0, 1), lengths, c_layer)
+    return {"heads": heads, "layer": layer, "removed": removed, "removed_ge": removed_ge,
+            "gram": dep.gram_blocks(M), "gram_free": dep.gram_blocks(Mfree)}
 
 
 @contextlib.contextmanager
@@ -226,6 +235,13 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
             vcount[i] += c
             ctx_sum[i] += (C.view(*C.shape[:2], site.n_heads, site.head_dim) * valid[..., None, None]).sum((0, 1)).double()
     fits = [ident.fit(s) for s in sums]
+    # the null heads' own Gaussian-equivalent fit, pooled over all texts like the heads' fits
+    null_sums = [None] * nS
+    for batch in batches:
+        for i, site in enumerate(sites):
+            A0 = _null_heads(site, i, batch, fits[i], seed)
+            null_sums[i] = ident.add_sums(null_sums[i], ident.score_sums(A0, site.allowed(batch["attention_mask"])))
+    null_fits = [ident.fit(s) for s in null_sums]
     timings["identification"] = time.perf_counter() - t0
 
     # ---------------------------------------------------------------- 3. spectra (pass 2)
@@ -234,13 +250,14 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
     acc = {k: [[[] for _ in range(H_of[i])] for i in range(nS)] for k in ("act", "ge", "null", "nullge")}
     lay = {k: [[] for _ in range(nS)] for k in ("act", "ge", "free")}
     lay_rm = [[[] for _ in range(H_of[i])] for i in range(nS)]
+    lay_rm_ge = [[[] for _ in range(H_of[i])] for i in range(nS)]
     Cg = [0.0] * nS
     Cg_null = [0.0] * nS
     jobs = [(b, i) for b in range(len(batches)) for i in range(nS)]
 
     def one(job):
         b, i = job
-        return _site_spectra(sites[i], caps[b], i, batches[b], fits[i], vpow[i] / vcount[i], W[i], seed, b)
+        return _site_spectra(sites[i], caps[b], i, batches[b], fits[i], null_fits[i], vpow[i] / vcount[i], W[i], seed)
     with _thread_pool(torch.get_num_threads()) as pool, \
             tqdm(total=len(jobs), desc="spectra", disable=not progress, leave=False) as bar:
         for (_, i), r in zip(jobs, pool.map(one, jobs)):   # in order: pooled spectra do not depend on threads
@@ -251,6 +268,7 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
                 lay[key][i].append(r["layer"][key])
             for h in range(H_of[i]):
                 lay_rm[i][h].append(r["removed"][h])
+                lay_rm_ge[i][h].append(r["removed_ge"][h])
             Cg[i] = Cg[i] + r["gram"]
             Cg_null[i] = Cg_null[i] + r["gram_free"]
             bar.update()
@@ -277,8 +295,8 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
     timings["removal"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if gradient:
-        for b, batch in enumerate(tqdm(batches, desc="gradient", disable=not progress, leave=False)):
-            mich += np.nan_to_num(michel_importance(adapter, batch, seed=seed + b))
+        for batch in tqdm(batches, desc="gradient", disable=not progress, leave=False):
+            mich += np.nan_to_num(michel_importance(adapter, batch, seed=seed))
         mich /= n_texts_total
     timings["gradient"] = time.perf_counter() - t0
     caps.clear()   # free the captured activations before the tables
@@ -303,6 +321,7 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
         inner = dep.output_inner(Cg[i], W[i].double().numpy(), H)
         la, lge, lfree = cat(lay["act"][i]), cat(lay["ge"][i]), cat(lay["free"][i])
         shift = spectral_shift(la, [cat(lay_rm[i][h]) for h in range(H)])
+        shift_ge = spectral_shift(lge, [cat(lay_rm_ge[i][h]) for h in range(H)])
         energy = np.diag(inner)
         n_texts_layer = n_texts_total
         att = "causal" if site.causal else "bidirectional"
@@ -331,7 +350,7 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
                 "cka_partner": int(others[np.nanargmax(cka[h, others])]) if H > 1 else -1,
                 "cka_null_mean": float(np.nanmean(cka0[h, others])) if H > 1 else np.nan,
                 "energy_share": float(energy[h] / energy.sum()) if energy.sum() > 0 else np.nan,
-                "removal_spec_shift": float(shift[h]),
+                "removal_spec_shift": float(shift[h]), "removal_spec_shift_ge": float(shift_ge[h]),
             }
             row["diffuse"] = row["selection"] == "diffuse"
             row["cka_excess"] = row["cka_mean"] - row["cka_null_mean"]

@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .noise import TextNoise
+
 __all__ = ["row_scores", "score_sums", "fit", "surrogate_weights", "null_weights"]
 
 _TINY = 1e-30
@@ -71,16 +73,17 @@ def fit(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def surrogate_weights(A: torch.Tensor, allowed: torch.Tensor, scale: np.ndarray, beta: np.ndarray,
-                      alpha: np.ndarray, gen: torch.Generator) -> torch.Tensor:
-    """Gaussian-equivalent weights ``(1 + beta_hat S + alpha_hat Z) / n_i`` on allowed entries."""
+                      alpha: np.ndarray, noise: TextNoise) -> torch.Tensor:
+    """Gaussian-equivalent weights ``(1 + beta_hat S + alpha_hat Z) / n_i`` on allowed entries
+    (``Z`` standard normal, drawn text by text by ``noise``)."""
     S, _, n = row_scores(A, allowed)
     t = lambda v: torch.as_tensor(v, dtype=A.dtype)[None, :, None, None]  # noqa: E731
-    Z = torch.randn(A.shape, generator=gen, dtype=A.dtype)
+    Z = noise.randn((A.shape[1],), square=True, dtype=A.dtype)
     Sstd = S / t(np.where(scale > 0, scale, 1.0))
     return (1 + t(beta) * Sstd + t(alpha) * Z) / n * allowed[:, None]
 
 
-def null_weights(allowed: torch.Tensor, scale: np.ndarray, n_heads: int, gen: torch.Generator,
+def null_weights(allowed: torch.Tensor, scale: np.ndarray, n_heads: int, noise: TextNoise,
                  d_qk: int | None = None) -> torch.Tensor:
     """A random head at the same temperature: ``softmax(s_h G)`` over allowed keys.
 
@@ -88,12 +91,11 @@ def null_weights(allowed: torch.Tensor, scale: np.ndarray, n_heads: int, gen: to
     random-matrix model (THEORY.md s.1, unit-variance entries, rank ``d_qk`` like a real head's);
     ``d_qk=None`` uses iid N(0, 1) scores instead.
     """
-    B, L, _ = allowed.shape
     if d_qk is None:
-        G = torch.randn((B, n_heads, L, L), generator=gen)
+        G = noise.randn((n_heads,), square=True)
     else:
-        Q = torch.randn((B, n_heads, L, d_qk), generator=gen)
-        K = torch.randn((B, n_heads, L, d_qk), generator=gen)
+        Q = noise.randn((n_heads,), (d_qk,))
+        K = noise.randn((n_heads,), (d_qk,))
         G = Q @ K.transpose(-1, -2) / d_qk ** 0.5
     logits = G * torch.as_tensor(scale, dtype=G.dtype)[None, :, None, None]
     logits = logits.masked_fill(~allowed[:, None], float("-inf"))

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..spectra import gram_eigenvalues
+from .noise import TextNoise
 
 __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "free_rotation"]
 
@@ -91,7 +92,7 @@ def _frames(G: np.ndarray, tol: float = 1e-8) -> np.ndarray:
     return (G @ U) * inv[..., None, :]
 
 
-def free_rotation(M: torch.Tensor, valid: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
     """Each head's centered context put in generic position: ``F_h Sigma_h W_h^T``.
 
     ``M_h = U_h Sigma_h W_h^T``; ``F_h`` is a Haar-random orthonormal frame (polar factor of a
@@ -107,7 +108,7 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, gen: torch.Generator) ->
     k = np.clip(valid.sum(1).numpy() - 1, 0, dh)            # (B,)
     keep = (np.arange(dh)[None, :] < k[:, None])            # (B, dh)
     sig = np.sqrt(np.maximum(lam, 0)) * keep[:, None, :]
-    G = center(torch.randn((B, H, L, dh), generator=gen, dtype=torch.float64), valid).numpy()
+    G = center(noise.randn((H,), (dh,), dtype=torch.float64), valid).numpy()
     F = _frames(G)
     out = (F * sig[..., None, :]) @ np.swapaxes(W, -1, -2)
     return torch.from_numpy(np.ascontiguousarray(out)).to(M.dtype)

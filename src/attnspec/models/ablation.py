@@ -215,8 +215,9 @@ def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.n
     Michel et al. (2019): gate each head's output by ``xi_h = 1`` and take ``E_x |dL/dxi_h|``, from one
     forward and one backward pass (gates are per text, so one backward gives every per-text gradient).
     ``L_b`` is the text's mean next-token NLL for causal LMs. Encoders have no loss: ``L_b = r_b^T
-    e_b / ||e_b||`` with ``e_b`` the mean-pooled embedding and ``r_b`` a seeded standard Gaussian
-    vector projected orthogonally to the unmodified ``e_b``; then ``E_r |dL/dxi| = sqrt(2/pi)
+    e_b / ||e_b||`` with ``e_b`` the mean-pooled embedding and ``r_b`` a standard Gaussian vector
+    (seeded by ``seed`` and the text's position ``batch['order'][b]``) projected orthogonally to the
+    unmodified ``e_b``; then ``E_r |dL/dxi| = sqrt(2/pi)
     ||J_perp|| / ||e||``, the first-order size of the embedding's rotation when the head is scaled.
     """
     sites = adapter.sites
@@ -233,8 +234,9 @@ def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.n
         else:
             out = adapter.run(batch)
             e = metric.pooled(out)[0].double()
-            g = torch.Generator().manual_seed(seed)
-            r = torch.randn(e.shape, generator=g, dtype=torch.float64)
+            ids = batch.get("order", range(B))    # text positions: probes do not depend on batching
+            r = torch.stack([torch.randn(e.shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(
+                (seed * 1000003 + int(t)) % (2 ** 63 - 1))) for t in ids])
             u = (e / e.norm(dim=-1, keepdim=True)).detach()
             r = r - (r * u).sum(-1, keepdim=True) * u
             loss_b = (r * e / e.norm(dim=-1, keepdim=True)).sum(-1)

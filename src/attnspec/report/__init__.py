@@ -27,6 +27,7 @@ HEATMAPS = [
     ("confidence", "magma", "confidence (Voita et al.)"),
     ("cka_excess", "RdBu_r", "CKA with other heads - null"),
     ("removal_spec_shift", "magma", "(a) spectral shift on removal"),
+    ("removal_spec_shift_ge", "magma", "(a) shift predicted by the Gaussian equivalent (H-1 heads)"),
     ("removal_effect", "magma", "(b) exact removal effect"),
     ("michel_importance", "magma", "(c) Michel et al. importance"),
 ]
@@ -44,6 +45,7 @@ DESCRIPTIONS = {
     "free_defect_w1_rel": "Layer: W1 between the layer's output spectrum and the spectrum of the free sum of its heads (each head's context rotated by an independent Haar frame: same per-head spectra, no dependence), over the free sum's mean eigenvalue.",
     "interference": "Layer: ||sum_h Y_h||^2 / sum_h ||Y_h||^2 - 1, the share of output energy in cross terms between heads.",
     "removal_spec_shift": "(a) W1 between the layer's output spectrum with and without the head, over the full spectrum's mean eigenvalue.",
+    "removal_spec_shift_ge": "(a) The same shift for the layer's Gaussian equivalent (each head's attention replaced by its fitted surrogate) losing the same head: the Gaussian-equivalent prediction for H-1 heads (THEORY.md s.6).",
     "removal_effect": "(b) Exact ablation (head context set to 0): next-token loss increase in nats per token (causal LM, column loss_increase) or mean 1 - cos between mean-pooled final hidden states (encoder, column embedding_shift).",
     "michel_importance": "(c) Michel et al. (2019) E_x |dL/dxi_h| from one backward pass, normalized per layer (l2); for encoders L is a random projection of the normalized pooled embedding orthogonal to it. michel_importance_raw: before normalization.",
 }
