@@ -6,8 +6,9 @@ fitted Gaussian equivalent, relative to the equivalent's mean eigenvalue (dimens
 the value path's scale). A finite, trained model never matches its equivalent exactly, and even a
 random softmax head departs from its equivalent at finite ``l`` (more so at high temperature, see
 THEORY.md section 4b). The score therefore compares the head with a *null head*: the same values,
-output projection, masks and score scale ``s_h``, but iid Gaussian scores (``A0 = softmax(s_h G)``),
-and its own fitted equivalent:
+output projection, masks and score scale ``s_h``, but the random scores of the theory's model
+(``A0 = softmax(s_h G)``, ``G = Q K^T / sqrt(d_head)`` with iid standard normal ``Q, K``, drawn text by
+text), and its own fitted equivalent (fit pooled over all texts, like the head's):
 
     selection_score = log( D(Y, Y~) / D(Y0, Y0~) ).
 

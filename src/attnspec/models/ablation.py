@@ -8,12 +8,14 @@ Functional effect of a model's output ``f`` (per text ``b``):
   hidden states (mean-pooled sentence embedding), averaged over texts.
 
 Exact ablation never runs the layers below the removed head again: a pre-hook records the input
-(hidden states and keyword arguments such as masks and rotary tables) of every block in the one
-reference forward pass, and removing a head of layer ``i`` re-runs blocks ``i..N-1`` and the tail
-only. Several heads are removed per forward pass by stacking ``K`` replicas of the batch, replica
-``k`` with head ``heads[k]`` removed (pre-hook on the output projection). Inputs arrive in length
-buckets, so padding costs little. Models without block structure (custom modules,
-``nn.MultiheadAttention``) fall back to one full forward pass per head.
+(hidden states and keyword arguments such as masks and rotary tables) of every block in one
+reference forward pass (:func:`reference_pass`), and removing a head of layer ``i`` re-runs blocks
+``i..N-1`` and the tail only. Several heads are removed per forward pass by stacking ``K`` replicas
+of the batch, replica ``k`` with head ``heads[k]`` removed (pre-hook on the output projection); for
+transformers blocks the layer ``i`` itself computes queries, keys and attention once and only its
+output projection onward runs on the ``K`` replicas. :func:`removal_effects` runs this over length
+buckets (small buckets: little arithmetic on padding). Models without block structure (custom
+modules, ``nn.MultiheadAttention``) fall back to one full forward pass per head.
 """
 from __future__ import annotations
 
