@@ -157,7 +157,8 @@ class MHSAConfig:
         for g in range(groups):
             block = set(widths[g * size:(g + 1) * size])
             if len(block) > 1:
-                raise ConfigError(wname, widths, f"heads sharing one matrix ({name}={groups}) need equal {wname}; group {g} has {sorted(block)}")
+                raise ConfigError(wname, widths, f"heads sharing one matrix ({name}={groups}) need equal {wname}; "
+                                                 f"group {g} has {sorted(block)}")
 
     def _check_values(self) -> None:
         if self.values == "tied-to-keys":

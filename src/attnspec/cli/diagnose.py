@@ -15,7 +15,8 @@ def register(subparsers) -> None:
         description="Per layer and per head: Gaussian-equivalent identification, selection score and baselines, "
                     "inter-head dependence, head-removal sensitivity. Writes heads.csv, layers.csv, pairs.csv, "
                     "summary.json and report.html into --out.")
-    p.add_argument("--model", required=True, help="'minilm', 'gemma3-270m', a local safetensors/GGUF model path, or an attnspec.zoo checkpoint directory")
+    p.add_argument("--model", required=True,
+                   help="'minilm', 'gemma3-270m', a local safetensors/GGUF model path, or an attnspec.zoo checkpoint directory")
     p.add_argument("--texts", default="builtin", help="'builtin' (stdlib docstring sentences) or a UTF-8 file, one text per line")
     p.add_argument("--n-texts", type=int, default=None, help="number of texts (default: 64 for encoders, 16 for causal LMs)")
     p.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
