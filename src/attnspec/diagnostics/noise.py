@@ -12,15 +12,9 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["seed_of", "TextNoise"]
+from ..seeding import seed_of
 
-
-def seed_of(*parts: int) -> int:
-    """One 63-bit seed from integer parts (a polynomial hash; distinct tuples give distinct streams)."""
-    s = 0
-    for p in parts:
-        s = (s * 1000003 + int(p)) % (2 ** 63 - 1)
-    return s
+__all__ = ["TextNoise"]
 
 
 class TextNoise:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from ..seeding import seed_of
 from .adapters import ModelAdapter
 from .hooks import HeadEdit, ablate, capture, gate
 
@@ -237,8 +238,8 @@ def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.n
             out = adapter.run(batch)
             e = metric.pooled(out)[0].double()
             ids = batch.get("order", range(B))    # text positions: probes do not depend on batching
-            r = torch.stack([torch.randn(e.shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(
-                (seed * 1000003 + int(t)) % (2 ** 63 - 1))) for t in ids])
+            r = torch.stack([torch.randn(e.shape[-1], dtype=torch.float64,
+                                         generator=torch.Generator().manual_seed(seed_of(seed, t))) for t in ids])
             u = (e / e.norm(dim=-1, keepdim=True)).detach()
             r = r - (r * u).sum(-1, keepdim=True) * u
             loss_b = (r * e / e.norm(dim=-1, keepdim=True)).sum(-1)

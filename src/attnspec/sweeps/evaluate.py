@@ -23,11 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from ..jsonio import jsonable
 from ..spectra import summarize
 from .closed_form import closed_form_moments
 from .spec import SweepPoint
-
-from ..jsonio import jsonable
 
 __all__ = ["evaluate_point", "run_point", "U_LEVELS", "jsonable"]
 

@@ -1,0 +1,12 @@
+"""Seeds from integer parts, shared by every layer that draws per item (text, head, layer)."""
+from __future__ import annotations
+
+__all__ = ["seed_of"]
+
+
+def seed_of(*parts: int) -> int:
+    """One 63-bit seed from integer parts (a polynomial hash; distinct tuples give distinct streams)."""
+    s = 0
+    for p in parts:
+        s = (s * 1000003 + int(p)) % (2 ** 63 - 1)
+    return s
