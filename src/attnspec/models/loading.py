@@ -15,6 +15,19 @@ attention (the attention weights must be materialized for diagnosis).
 Nothing is ever unpickled: ``use_safetensors=True`` is forced, ``.bin``/``.pt`` checkpoints are
 refused (load those yourself with ``torch.load(..., weights_only=True)`` and pass the model object).
 No network access is attempted (``local_files_only=True``).
+
+No code from the model directory is ever run: every ``from_pretrained`` gets ``trust_remote_code=False``,
+and a ``config.json`` or ``tokenizer_config.json`` with an ``auto_map`` entry (custom Python classes
+shipped with the weights) is refused before transformers reads it.
+
+The tokenizer must be the model's own: a directory without tokenizer files (``tokenizer.json``,
+``tokenizer_config.json``, ``vocab.txt``, ``vocab.json``/``merges.txt``, ``spiece.model``,
+``tokenizer.model``, ...) is refused (transformers would otherwise build a fallback tokenizer of a few
+special tokens that maps every word to ``[UNK]``, and the diagnosis would silently describe attention
+over unknown tokens), and so is a tokenizer whose vocabulary holds less than ``MIN_VOCAB_FRACTION``
+(50 %) of the model's ``config.vocab_size`` (configs often pad the embedding table a little beyond
+the tokenizer, never by half). A tokenizer that fails to load raises too: there is no tokenizer-less
+load (models without one, e.g. custom modules fed tensors, are passed to ``diagnose`` as objects).
 """
 from __future__ import annotations
 
@@ -25,11 +38,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ModelLoadError", "load_model", "cache_dir", "BUILTIN_MODELS"]
+__all__ = ["ModelLoadError", "load_model", "cache_dir", "BUILTIN_MODELS", "MIN_VOCAB_FRACTION", "TOKENIZER_FILES"]
 
 BUILTIN_MODELS = ("minilm", "gemma3-270m")
 _EXPECTED = ("a built-in name ('minilm', 'gemma3-270m'), a directory with config.json and *.safetensors "
              "weights, or a .gguf file (or a directory holding one)")
+
+
+#: A loaded tokenizer must cover at least this fraction of ``config.vocab_size``.
+MIN_VOCAB_FRACTION = 0.5
+#: Files any one of which makes a directory hold a tokenizer (besides ``*.tiktoken``).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
+                   "spiece.model", "tokenizer.model", "sentencepiece.bpe.model", "spm.model", "bpe.codes")
 
 
 class ModelLoadError(ValueError):
@@ -59,32 +79,91 @@ def _finish(model, tokenizer):
     return model, tokenizer
 
 
+def _read_json(file: Path) -> dict:
+    import json
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ModelLoadError(f"{file} is not a readable JSON file ({e})") from e
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{file} does not hold a JSON object")
+    return data
+
+
+def _refuse_remote_code(path: Path) -> None:
+    """Refuse ``auto_map`` (custom classes whose code lives in the model directory) before transformers
+    sees the files: with ``trust_remote_code`` unset transformers asks on stdin and answering yes runs the
+    directory's Python files."""
+    for name in ("config.json", "tokenizer_config.json"):
+        file = path / name
+        if file.is_file():
+            data = _read_json(file)
+            auto = data.get("auto_map") or (data.get("text_config") or {}).get("auto_map")
+            if auto:
+                raise ModelLoadError(
+                    f"{file} has an 'auto_map' entry ({', '.join(sorted(map(str, auto)))}): the model needs Python "
+                    "code from its directory, and attnspec never runs code shipped with weights. Use a "
+                    "transformers-native architecture (remove auto_map if the model_type is built in), or load the "
+                    "model yourself and pass the object to attnspec.diagnose.")
+
+
+def _check_tokenizer(tok, config, where: Path) -> None:
+    cfg = getattr(config, "text_config", None) or config
+    vocab = getattr(cfg, "vocab_size", None) or getattr(config, "vocab_size", None)
+    n = len(tok)
+    if vocab and n < MIN_VOCAB_FRACTION * vocab:
+        raise ModelLoadError(
+            f"the tokenizer in {where} has {n} tokens but the model's config.vocab_size is {vocab}: it is not the "
+            f"model's tokenizer (every word would be mapped to a few ids). Put the model's own tokenizer files "
+            f"({', '.join(TOKENIZER_FILES[:4])}, ...) next to config.json.")
+
+
+def _has_tokenizer_files(path: Path) -> bool:
+    return any((path / f).is_file() for f in TOKENIZER_FILES) or any(path.glob("*.tiktoken"))
+
+
 def _load_dir(path: Path, causal: bool | None = None):
-    tr = _hf()
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path} is not a model directory: no config.json. Expected {_EXPECTED}.")
+    _refuse_remote_code(path)
     if not list(path.glob("*.safetensors")):
         bad = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".ckpt")]
         extra = f" (found {', '.join(bad)}: pickled checkpoints are never loaded)" if bad else ""
         raise ModelLoadError(f"{path} has no *.safetensors weights{extra}. Expected {_EXPECTED}.")
-    config = tr.AutoConfig.from_pretrained(path, local_files_only=True)
+    if not _has_tokenizer_files(path):
+        raise ModelLoadError(f"{path} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}): copy the model's "
+                             "own tokenizer next to config.json (tokenizer.save_pretrained(path)).")
+    tr = _hf()
+    try:
+        config = tr.AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except (ValueError, KeyError, OSError) as e:
+        raise ModelLoadError(f"{path}/config.json: transformers cannot build this configuration "
+                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__}). Expected {_EXPECTED}.") from e
     archs = getattr(config, "architectures", None) or []
     is_lm = causal if causal is not None else any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
     cls = tr.AutoModelForCausalLM if is_lm else tr.AutoModel
-    model = cls.from_pretrained(path, attn_implementation="eager", use_safetensors=True, local_files_only=True,
-                                dtype="float32")
     try:
-        tok = tr.AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except Exception:  # a model without tokenizer: diagnose() then needs token ids
-        tok = None
+        tok = tr.AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001 - any tokenizer failure is a load failure, with its cause
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelLoadError(f"{path}: the tokenizer does not load ({msg}); the diagnosis needs the model's own "
+                             "tokenizer next to config.json.") from e
+    _check_tokenizer(tok, config, path)
+    model = cls.from_pretrained(path, attn_implementation="eager", use_safetensors=True,
+                                local_files_only=True, trust_remote_code=False, dtype="float32")
     return _finish(model, tok)
 
 
 def _load_gguf(file: Path):
+    if (file.parent / "config.json").is_file() or (file.parent / "tokenizer_config.json").is_file():
+        _refuse_remote_code(file.parent)
     tr = _hf()
     model = tr.AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, dtype="float32",
-                                                    attn_implementation="eager", local_files_only=True)
-    tok = tr.AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True)
+                                                    attn_implementation="eager", local_files_only=True,
+                                                    trust_remote_code=False)
+    tok = tr.AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True,
+                                           trust_remote_code=False)
+    _check_tokenizer(tok, model.config, file)
     return model, tok
 
 
