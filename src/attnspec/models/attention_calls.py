@@ -1,0 +1,170 @@
+"""Kernel-independent attention capture: the inputs of every attention call, not its weights.
+
+transformers modules compute queries, keys (after the position encoding, e.g. RoPE) and values, then
+hand them to an *attention function* chosen by ``config._attn_implementation`` (eager, SDPA,
+FlashAttention, flex): ``fn(module, query, key, value, attention_mask, scaling=..., softcap=...,
+sliding_window=..., ...)``. :func:`record_attention_calls` wraps that dispatch for the duration of a
+``with`` block: the real function still runs, unchanged (the model's outputs are bit-identical), and
+each call's inputs are kept as an :class:`AttentionCall`. attnspec then recomputes the attention rows
+it needs, in query tiles and in float32 or float64, whatever kernel the model used:
+
+    logits_ij = scaling * q_i . k_j  [softcap: c * tanh(logits / c)]  [+ position bias]
+    A_ij      = softmax_j(logits_ij) over the allowed keys j of query i
+
+The allowed set comes from the mask the model itself passed (boolean: True = attend; additive float:
+finite entries; ``None``: the causal rule when the module is causal, else everything), intersected
+with the real tokens of the batch, and with the sliding window when the kernel receives the window as
+an argument rather than inside the mask (FlashAttention).
+
+Shapes: ``query`` ``(B, H, L, d)``, ``key`` ``(B, H_kv, L, d)``, ``value`` ``(B, H_kv, L, d_v)``,
+``allowed`` ``(B, L, L)``, weights ``(B, H, rows, L)``.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+__all__ = ["AttentionCall", "record_attention_calls", "allowed_from_mask"]
+
+
+@dataclass
+class AttentionCall:
+    """The inputs of one attention call (detached; on the model's device and dtype).
+
+    Attributes
+    ----------
+    module : nn.Module
+        The attention module that made the call.
+    query, key, value : Tensor
+        ``(B, H, L, d)``, ``(B, H_kv, L, d)``, ``(B, H_kv, L, d_v)``; queries and keys after the
+        position encoding.
+    allowed : bool Tensor
+        ``(B, L, L)``: query ``i`` may attend key ``j``.
+    scaling : float
+        Factor of ``q . k`` in the logits.
+    softcap : float or None
+        Logit soft-capping ``c tanh(x / c)`` (Gemma 2), ``None`` when absent.
+    position_bias : Tensor or None
+        Additive bias broadcastable to ``(B, H, L, L)`` (T5-style relative positions), else ``None``.
+    """
+
+    module: torch.nn.Module
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    allowed: torch.Tensor
+    scaling: float
+    softcap: float | None = None
+    position_bias: torch.Tensor | None = None
+
+    @property
+    def n_heads(self) -> int:
+        return self.query.shape[1]
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.key.shape[1]
+
+    def _kv(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        rep = self.n_heads // self.n_kv_heads
+        t = t.to(device="cpu", dtype=dtype)
+        return t.repeat_interleave(rep, dim=1) if rep > 1 else t
+
+    def logits(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Raw logits ``(B, H, r, L)`` of the query rows ``rows`` (before masking)."""
+        q = self.query[:, :, rows].to(device="cpu", dtype=dtype)
+        s = (q @ self._kv(self.key, dtype).transpose(-1, -2)) * self.scaling
+        if self.softcap:
+            s = torch.tanh(s / self.softcap) * self.softcap
+        if self.position_bias is not None:
+            s = s + self.position_bias[..., rows, :].to(device="cpu", dtype=dtype)
+        return s
+
+    def weights(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Attention weights ``(B, H, r, L)`` of the query rows ``rows``; rows with no allowed key are 0."""
+        s = self.logits(rows, dtype)
+        ok = self.allowed[:, None, rows].to("cpu")
+        A = torch.softmax(s.masked_fill(~ok, float("-inf")), dim=-1)
+        return torch.nan_to_num(A, nan=0.0)
+
+    def values(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Values ``(B, H_kv, L, d_v)`` on the CPU."""
+        return self.value.to(device="cpu", dtype=dtype)
+
+
+def allowed_from_mask(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causal: bool,
+                      window: int | None = None, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Boolean ``(B, Lq, Lk)`` allowed set from the mask an attention function received.
+
+    ``mask``: ``None``, a boolean ``(B or 1, 1 or H, Lq, Lk)`` (True = attend), an additive float mask
+    of that shape (finite, not ``-inf``/dtype-minimum entries are allowed) or a 2-D ``(B, Lk)`` padding
+    mask (1 = real token; FlashAttention). ``None`` and 2-D masks get the causal rule (when ``causal``)
+    and ``window`` (keys ``i - j < window``); ``valid`` ``(B, L)`` removes padded queries and keys.
+    """
+    i = torch.arange(Lq)[:, None] + (Lk - Lq)
+    j = torch.arange(Lk)[None, :]
+    if mask is None or mask.dim() == 2:
+        ok = torch.ones(B, Lq, Lk, dtype=torch.bool)
+        if causal:
+            ok &= (j <= i)[None]
+        if window is not None:
+            ok &= ((i - j) < window)[None]
+        if mask is not None:
+            ok &= mask.to("cpu").bool()[:, None, :]
+    else:
+        m = mask[:, 0].to("cpu")
+        if m.dtype == torch.bool:
+            ok = m.clone()
+        else:
+            ok = m > torch.finfo(m.dtype).min / 2
+        ok = ok.expand(B, Lq, Lk).clone()
+    if valid is not None:
+        v = valid.to("cpu").bool()
+        ok &= v[:, -Lq:, None] & v[:, None, :]
+    return ok
+
+
+def _to_call(module, query, key, value, attention_mask, kwargs, valid) -> AttentionCall:
+    B, _, Lq, _ = query.shape
+    Lk = key.shape[2]
+    causal = bool(kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True))
+    window = kwargs.get("sliding_window")
+    scaling = kwargs.get("scaling")
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    d = lambda t: t.detach()  # noqa: E731
+    return AttentionCall(module=module, query=d(query), key=d(key), value=d(value),
+                         allowed=allowed_from_mask(attention_mask, B, Lq, Lk, causal and Lq > 1, window, valid),
+                         scaling=float(scaling), softcap=kwargs.get("softcap") or None,
+                         position_bias=None if kwargs.get("position_bias") is None else d(kwargs["position_bias"]))
+
+
+@contextmanager
+def record_attention_calls(on_call: Callable[[AttentionCall], None], valid: torch.Tensor | None = None
+                           ) -> Iterator[None]:
+    """Within the block, pass every transformers attention call to ``on_call`` and then run it as usual.
+
+    ``valid`` ``(B, L)`` (the batch's attention mask) is intersected with the allowed sets. The
+    dispatch ``ALL_ATTENTION_FUNCTIONS.get_interface`` is wrapped for the block only and restored on
+    exit, also on error; modules and their parameters are not touched.
+    """
+    from transformers.modeling_utils import AttentionInterface
+
+    original = AttentionInterface.get_interface
+
+    def get_interface(self, attn_implementation, default):
+        fn = original(self, attn_implementation, default)
+
+        def recorded(module, query, key, value, attention_mask, *args, **kwargs):
+            on_call(_to_call(module, query, key, value, attention_mask, kwargs, valid))
+            return fn(module, query, key, value, attention_mask, *args, **kwargs)
+        return recorded
+
+    AttentionInterface.get_interface = get_interface
+    try:
+        yield
+    finally:
+        AttentionInterface.get_interface = original
