@@ -27,7 +27,7 @@ def test_two_worker_local_cluster(tmp_path):
     assert len(df) == 8 and df["worker"].str.startswith("tcp://").all()
     assert (df["law.source"].isin(["solver", "closed-form"])).all()
     again = run_sweep(pts, db, n_workers=2, progress=False)     # resumes: no cluster, nothing recomputed
-    assert (again.computed, again.skipped, again.workers) == (0, 8, 0)
+    assert (again.computed, again.already_stored, again.workers) == (0, 8, 0)
 
 
 @pytest.mark.timeout(180)
@@ -93,6 +93,8 @@ def test_sigkill_mid_sweep_loses_nothing_and_resumes(tmp_path):
         for r in rows:                       # every stored row is complete
             assert r.results["payload"] == list(range(200)) and r.finished_at >= r.started_at
         before = {r.key: r.stored_at for r in rows}
+        left = store.claims()             # the killed runner's claims on its points in flight stay behind ...
+        assert left and all(c["owner"].split(":")[1] == str(proc.pid) for c in left)
 
     points = expand_grid(MHSAConfig.uniform(16, 16), seeds=range(n))   # what the command line built
     sys.path.insert(0, str(tmp_path))
@@ -101,8 +103,46 @@ def test_sigkill_mid_sweep_loses_nothing_and_resumes(tmp_path):
         report = run_sweep(points, db, n_workers=0, evaluator=slow_eval.slow, progress=False)
     finally:
         sys.path.remove(str(tmp_path))
-    assert (report.skipped, report.computed) == (k, n - k)     # finished points are not recomputed
+    assert (report.already_stored, report.computed) == (k, n - k)     # finished points are not recomputed
+    assert report.accounted == n
     with ResultStore(db) as store:
-        assert len(store) == n
+        assert len(store) == n and store.claims() == []     # ... and are taken over: a dead owner holds nothing
         assert all(store.get(key).stored_at == t for key, t in before.items())   # old rows untouched
         assert sorted(r.results["seed"] for r in store.rows()) == list(range(n))
+
+
+def counting_sleeper(point):
+    """Evaluator for the shared-database test: one log line per evaluation (workers and client)."""
+    time.sleep(0.2)
+    with open(os.environ["ATTNSPEC_COUNT_LOG"], "a") as f:
+        f.write(f"{point.seed} {os.getpid()}\n")
+    return {"seed": point.seed}
+
+
+@pytest.mark.timeout(180)
+def test_dask_runner_and_serial_runner_share_one_database(tmp_path, monkeypatch):
+    """A LocalCluster runner (in a thread) and an in-process runner on one store: each point once."""
+    import threading
+
+    log = tmp_path / "evals.log"
+    monkeypatch.setenv("ATTNSPEC_COUNT_LOG", str(log))
+    db, n = tmp_path / "r.sqlite", 16
+    pts = expand_grid(BASE, seeds=range(n), evaluations=("surrogate",))
+    reports = {}
+    t = threading.Thread(target=lambda: reports.setdefault("dask", run_sweep(
+        pts, db, n_workers=1, evaluator=counting_sleeper, progress=False, poll_s=0.05)))
+    t.start()
+    deadline = time.time() + 120
+    while not (log.exists() and log.read_text()) and time.time() < deadline:   # the cluster is up and computing
+        time.sleep(0.02)
+    reports["serial"] = run_sweep(pts, db, n_workers=0, evaluator=counting_sleeper, progress=False, poll_s=0.05)
+    t.join(timeout=150)
+    seeds = sorted(int(line.split()[0]) for line in log.read_text().splitlines())
+    assert seeds == list(range(n)), seeds                          # every point evaluated exactly once
+    for r in reports.values():
+        assert r.accounted == r.total == n and not r.failed, str(r)
+        assert r.already_stored + r.computed + r.computed_elsewhere == n
+    assert reports["dask"].computed + reports["serial"].computed == n
+    assert reports["dask"].computed > 0 and reports["serial"].computed > 0, [str(r) for r in reports.values()]
+    with ResultStore(db) as store:
+        assert len(store) == n and store.claims() == []

@@ -69,9 +69,9 @@ def test_serial_sweep_resumes_and_exports(tmp_path):
     db = tmp_path / "r.sqlite"
     pts = expand_grid(BASE, {"beta": [0.5, 1.0], "heads": [1, 4]}, draws=2)
     r1 = run_sweep(pts, db, n_workers=0, progress=False)
-    assert (r1.computed, r1.skipped, r1.failed) == (4, 0, [])
+    assert (r1.computed, r1.already_stored, r1.failed) == (4, 0, [])
     r2 = run_sweep(pts + pts, db, n_workers=0, progress=False)       # duplicates collapse, nothing recomputed
-    assert (r2.total, r2.computed, r2.skipped) == (4, 0, 4)
+    assert (r2.total, r2.computed, r2.already_stored) == (4, 0, 4)
     df = to_frame(db)
     assert len(df) == 4
     for _, row in df.iterrows():   # closed-form law moments match the configuration
@@ -99,7 +99,7 @@ def test_failed_points_are_logged_and_retried(tmp_path):
     with ResultStore(db) as s:
         assert len(s) == 2 and len(s.failures()) == 1
     r = run_sweep(pts, db, n_workers=0, evaluator=lambda p: {"seed": p.seed}, progress=False)
-    assert (r.computed, r.skipped) == (1, 2)
+    assert (r.computed, r.already_stored) == (1, 2)
 
 
 def test_cli_sweep_serial_with_spec_file_and_exports(tmp_path, capsys):

@@ -21,6 +21,26 @@ Schema (``SCHEMA_VERSION`` 1)::
         stored_at    REAL NOT NULL           -- unix time of the commit on the client
     )
     failures(id INTEGER PRIMARY KEY, point_key TEXT, sweep TEXT, error TEXT, at REAL)
+    claims(
+        point_key  TEXT PRIMARY KEY,         -- a point some runner is computing (or failed on)
+        owner      TEXT NOT NULL,            -- the runner: 'host:pid:uuid' (see new_owner_id)
+        state      TEXT NOT NULL,            -- 'running' or 'failed'
+        claimed_at REAL NOT NULL,
+        heartbeat  REAL NOT NULL             -- refreshed by the running owner; time of failure if 'failed'
+    )
+
+Claims (concurrent runners). Several sweeps may run on one database at the same time (processes on
+one or several hosts, each writing its own results). Before computing a point a runner *claims* it
+(:meth:`ResultStore.claim`, one ``BEGIN IMMEDIATE`` transaction, so two runners never both get a
+point): the claim succeeds if the point is not stored and nobody holds it, or holds it *stale* (the
+owner process is dead - same host, pid gone or a zombie - or its heartbeat is older than
+``stale_after`` seconds), or failed there before the claiming run began (a failed point is retried
+by the next run, not by runs that were already going). Storing a point deletes its claim in the
+same transaction as the insert; a failure turns it into ``state='failed'``; a runner that stops
+deletes its remaining ``running`` claims. A runner killed with SIGKILL leaves its claims behind;
+they are stale at once for runners on the same host, after ``stale_after`` for other hosts, so
+nothing is lost. The table is additive: an older attnspec ignores it (without claiming, it may then
+compute a point twice but still writes it once).
 
 Durability: the database runs in WAL mode with ``synchronous=FULL``; each finished point is one
 ``INSERT ... ON CONFLICT(point_key) DO NOTHING`` in its own transaction, committed before the next
@@ -32,9 +52,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import socket
 import sqlite3
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -42,9 +65,17 @@ from typing import Any, Iterable, Iterator
 from .. import __version__
 from .spec import SweepPoint
 
-__all__ = ["ResultStore", "StoredPoint", "code_version", "SCHEMA_VERSION"]
+__all__ = ["ResultStore", "StoredPoint", "code_version", "new_owner_id", "owner_alive", "SCHEMA_VERSION",
+           "CLAIMED", "STORED", "HELD", "FAILED_ELSEWHERE", "DEFAULT_STALE_AFTER_S"]
 
 SCHEMA_VERSION = 1
+
+#: Outcomes of :meth:`ResultStore.claim`.
+CLAIMED, STORED, HELD, FAILED_ELSEWHERE = "claimed", "stored", "held", "failed-elsewhere"
+
+#: A claim whose heartbeat is older than this many seconds is stale (for owners on other hosts;
+#: owners on this host are also checked by pid).
+DEFAULT_STALE_AFTER_S = 120.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT);
@@ -68,7 +99,41 @@ CREATE TABLE IF NOT EXISTS points(
 CREATE TABLE IF NOT EXISTS failures(
     id INTEGER PRIMARY KEY, point_key TEXT NOT NULL, sweep TEXT NOT NULL, error TEXT NOT NULL, at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS claims(
+    point_key TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    state TEXT NOT NULL,
+    claimed_at REAL NOT NULL,
+    heartbeat REAL NOT NULL
+);
 """
+
+
+def new_owner_id() -> str:
+    """A fresh runner identity ``host:pid:uuid`` (unique per call, also within one process)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def owner_alive(owner: str) -> bool | None:
+    """Whether the process of ``owner`` runs: ``True``/``False`` on this host, ``None`` (unknown) on another."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return None
+    try:   # a killed but not yet reaped process (zombie) answers kill(pid, 0) but is dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 @functools.lru_cache(maxsize=1)
@@ -185,6 +250,12 @@ class ResultStore:
         for row in self._conn.execute(q, (sweep,) if sweep else ()):
             yield self._decode(row)
 
+    def claims(self) -> list[dict]:
+        """All claims (running and failed), oldest first."""
+        cols = ("point_key", "owner", "state", "claimed_at", "heartbeat")
+        return [dict(zip(cols, r)) for r in
+                self._conn.execute(f"SELECT {', '.join(cols)} FROM claims ORDER BY claimed_at, point_key")]
+
     def failures(self) -> list[dict]:
         return [dict(zip(("point_key", "sweep", "error", "at"), r))
                 for r in self._conn.execute("SELECT point_key, sweep, error, at FROM failures ORDER BY id")]
@@ -205,9 +276,63 @@ class ResultStore:
                  json.dumps(list(point.evaluations)), json.dumps(point.tags, sort_keys=True, default=str),
                  version or code_version(), payload, float(started_at), float(finished_at),
                  float(finished_at) - float(started_at), worker, time.time()))
+            c.execute("DELETE FROM claims WHERE point_key = ?", (point.key,))   # stored: nobody needs to hold it
             return cur.rowcount == 1
 
-    def record_failure(self, key: str, error: str, sweep: str = "sweep") -> None:
+    def record_failure(self, key: str, error: str, sweep: str = "sweep", owner: str | None = None) -> None:
+        """Log a failed evaluation; with ``owner``, also mark that runner's claim on ``key`` as failed."""
+        now = time.time()
         with self._tx() as c:
-            c.execute("INSERT INTO failures(point_key, sweep, error, at) VALUES (?,?,?,?)",
-                      (key, sweep, error, time.time()))
+            c.execute("INSERT INTO failures(point_key, sweep, error, at) VALUES (?,?,?,?)", (key, sweep, error, now))
+            if owner is not None:
+                c.execute("UPDATE claims SET state = 'failed', heartbeat = ? WHERE point_key = ? AND owner = ?",
+                          (now, key, owner))
+
+    # ------------------------------------------------------------------ claims
+    def claim(self, key: str, owner: str, *, run_started_at: float = 0.0,
+              stale_after: float = DEFAULT_STALE_AFTER_S) -> str:
+        """Try to take point ``key`` for runner ``owner``, atomically (one ``BEGIN IMMEDIATE``).
+
+        Returns :data:`CLAIMED` (compute it), :data:`STORED` (its result is in the store),
+        :data:`HELD` (a live runner is computing it) or :data:`FAILED_ELSEWHERE` (another runner
+        failed on it at or after ``run_started_at``, the start of the claiming run). A claim that
+        is stale (see the module docstring) or a failure from before ``run_started_at`` is taken over.
+        """
+        now = time.time()
+        with self._tx() as c:
+            if c.execute("SELECT 1 FROM points WHERE point_key = ?", (key,)).fetchone() is not None:
+                return STORED
+            row = c.execute("SELECT owner, state, heartbeat FROM claims WHERE point_key = ?", (key,)).fetchone()
+            if row is None:
+                c.execute("INSERT INTO claims(point_key, owner, state, claimed_at, heartbeat) "
+                          "VALUES (?, ?, 'running', ?, ?)", (key, owner, now, now))
+                return CLAIMED
+            other, state, beat = row
+            if other != owner:
+                if state == "failed":
+                    if beat >= run_started_at:
+                        return FAILED_ELSEWHERE
+                elif not self._stale(other, beat, now, stale_after):
+                    return HELD
+            c.execute("UPDATE claims SET owner = ?, state = 'running', claimed_at = ?, heartbeat = ? "
+                      "WHERE point_key = ?", (owner, now, now, key))
+            return CLAIMED
+
+    @staticmethod
+    def _stale(owner: str, heartbeat: float, now: float, stale_after: float) -> bool:
+        alive = owner_alive(owner)
+        return alive is False or now - heartbeat > stale_after
+
+    def heartbeat(self, owner: str) -> int:
+        """Refresh the heartbeat of every running claim of ``owner``; the number of claims."""
+        with self._tx() as c:
+            return c.execute("UPDATE claims SET heartbeat = ? WHERE owner = ? AND state = 'running'",
+                             (time.time(), owner)).rowcount
+
+    def release(self, owner: str, keys: Iterable[str] | None = None) -> int:
+        """Delete the running claims of ``owner`` (only those on ``keys`` if given); how many."""
+        with self._tx() as c:
+            if keys is None:
+                return c.execute("DELETE FROM claims WHERE owner = ? AND state = 'running'", (owner,)).rowcount
+            return sum(c.execute("DELETE FROM claims WHERE owner = ? AND state = 'running' AND point_key = ?",
+                                 (owner, k)).rowcount for k in keys)
