@@ -133,8 +133,9 @@ def _bert(model: nn.Module) -> ModelAdapter | None:
         sites.append(AttentionSite(
             index=i, name=f"encoder.layer.{i}.attention.self", module=att, out_proj=layer.attention.output.dense,
             n_heads=H, n_kv_heads=H, head_dim=dh, d_out=layer.attention.output.dense.out_features,
-            weights_module=att, weights_pick=lambda out: out[1],
-            values_module=att.value, values_pick=lambda out, H=H: _heads_view(out, H), block=layer))
+            causal=bool(getattr(att, "is_causal", False)), weights_module=att, weights_pick=lambda out: out[1],
+            values_module=att.value, values_pick=lambda out, H=H: _heads_view(out, H), block=layer,
+            mask_kwarg="attention_mask"))
     tail = (lambda h: h) if base is model else None
     return ModelAdapter(model, sites, "encoder", tail, family="bert", base=base, blocks_broadcast=True)
 
@@ -154,11 +155,29 @@ def _gpt2(model: nn.Module) -> ModelAdapter | None:
             n_heads=H, n_kv_heads=H, head_dim=dh, d_out=att.c_proj.nf, causal=True,
             weights_module=att, values_module=att.c_attn,
             values_pick=lambda out, H=H, D=D: _heads_view(out[..., 2 * D:3 * D], H), block=block,
-            w_out_fn=lambda att=att: att.c_proj.weight.detach()))  # Conv1D weight is (in, out)
+            w_out_fn=lambda att=att: att.c_proj.weight.detach(),  # Conv1D weight is (in, out)
+            mask_kwarg="attention_mask",
+            # older transformers: eager GPT-2 adds a padding-only mask and applies its `bias` buffer itself
+            causal_inside=isinstance(getattr(att, "bias", None), torch.Tensor) and att.bias.dtype == torch.bool))
     lm = hasattr(model, "lm_head")
     tail = (lambda h: model.lm_head(tr.ln_f(h))) if lm else ((lambda h: tr.ln_f(h)) if tr is model else None)
     return ModelAdapter(model, sites, "causal-lm" if lm else "encoder", tail, family="gpt2", base=tr,
                         blocks_broadcast=True)
+
+
+def _layer_window(att: nn.Module, cfg: Any, i: int) -> int | None:
+    """Sliding window of decoder layer ``i``: the module's own ``sliding_window`` when it keeps one
+    (Qwen2, Gemma 3), else the config's: ``layer_types[i] == 'sliding_attention'`` with
+    ``sliding_window`` (per-layer patterns), or ``sliding_window`` for every layer when the config has
+    no ``layer_types`` (Mistral). Metadata for reports: the diagnosis reads the mask the layer receives."""
+    if hasattr(att, "sliding_window"):
+        w = att.sliding_window
+    else:
+        w = getattr(cfg, "sliding_window", None)
+        types = getattr(cfg, "layer_types", None)
+        if w and types is not None and i < len(types):
+            w = w if types[i] == "sliding_attention" else None
+    return int(w) if w else None
 
 
 def _llama(model: nn.Module) -> ModelAdapter | None:
@@ -178,13 +197,13 @@ def _llama(model: nn.Module) -> ModelAdapter | None:
         H = cfg.num_attention_heads
         Hkv = getattr(cfg, "num_key_value_heads", None) or H
         dh = getattr(att, "head_dim", None) or cfg.hidden_size // H
-        window = getattr(att, "sliding_window", None)
+        window = _layer_window(att, cfg, i)
         causal = getattr(att, "is_causal", True)
         sites.append(AttentionSite(
             index=i, name=f"model.layers.{i}.self_attn", module=att, out_proj=att.o_proj,
             n_heads=H, n_kv_heads=Hkv, head_dim=dh, d_out=att.o_proj.out_features, causal=bool(causal),
-            window=int(window) if window else None, weights_module=att, values_module=att.v_proj,
-            values_pick=lambda out, Hkv=Hkv: _heads_view(out, Hkv), block=layer))
+            window=window, weights_module=att, values_module=att.v_proj,
+            values_pick=lambda out, Hkv=Hkv: _heads_view(out, Hkv), block=layer, mask_kwarg="attention_mask"))
     norm = getattr(base, "norm", None)
     lm = getattr(model, "lm_head", None)
     softcap = getattr(cfg, "final_logit_softcapping", None)

@@ -3,10 +3,20 @@
 All hooks are registered inside context managers and removed on exit, also on error; the model's
 parameters and buffers are never written (``tests/test_models_hooks.py`` checks bit-identity).
 
-Shapes: ``A`` ``(B, H, L, L)``, ``V`` ``(B, H_kv, L, d_head)``, context ``C`` ``(B, L, H*d_head)``.
+Shapes: ``A`` ``(B, H, L, L)``, ``V`` ``(B, H_kv, L, d_head)``, context ``C`` ``(B, L, H*d_head)``,
+allowed set ``(B, L, L)`` (bool).
+
+The allowed set of a site is read from the mask its attention module actually receives (a forward
+pre-hook on the module, argument ``site.mask_kwarg``), not from the attention weights, so it does not
+depend on the attention kernel: an additive float mask ``(B, 1, L, L)`` (allowed where finite, above
+half the dtype minimum), a boolean one (True = attend), a ``(B, L)`` padding mask (FlashAttention; the
+site's causal and window rules are added) or ``None`` (no mask: the site's causal and window rules
+only). It is the model's own causal, padding, sliding-window and per-layer pattern; rows of padded
+queries are kept as the model has them (consumers intersect with the real queries).
 """
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -14,9 +24,10 @@ from typing import Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from .attention_calls import allowed_from_mask
 from .protocol import AttentionSite
 
-__all__ = ["Capture", "capture", "ablate", "gate", "HeadEdit"]
+__all__ = ["Capture", "capture", "ablate", "gate", "HeadEdit", "received_allowed"]
 
 
 @dataclass
@@ -27,6 +38,36 @@ class Capture:
     values: list = field(default_factory=list)
     contexts: list = field(default_factory=list)
     block_inputs: list = field(default_factory=list)  # (args, kwargs) per site
+    allowed: list = field(default_factory=list)  # (B, L, L) bool per site: the mask the module received, or None
+
+
+def received_allowed(site: AttentionSite, mask, B: int, L: int) -> torch.Tensor | None:
+    """Boolean ``(B, L, L)`` allowed set from the mask ``site``'s attention module received (see the
+    module docstring); ``None`` when the mask is of a kind attnspec cannot read (e.g. a flex-attention
+    ``BlockMask``), so that callers fall back to :meth:`AttentionSite.allowed`."""
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        return None
+    if mask is not None and mask.dim() == 3:
+        mask = mask[:, None]
+    structural = mask is None or mask.dim() == 2   # the site's own causal / window rules apply
+    if mask is not None and (mask.dim() not in (2, 4) or mask.shape[-1] != L or (not structural and mask.shape[-2] != L)):
+        return None   # e.g. keys from a cache: not a self-attention pass over the batch
+    ok = allowed_from_mask(mask, B, L, L, site.causal, site.window)
+    dist = torch.arange(L)[:, None] - torch.arange(L)[None, :]
+    if site.causal_inside:
+        ok &= (dist >= 0)[None]
+    if structural and site.window is not None and not site.causal:   # bidirectional window: |i - j| < window
+        ok &= (dist.abs() < site.window)[None]
+    return ok.to(torch.device("cpu"))
+
+
+def _mask_position(module, name: str) -> int | None:
+    """Position of argument ``name`` in ``module.forward`` (for masks passed positionally)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        return None
+    return params.index(name) if name in params else None
 
 
 def _mha_context(site: AttentionSite, mod, args, kwargs):
@@ -45,11 +86,29 @@ def _mha_output(mod, ctx, output):
 
 @contextmanager
 def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: bool = True) -> Iterator[Capture]:
-    """Record ``A``, ``V`` and the contexts at every site (and block inputs when ``blocks``)."""
-    cap = Capture([None] * len(sites), [None] * len(sites), [None] * len(sites), [None] * len(sites))
+    """Record ``A``, ``V``, the contexts and the allowed sets at every site (and block inputs when ``blocks``).
+
+    ``cap.allowed[i]``: the boolean ``(B, L, L)`` allowed set read from the mask site ``i``'s module
+    received (module docstring), or ``None`` for sites without ``mask_kwarg``.
+    """
+    n = len(sites)
+    cap = Capture([None] * n, [None] * n, [None] * n, [None] * n, [None] * n)
     handles = []
     try:
         for i, s in enumerate(sites):
+            if s.mask_kwarg is not None:
+                pos = _mask_position(s.module, s.mask_kwarg)
+
+                def m_hook(mod, args, kwargs, i=i, s=s, pos=pos):
+                    x = args[0] if args else kwargs.get("hidden_states")
+                    if s.mask_kwarg in kwargs:
+                        mask = kwargs[s.mask_kwarg]
+                    elif pos is not None and len(args) > pos:
+                        mask = args[pos]
+                    else:
+                        mask = None
+                    cap.allowed[i] = None if x is None else received_allowed(s, mask, x.shape[0], x.shape[1])
+                handles.append(s.module.register_forward_pre_hook(m_hook, with_kwargs=True))
             if s.recompute is not None:
                 def mha_hook(mod, args, kwargs, output, i=i, s=s):
                     A, V, ctx = _mha_context(s, mod, args, kwargs)

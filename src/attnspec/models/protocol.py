@@ -24,7 +24,8 @@ exposes:
                        kv head ``h // (H // n_kv_heads)``
 ``head_dim: int``      per-head value width ``d_head``
 ``causal: bool``       (optional, default False) query ``i`` may attend to keys ``j <= i`` only
-``window: int|None``   (optional) sliding window: keys with ``i - j < window`` only
+``window: int|None``   (optional) sliding window: keys with ``i - j < window`` only (causal), or
+                       ``|i - j| < window`` (bidirectional)
 ``attn_probe``         an ``nn.Identity`` the module calls on its attention weights, shape
                        ``(B, H, L, L)``, after softmax and masking: ``A = self.attn_probe(A)``
 ``value_probe``        an ``nn.Identity`` the module calls on its values, shape
@@ -105,7 +106,20 @@ class AttentionSite:
     causal : bool
         Causal attention (key ``j`` allowed for query ``i`` only if ``j <= i``).
     window : int or None
-        Sliding window (key ``j`` allowed only if ``i - j < window``); ``None`` = full.
+        Sliding window (key ``j`` allowed only if ``i - j < window``, or ``|i - j| < window`` for
+        bidirectional attention); ``None`` = full. For transformers models both come from the module
+        and its config (``is_causal``, ``layer_types``, ``sliding_window``); they are metadata for
+        reports and the fallback of :meth:`allowed`: the diagnosis reads the mask the module actually
+        receives (``mask_kwarg``).
+    mask_kwarg : str or None
+        Name of the attention module's ``forward`` argument that carries the mask it applies
+        (``'attention_mask'`` for the transformers families): :func:`attnspec.models.capture` records it,
+        as a boolean ``(B, L, L)`` allowed set, in ``Capture.allowed``. ``None``: nothing recorded, the
+        allowed set is :meth:`allowed` (custom modules, ``nn.MultiheadAttention``).
+    causal_inside : bool
+        The module applies the causal rule itself on top of the mask it receives (GPT-2 eager
+        attention in older transformers, with a ``bias`` buffer): the recorded allowed set is then
+        intersected with the causal rule.
     block : nn.Module or None
         The residual block that contains this layer, called as ``block(hidden, **kwargs)``; enables
         activation reuse in exact ablation. ``None`` falls back to full forward passes.
@@ -132,6 +146,8 @@ class AttentionSite:
     recompute: Callable | None = None
     w_out_fn: Callable | None = None
     kind: str = "hf"
+    mask_kwarg: str | None = None
+    causal_inside: bool = False
 
     def w_out(self) -> torch.Tensor:
         """``W_O`` as ``(H * d_head, d_out)`` so that the layer output is ``C @ W_O + b``."""
@@ -144,15 +160,17 @@ class AttentionSite:
         return h // (self.n_heads // self.n_kv_heads)
 
     def allowed(self, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Boolean ``(B, L, L)``: query ``i`` may attend key ``j`` (both real tokens, causal, window)."""
+        """Boolean ``(B, L, L)`` from the site's metadata: query ``i`` may attend key ``j`` (both real
+        tokens, causal, window). The diagnosis prefers the recorded mask (``Capture.allowed``)."""
         valid = attention_mask.bool()
         B, L = valid.shape
         ok = valid[:, :, None] & valid[:, None, :]
-        i = torch.arange(L)
+        i = torch.arange(L, device=valid.device)
+        dist = i[:, None] - i[None, :]
         if self.causal:
-            ok = ok & (i[None, :] <= i[:, None])[None]
+            ok = ok & (dist >= 0)[None]
         if self.window is not None:
-            ok = ok & ((i[:, None] - i[None, :]) < self.window)[None]
+            ok = ok & ((dist if self.causal else dist.abs()) < self.window)[None]
         return ok
 
     def describe(self) -> str:
