@@ -30,7 +30,7 @@ def random_bert_diag(tok):
 @pytest.fixture(scope="module")
 def minilm_diag(tok):
     model, _ = load_model("minilm")
-    return diagnose(model, tok, builtin_texts(16), bucket_size=8)
+    return diagnose(model, tok, builtin_texts(20), bucket_size=8)   # 20 texts: above the 400-token minimum for labels
 
 
 def test_random_bert_identification_recovers_beta(random_bert_diag):

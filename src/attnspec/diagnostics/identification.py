@@ -25,9 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .noise import TextNoise
-
-__all__ = ["row_scores", "score_sums", "fit", "surrogate_weights", "null_weights"]
+__all__ = ["row_scores", "score_sums", "fit", "add_sums", "surrogate_weights", "null_weights"]
 
 _TINY = 1e-30
 
@@ -73,31 +71,27 @@ def fit(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def surrogate_weights(A: torch.Tensor, allowed: torch.Tensor, scale: np.ndarray, beta: np.ndarray,
-                      alpha: np.ndarray, noise: TextNoise) -> torch.Tensor:
-    """Gaussian-equivalent weights ``(1 + beta_hat S + alpha_hat Z) / n_i`` on allowed entries
-    (``Z`` standard normal, drawn text by text by ``noise``)."""
+                      alpha: np.ndarray, Z: torch.Tensor) -> torch.Tensor:
+    """Gaussian-equivalent weights ``(1 + beta_hat S + alpha_hat Z) / n_i`` on allowed entries.
+
+    ``A`` ``(B, H, r, L)`` (a query tile), ``allowed`` ``(B, r, L)``, ``Z`` standard normal of ``A``'s
+    shape (:meth:`TextNoise.rows` with purpose ``Draw.GE_NOISE`` or ``Draw.NULL_GE_NOISE``).
+    """
     S, _, n = row_scores(A, allowed)
     t = lambda v: torch.as_tensor(v, dtype=A.dtype)[None, :, None, None]  # noqa: E731
-    Z = noise.randn((A.shape[1],), square=True, dtype=A.dtype)
     Sstd = S / t(np.where(scale > 0, scale, 1.0))
-    return (1 + t(beta) * Sstd + t(alpha) * Z) / n * allowed[:, None]
+    return (1 + t(beta) * Sstd + t(alpha) * Z.to(A.dtype)) / n * allowed[:, None]
 
 
-def null_weights(allowed: torch.Tensor, scale: np.ndarray, n_heads: int, noise: TextNoise,
-                 d_qk: int | None = None) -> torch.Tensor:
-    """A random head at the same temperature: ``softmax(s_h G)`` over allowed keys.
+def null_weights(allowed: torch.Tensor, scale: np.ndarray, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """A random head at the same temperature: ``softmax(s_h G)`` over allowed keys, for a query tile.
 
-    ``G = Q K^T / sqrt(d_qk)`` with ``Q, K`` iid standard normal ``(L, d_qk)``: the scores of the
-    random-matrix model (THEORY.md s.1, unit-variance entries, rank ``d_qk`` like a real head's);
-    ``d_qk=None`` uses iid N(0, 1) scores instead.
+    ``G = Q K^T / sqrt(d_qk)`` with ``Q`` ``(B, H, r, d_qk)`` (the tile's rows) and ``K``
+    ``(B, H, L, d_qk)`` iid standard normal (purpose ``Draw.NULL_SCORES``): the scores of the
+    random-matrix model (THEORY.md s.1, unit-variance entries, rank ``d_qk`` like a real head's).
+    ``allowed`` ``(B, r, L)``; rows with no allowed key are 0.
     """
-    if d_qk is None:
-        G = noise.randn((n_heads,), square=True)
-    else:
-        Q = noise.randn((n_heads,), (d_qk,))
-        K = noise.randn((n_heads,), (d_qk,))
-        G = Q @ K.transpose(-1, -2) / d_qk ** 0.5
+    G = Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5
     logits = G * torch.as_tensor(scale, dtype=G.dtype)[None, :, None, None]
     logits = logits.masked_fill(~allowed[:, None], float("-inf"))
-    A = torch.softmax(logits, dim=-1)
-    return torch.nan_to_num(A, nan=0.0)  # rows with no allowed key (padding queries)
+    return torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)

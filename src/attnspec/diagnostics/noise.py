@@ -1,20 +1,36 @@
-"""Seeded Gaussian noise drawn text by text, so that a diagnosis does not depend on batching.
+"""Seeded Gaussian noise drawn text by text, so that a diagnosis depends neither on batching nor on tiling.
 
-Every random draw of a diagnosis (Gaussian-equivalent noise, null heads, free rotations) is made for
-one text at a time, at the text's own length ``n_b``, from a generator seeded by ``(seed, purpose,
-layer, text)`` with ``text`` the text's position in the caller's list; the draw is then placed at the
-text's real tokens in the padded batch (zeros elsewhere). Bucket sizes, padding and the order of
-texts change no number of the diagnosis.
+Every random draw of a diagnosis has a named purpose (:class:`Draw`) and is made for one text at a
+time, at the text's own length ``n_b``, from a generator seeded by ``(seed, purpose, layer, text)``
+with ``text`` the text's position in the caller's list; the draw is then placed at the text's real
+tokens in the padded batch (zeros elsewhere). Draws that have a query axis are made query row by
+query row (``(n_rows, *lead, ...)`` in row-major order), so that computing them in query tiles of any
+size gives the same numbers. Bucket sizes, padding, tile sizes and the order of texts change no
+number of the diagnosis.
 """
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Sequence
 
 import torch
 
 from ..seeding import seed_of
 
-__all__ = ["TextNoise"]
+__all__ = ["Draw", "TextNoise"]
+
+
+class Draw(IntEnum):
+    """Purposes of the random draws of a diagnosis (one part of each draw's seed)."""
+
+    #: ``Z`` of each head's Gaussian equivalent ``(1 + beta S + alpha Z) / n``.
+    GE_NOISE = 1
+    #: ``Q, K`` of the null heads ``softmax(s_h Q K^T / sqrt(d))``.
+    NULL_SCORES = 2
+    #: ``Z`` of the null heads' Gaussian equivalent.
+    NULL_GE_NOISE = 3
+    #: Gaussian frames of the free rotation (free sum of the heads).
+    FREE_ROTATION = 4
 
 
 class TextNoise:
@@ -22,31 +38,54 @@ class TextNoise:
 
     Parameters
     ----------
-    seed, purpose, layer : int
-        Seed parts; ``purpose`` tells the draws of one layer apart.
+    seed : int
+    purpose : Draw
+        What the draws are for.
+    layer : int
     text_ids : sequence of int
         Position of each row of the batch in the caller's list of texts.
     valid : bool tensor ``(B, L)``
         Real tokens of each row.
+
+    Draws advance each text's generator: call :meth:`full` draws first, then :meth:`rows` on
+    consecutive query tiles in increasing order.
     """
 
-    def __init__(self, seed: int, purpose: int, layer: int, text_ids: Sequence[int], valid: torch.Tensor):
+    def __init__(self, seed: int, purpose: Draw, layer: int, text_ids: Sequence[int], valid: torch.Tensor):
         self.valid = valid.bool()
-        self.gens = [torch.Generator().manual_seed(seed_of(seed, purpose, layer, t)) for t in text_ids]
+        self.idx = [v.nonzero().squeeze(1) for v in self.valid]
+        self.gens = [torch.Generator().manual_seed(seed_of(seed, int(purpose), layer, t)) for t in text_ids]
 
-    def randn(self, lead: tuple[int, ...], tail: tuple[int, ...] = (), square: bool = False,
-              dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Standard normal ``(B, *lead, L, *tail)`` (``(B, *lead, L, L)`` when ``square``), zero outside
-        the real tokens; row ``b`` is drawn as ``(*lead, n_b, *tail)`` (or ``(*lead, n_b, n_b)``)."""
+    def full(self, lead: tuple[int, ...], tail: tuple[int, ...] = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Standard normal ``(B, *lead, L, *tail)``, zero outside the real tokens; text ``b`` draws
+        ``(*lead, n_b, *tail)``."""
         B, L = self.valid.shape
-        out = torch.zeros((B, *lead, L, *((L,) if square else tail)), dtype=dtype)
+        out = torch.zeros((B, *lead, L, *tail), dtype=dtype)
         nl = len(lead)
-        for b, g in enumerate(self.gens):
-            idx = self.valid[b].nonzero().squeeze(1)
-            n = idx.numel()
-            z = torch.randn((*lead, n, *((n,) if square else tail)), generator=g, dtype=dtype)
-            if square:
-                out[b][(slice(None),) * nl + (idx[:, None], idx[None, :])] = z
+        for b, (g, idx) in enumerate(zip(self.gens, self.idx)):
+            z = torch.randn((*lead, idx.numel(), *tail), generator=g, dtype=dtype)
+            out[b][(slice(None),) * nl + (idx,)] = z
+        return out
+
+    def rows(self, rows: slice, lead: tuple[int, ...], tail: tuple[int, ...] | None = None,
+             dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Standard normal for the query rows ``rows``: ``(B, *lead, r, *tail)``, or ``(B, *lead, r, L)``
+        over the real keys when ``tail`` is None (a square draw). Text ``b`` draws its real rows in the
+        tile as ``(n_rows, *lead, *tail)`` (``tail = (n_b,)`` for a square draw), row-major."""
+        B, L = self.valid.shape
+        start, stop = rows.indices(L)[:2]
+        r = stop - start
+        width = L if tail is None else None
+        out = torch.zeros((B, *lead, r, *((width,) if tail is None else tail)), dtype=dtype)
+        nl = len(lead)
+        for b, (g, idx) in enumerate(zip(self.gens, self.idx)):
+            q = idx[(idx >= start) & (idx < stop)]
+            if not q.numel():
+                continue
+            t = (idx.numel(),) if tail is None else tail
+            z = torch.randn((q.numel(), *lead, *t), generator=g, dtype=dtype).movedim(0, nl)  # (*lead, nq, *t)
+            if tail is None:
+                out[b][(slice(None),) * nl + ((q - start)[:, None], idx[None, :])] = z
             else:
-                out[b][(slice(None),) * nl + (idx,)] = z
+                out[b][(slice(None),) * nl + (q - start,)] = z
         return out

@@ -23,7 +23,12 @@ specific tokens consistently). Labels (column ``selection``):
 * ``sparse``: ``selection_score < threshold`` but ``score_scale > beta_max``: the attention is
   concentrated, yet its output spectrum departs from the equivalent no more than a random head's at
   that temperature does. Spectra cannot tell a consistent one-token pattern (e.g. attending to the
-  token itself) from random one-token picks; read ``confidence`` beside it.
+  token itself) from random one-token picks; read ``confidence`` beside it;
+* ``undetermined``: the statistics rest on fewer than ``min_tokens`` real tokens (default
+  :data:`MIN_TOKENS_FOR_LABEL` = 400). The selection score of a random head fluctuates with the
+  corpus size: on randomly initialized BERT, RoBERTa, GPT-2 and Llama (3 seeds each, 8 heads, built-in
+  texts), 14 of 96 heads came out "selective" on 25 tokens, 8 of 96 on 104, 1 of 96 on 197 and none on
+  383 to 1,636 tokens. Below the minimum no label is given (the scores are still reported).
 
 **Baselines** (named as in the literature, padding excluded):
 
@@ -42,17 +47,24 @@ import torch
 from ..spectra import ks_distance, moments, split_outliers, wasserstein1
 
 __all__ = ["baseline_sums", "baselines", "spectral_departure", "selection_score", "label", "DIFFUSE_THRESHOLD",
-           "BETA_MAX_DIFFUSE"]
+           "BETA_MAX_DIFFUSE", "MIN_TOKENS_FOR_LABEL", "LABELS"]
 
 #: Default threshold on the selection score below which a head is noise-like (log 2).
 DIFFUSE_THRESHOLD = math.log(2.0)
 #: Largest score scale at which a noise-like head is called diffuse (above: 'sparse').
 BETA_MAX_DIFFUSE = 1.5
+#: Fewest real tokens (all texts together) for a selection label; fewer give ``'undetermined'``.
+MIN_TOKENS_FOR_LABEL = 400
+#: The labels of column ``selection``.
+LABELS = ("selective", "diffuse", "sparse", "undetermined")
 
 
 def label(score: float, score_scale: float, threshold: float = DIFFUSE_THRESHOLD,
-          beta_max: float = BETA_MAX_DIFFUSE) -> str:
-    """``'selective'``, ``'diffuse'`` or ``'sparse'`` (see module docstring)."""
+          beta_max: float = BETA_MAX_DIFFUSE, n_tokens: float = math.inf,
+          min_tokens: int = MIN_TOKENS_FOR_LABEL) -> str:
+    """``'selective'``, ``'diffuse'``, ``'sparse'`` or ``'undetermined'`` (see module docstring)."""
+    if n_tokens < min_tokens or not math.isfinite(score):
+        return "undetermined"
     if score >= threshold:
         return "selective"
     return "diffuse" if score_scale <= beta_max else "sparse"

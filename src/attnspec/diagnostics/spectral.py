@@ -108,7 +108,7 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     k = np.clip(valid.sum(1).numpy() - 1, 0, dh)            # (B,)
     keep = (np.arange(dh)[None, :] < k[:, None])            # (B, dh)
     sig = np.sqrt(np.maximum(lam, 0)) * keep[:, None, :]
-    G = center(noise.randn((H,), (dh,), dtype=torch.float64), valid).numpy()
+    G = center(noise.full((H,), (dh,), dtype=torch.float64), valid).numpy()
     F = _frames(G)
     out = (F * sig[..., None, :]) @ np.swapaxes(W, -1, -2)
     return torch.from_numpy(np.ascontiguousarray(out)).to(M.dtype)

@@ -20,8 +20,9 @@ __all__ = ["make_batches"]
 
 
 def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, max_length: int = 128,
-                 bucket_size: int = 16) -> list[dict[str, Any]]:
-    """Length-bucketed batches (see module docstring)."""
+                 bucket_size: int = 16, first_id: int = 0) -> list[dict[str, Any]]:
+    """Length-bucketed batches (see module docstring); ``first_id`` is the position of ``texts[0]`` in the
+    caller's whole corpus (a shard of a larger corpus keeps its texts' global positions in ``order``)."""
     if not isinstance(bucket_size, int) or bucket_size < 1:
         raise ValueError(f"bucket_size must be an integer >= 1, got {bucket_size!r}")
     obj = tokenizer_or_inputs
@@ -63,5 +64,6 @@ def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, m
             ids[r, :n] = torch.tensor(enc["input_ids"][i])
             mask[r, :n] = 1
             special[r, :n] = torch.tensor(enc["special_tokens_mask"][i], dtype=torch.bool)
-        batches.append({"input_ids": ids, "attention_mask": mask, "special": special, "order": idx})
+        batches.append({"input_ids": ids, "attention_mask": mask, "special": special,
+                        "order": [first_id + i for i in idx]})
     return batches

@@ -15,70 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..diagnostics.columns import COLUMNS, HEATMAPS
+
 __all__ = ["write_report", "render_report", "HEATMAPS", "DESCRIPTIONS"]
 
-#: Heat-mapped head columns, with a colour map and a title.
-HEATMAPS = [
-    ("selection_score", "RdBu_r", "selection score log(D/D_null)"),
-    ("beta_hat", "viridis", "beta_hat (linear coefficient)"),
-    ("r2", "viridis", "R^2 of the linear fit"),
-    ("spec_w1_rel", "magma", "W1(head, Gaussian equiv.) / m1"),
-    ("entropy_ratio", "viridis_r", "entropy / log n (Clark et al.)"),
-    ("confidence", "magma", "confidence (Voita et al.)"),
-    ("cka_excess", "RdBu_r", "CKA with other heads - null"),
-    ("removal_spec_shift", "magma", "(a) spectral shift on removal"),
-    ("removal_spec_shift_ge", "magma", "(a) shift predicted by the Gaussian equivalent (H-1 heads)"),
-    ("removal_effect", "magma", "(b) exact removal effect"),
-    ("michel_importance", "magma", "(c) Michel et al. importance"),
-]
-
-DESCRIPTIONS = {
-    "score_scale": "Standard deviation of the head's row-centered logits: the inverse temperature beta it actually uses.",
-    "beta_hat": (
-        "Least-squares slope of l*A_ij - 1 on the standardized scores (THEORY.md s.2/s.6). A random head has "
-        "beta_hat = score_scale."),
-    "alpha_hat": (
-        "Residual standard deviation of that fit: the size of the nonlinear remainder (alpha_null: the "
-        "Gaussian-score value sqrt(e^{s^2}-1-s^2))."),
-    "r2": "Share of the variance of l*A - 1 explained by linear mixing of the scores.",
-    "spec_w1_rel": (
-        "W1 distance between the head's centered output spectrum and that of its fitted Gaussian equivalent "
-        "(same inputs, values and W_O; attention replaced by (11^T + beta_hat S + alpha_hat Z)/l), divided by"
-        " the equivalent's mean eigenvalue. spec_ks: KS distance; spec_outliers_per_text: eigenvalues above "
-        "the equivalent's largest."),
-    "selection_score": (
-        "log of spec_w1_rel over the same quantity for a null head (same values, W_O, masks and temperature, "
-        "random scores Q K^T/sqrt(d) of the theory's model). About 0 for noise-like heads; positive for heads"
-        " whose attention is structured beyond their temperature. Heads below the threshold (log 2) are "
-        "flagged diffuse when their score scale is at most 1.5 (where the Gaussian equivalence is "
-        "quantitative) and sparse otherwise (concentrated, but no more structured than a random head at that "
-        "temperature)."),
-    "entropy": (
-        "Clark et al. (2019): mean over real query tokens of the attention entropy; entropy_ratio divides by "
-        "log(number of attended tokens) (1 = uniform)."),
-    "confidence": "Voita et al. (2019): mean over real, non-special query tokens of the largest attention weight.",
-    "cka_mean": (
-        "Mean linear CKA (Kornblith et al. 2019) between this head's centered contexts and those of the other"
-        " heads of its layer; cka_null_mean: the same after independent Haar rotations (independent heads); "
-        "cka_excess = difference."),
-    "free_defect_w1_rel": (
-        "Layer: W1 between the layer's output spectrum and the spectrum of the free sum of its heads (each "
-        "head's context rotated by an independent Haar frame: same per-head spectra, no dependence), over the"
-        " free sum's mean eigenvalue."),
-    "interference": "Layer: ||sum_h Y_h||^2 / sum_h ||Y_h||^2 - 1, the share of output energy in cross terms between heads.",
-    "removal_spec_shift": "(a) W1 between the layer's output spectrum with and without the head, over the full spectrum's mean eigenvalue.",
-    "removal_spec_shift_ge": (
-        "(a) The same shift for the layer's Gaussian equivalent (each head's attention replaced by its fitted"
-        " surrogate) losing the same head: the Gaussian-equivalent prediction for H-1 heads (THEORY.md s.6)."),
-    "removal_effect": (
-        "(b) Exact ablation (head context set to 0): next-token loss increase in nats per token (causal LM, "
-        "column loss_increase) or mean 1 - cos between mean-pooled final hidden states (encoder, column "
-        "embedding_shift)."),
-    "michel_importance": (
-        "(c) Michel et al. (2019) E_x |dL/dxi_h| from one backward pass, normalized per layer (l2); for "
-        "encoders L is a random projection of the normalized pooled embedding orthogonal to it. "
-        "michel_importance_raw: before normalization."),
-}
+DESCRIPTIONS = COLUMNS["heads"]   # the column vocabulary of attnspec.diagnostics.columns
 
 
 def _png(fig) -> str:
@@ -187,7 +128,9 @@ def render_report(diag) -> str:
     esc = html.escape
     notes = "".join(f"<li>{esc(n)}</li>" for n in s.get("notes", []))
     sp = "".join(f"<li><code>{esc(k)}</code>: {v:.3f}</li>" for k, v in s.get("spearman", {}).items())
-    desc = "".join(f"<dt><code>{esc(k)}</code></dt><dd>{esc(v)}</dd>" for k, v in DESCRIPTIONS.items())
+    shown = [("heads", k) for k in diag.heads.columns] + [("layers", k) for k in diag.layers.columns
+                                                          if k not in diag.heads.columns]
+    desc = "".join(f"<dt><code>{esc(k)}</code></dt><dd>{esc(COLUMNS[t][k])}</dd>" for t, k in shown if k in COLUMNS[t])
     hm = _heatmaps(diag)
     spec = _spectra(diag)
     top = diag.heads.sort_values("selection_score", ascending=False).head(10)

@@ -1,0 +1,135 @@
+"""The column vocabulary of a diagnosis: one place that the tables, the report and ``docs/columns.md`` read.
+
+``COLUMNS[table][name]`` is the meaning of column ``name`` of table ``table`` (``'heads'``,
+``'layers'``, ``'pairs'``); :data:`HEATMAPS` lists the head columns the report draws as layer x head
+heat maps. :func:`markdown` renders the vocabulary (``docs/columns.md`` is its output; a test keeps
+them equal).
+"""
+from __future__ import annotations
+
+__all__ = ["COLUMNS", "HEATMAPS", "describe", "markdown"]
+
+_SELECTION = (
+    "log of spec_w1_rel over the same quantity for a null head (same values, W_O, masks and temperature, "
+    "random scores Q K^T/sqrt(d) of the theory's model). About 0 for noise-like heads; positive for heads "
+    "whose attention is structured beyond their temperature.")
+
+COLUMNS: dict[str, dict[str, str]] = {
+    "heads": {
+        "layer": "Layer index (0-based).",
+        "head": "Query head index within the layer.",
+        "kv_group": "Key/value head this query head reads (grouped-query attention; = head without sharing).",
+        "attention": "Mask of the layer: bidirectional or causal, with the sliding window if any.",
+        "n_tokens": "Real tokens the head's statistics were computed from (all texts).",
+        "score_scale": "Standard deviation of the head's row-centered logits: the inverse temperature it actually uses.",
+        "beta_hat": "Least-squares slope of l*A_ij - 1 on the standardized scores; a random head has beta_hat = score_scale.",
+        "alpha_hat": "Residual standard deviation of that fit: the size of the nonlinear remainder.",
+        "alpha_null": "Gaussian-score value of alpha at this score scale, sqrt(e^{s^2} - 1 - s^2).",
+        "r2": "Share of the variance of l*A - 1 explained by linear mixing of the scores.",
+        "spec_w1": "W1 distance between the head's centered output spectrum and its fitted Gaussian equivalent's.",
+        "spec_w1_rel": ("spec_w1 over the equivalent's mean eigenvalue (the equivalent: same inputs, values and W_O, "
+                        "attention replaced by (11^T + beta_hat S + alpha_hat Z)/l)."),
+        "spec_ks": "Kolmogorov-Smirnov distance between the same two spectra.",
+        "spec_outliers_per_text": "Eigenvalues above the equivalent's largest, per text.",
+        "spec_m1": "Mean eigenvalue of the head's centered output spectrum.",
+        "spec_m1_ge": "Mean eigenvalue of its Gaussian equivalent's spectrum.",
+        "null_w1_rel": "spec_w1_rel of the null head (random scores at the head's temperature).",
+        "selection_score": _SELECTION,
+        "selection": ("Label: selective (selection_score >= threshold), diffuse (below, score_scale <= 1.5), sparse "
+                      "(below, score_scale > 1.5), or undetermined (fewer real tokens than the documented minimum)."),
+        "diffuse": "selection == 'diffuse'.",
+        "entropy": "Clark et al. (2019): mean over real query tokens of the attention entropy.",
+        "entropy_uniform": "Mean of log(number of attended tokens): the entropy of uniform attention.",
+        "entropy_ratio": "Mean of entropy / log(number of attended tokens) (1 = uniform).",
+        "confidence": "Voita et al. (2019): mean over real, non-special query tokens of the largest attention weight.",
+        "cka_mean": "Mean linear CKA (Kornblith et al. 2019) between this head's centered contexts and the other heads'.",
+        "cka_max": "Largest CKA with another head of the layer.",
+        "cka_partner": "The head with that largest CKA (-1 for a single-head layer).",
+        "cka_null_mean": "cka_mean after independent Haar rotations of every head (independent heads, same size).",
+        "cka_excess": "cka_mean - cka_null_mean.",
+        "energy_share": "Share of the layer's output energy sum_h ||Y_h||^2 carried by this head.",
+        "removal_spec_shift": "(a) W1 between the layer's output spectrum with and without the head, over its mean eigenvalue.",
+        "removal_spec_shift_ge": ("(a) The same shift for the layer's Gaussian equivalent losing the same head: the "
+                                  "Gaussian-equivalent prediction for the H-1 remaining heads."),
+        "removal_effect": ("(b) Exact ablation (head context set to 0): next-token loss increase in nats per token "
+                           "(causal LM) or mean 1 - cos of mean-pooled final hidden states (encoder)."),
+        "loss_increase": "removal_effect of a causal LM (nats per predicted token).",
+        "embedding_shift": "removal_effect of an encoder (mean 1 - cos of the pooled embedding).",
+        "removal_effect_mean": "(b) The same with the head's context replaced by its mean over real tokens (mean ablation).",
+        "michel_importance": ("(c) Michel et al. (2019) E_x |dL/dxi_h| from one backward pass, normalized per layer "
+                              "(l2); for encoders L is a random projection of the pooled embedding."),
+        "michel_importance_raw": "(c) michel_importance before the per-layer normalization (comparable across layers).",
+    },
+    "layers": {
+        "layer": "Layer index (0-based).",
+        "attention": "Mask of the layer: bidirectional or causal, with the sliding window if any.",
+        "n_heads": "Query heads.",
+        "n_kv_heads": "Key/value heads (fewer than n_heads: grouped-query attention).",
+        "head_dim": "Per-head value width.",
+        "d_out": "Output width of the output projection.",
+        "theory_applies": "Bidirectional attention and no binding window: the full-attention theory applies as stated.",
+        "window_binds": "A sliding window shorter than the longest text.",
+        "value_power": "Value-path power c of the layer (sum over heads of the mean squared entry of P V_h W_O^h).",
+        "spec_m1": "Mean eigenvalue of the layer's centered output spectrum.",
+        "ge_m1": "Mean eigenvalue of the layer's Gaussian equivalent's spectrum.",
+        "ge_w1_rel": "W1 between the layer's spectrum and its Gaussian equivalent's, over the latter's mean eigenvalue.",
+        "ge_ks": "KS distance between the same two spectra.",
+        "free_defect_w1_rel": ("W1 between the layer's spectrum and the free sum of its heads (each head's context "
+                               "Haar-rotated: same per-head spectra, no dependence), over the free sum's mean eigenvalue."),
+        "free_defect_ks": "KS distance between the same two spectra.",
+        "free_m1": "Mean eigenvalue of the free sum's spectrum.",
+        "interference": "||sum_h Y_h||^2 / sum_h ||Y_h||^2 - 1: share of output energy in cross terms between heads.",
+        "cka_mean": "Mean CKA over head pairs.",
+        "cka_null_mean": "Mean null CKA over head pairs.",
+        "cka_shared_kv_mean": "Mean CKA over pairs sharing a key/value head.",
+        "cka_unshared_kv_mean": "Mean CKA over pairs not sharing a key/value head.",
+        "beta_hat_mean": "Mean beta_hat of the layer's heads.",
+        "score_scale_mean": "Mean score_scale of the layer's heads.",
+        "n_diffuse": "Heads labelled diffuse.",
+        "n_selective": "Heads labelled selective.",
+        "n_sparse": "Heads labelled sparse.",
+        "n_undetermined": "Heads left undetermined (too few tokens).",
+    },
+    "pairs": {
+        "layer": "Layer index.",
+        "head_a": "First head of the pair.",
+        "head_b": "Second head of the pair.",
+        "cka": "Linear CKA of the two heads' centered contexts (1: equal up to rotation and scale).",
+        "cka_null": "The same after independent Haar rotations (the value of independent heads at this size).",
+        "cka_excess": "cka - cka_null.",
+        "output_corr": "<Y_a, Y_b>_F / (||Y_a|| ||Y_b||) of the heads' outputs (positive: reinforce, negative: cancel).",
+        "shared_kv": "The two heads read the same key/value head.",
+    },
+}
+
+#: Heat-mapped head columns of the report: (column, colour map, title).
+HEATMAPS = [
+    ("selection_score", "RdBu_r", "selection score log(D/D_null)"),
+    ("beta_hat", "viridis", "beta_hat (linear coefficient)"),
+    ("r2", "viridis", "R^2 of the linear fit"),
+    ("spec_w1_rel", "magma", "W1(head, Gaussian equiv.) / m1"),
+    ("entropy_ratio", "viridis_r", "entropy / log n (Clark et al.)"),
+    ("confidence", "magma", "confidence (Voita et al.)"),
+    ("cka_excess", "RdBu_r", "CKA with other heads - null"),
+    ("removal_spec_shift", "magma", "(a) spectral shift on removal"),
+    ("removal_spec_shift_ge", "magma", "(a) shift predicted by the Gaussian equivalent (H-1 heads)"),
+    ("removal_effect", "magma", "(b) exact removal effect"),
+    ("michel_importance", "magma", "(c) Michel et al. importance"),
+]
+
+
+def describe(name: str, table: str = "heads") -> str:
+    """Meaning of column ``name`` of ``table``; ``KeyError`` for a column outside the vocabulary."""
+    return COLUMNS[table][name]
+
+
+def markdown() -> str:
+    """The vocabulary as Markdown (the content of ``docs/columns.md``)."""
+    out = ["# Columns of a diagnosis", "",
+           "Generated from `attnspec.diagnostics.columns` (the tables, the report and this page read the same "
+           "vocabulary).", ""]
+    for table, cols in COLUMNS.items():
+        out += [f"## `{table}.csv`", "", "| column | meaning |", "|---|---|"]
+        out += [f"| `{k}` | {v.replace('|', '/')} |" for k, v in cols.items()]
+        out.append("")
+    return "\n".join(out)

