@@ -24,6 +24,10 @@ def _tiny(family):
         cfg = transformers.Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                        num_attention_heads=4, num_key_value_heads=1, **common)
         return transformers.Qwen2ForCausalLM(cfg).eval()
+    if family == "mistral":  # window 4 < the batch's 9 tokens: the window binds
+        cfg = transformers.MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, sliding_window=4, **common)
+        return transformers.MistralForCausalLM(cfg).eval()
     if family == "gemma3":
         cfg = transformers.Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
                                             num_attention_heads=4, num_key_value_heads=1, head_dim=8,
@@ -48,7 +52,7 @@ def _batch(B=3, L=9, pad=True):
             "order": list(range(B))}
 
 
-FAMILIES = ["bert", "gpt2", "llama", "qwen2", "gemma3"]
+FAMILIES = ["bert", "gpt2", "llama", "qwen2", "mistral", "gemma3"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -105,6 +109,18 @@ def test_gqa_and_window_geometry():
     assert cfg.key_groups == cfg.value_groups == 1 and cfg.n_heads == 4
     allowed = ad.sites[0].allowed(torch.ones(1, 8))
     assert allowed[0, 7].tolist() == [False] * 4 + [True] * 4  # window of 4, causal
+
+
+def test_mistral_window_from_config():
+    """Mistral keeps its window on the config only (not on the attention module)."""
+    ad = adapt(_tiny("mistral"))
+    assert [s.window for s in ad.sites] == [4, 4] and all(s.causal for s in ad.sites)
+    b = _batch()
+    with torch.no_grad(), capture(ad.sites) as cap:
+        ad.run(b)
+    for i, s in enumerate(ad.sites):
+        want = s.allowed(b["attention_mask"])
+        assert torch.equal(cap.allowed[i] & b["attention_mask"].bool()[:, :, None], want)
 
 
 def test_zeroing_head_equals_manual_bert():
