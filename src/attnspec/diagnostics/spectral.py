@@ -76,7 +76,8 @@ def layer_eigs(Y: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray
 
     Returns ``(..., n)`` pooled over texts (leading axes kept)."""
     d_out = Y.shape[-1]
-    ev = gram_eigenvalues(Y.float().numpy()).astype(np.float64) * (lengths[:, None] / (d_out * scale))
+    Yn = Y.numpy() if Y.dtype == torch.float64 else Y.float().numpy()   # float32 unless the model is float64
+    ev = gram_eigenvalues(Yn).astype(np.float64) * (lengths[:, None] / (d_out * scale))
     r = np.minimum(lengths - 1, d_out)
     lead = ev.shape[:-2]
     flat = ev.reshape((-1,) + ev.shape[-2:])
@@ -97,7 +98,8 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
 
     ``M_h = U_h Sigma_h W_h^T``; ``F_h`` is a Haar-random orthonormal frame (polar factor of a
     Gaussian matrix) in the centered span of the text's real tokens, independent across heads and
-    texts. Each head keeps its own Gram matrix ``M_h^T M_h`` (hence its spectrum and its coupling to
+    texts (the signs of ``W_h``'s columns are fixed, largest entry positive, so that equal inputs up to
+    rounding give equal rotations). Each head keeps its own Gram matrix ``M_h^T M_h`` (hence its spectrum and its coupling to
     ``W_O^h``); only the alignment of heads in token space, i.e. their dependence, is destroyed.
     Shape ``(B, H, L, dh)``.
     """
@@ -105,6 +107,8 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     Mn = M.double().numpy()
     lam, W = np.linalg.eigh(np.swapaxes(Mn, -1, -2) @ Mn)
     lam, W = lam[..., ::-1], W[..., ::-1]                   # descending
+    big = np.take_along_axis(W, np.abs(W).argmax(-2)[..., None, :], axis=-2)
+    W = W * np.where(big < 0, -1.0, 1.0)                      # eigenvector signs fixed: a continuous map of M
     k = np.clip(valid.sum(1).numpy() - 1, 0, dh)            # (B,)
     keep = (np.arange(dh)[None, :] < k[:, None])            # (B, dh)
     sig = np.sqrt(np.maximum(lam, 0)) * keep[:, None, :]

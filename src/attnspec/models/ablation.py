@@ -67,11 +67,11 @@ class FunctionalMetric:
 
     def __init__(self, adapter: ModelAdapter, batch: dict, tail: Callable | None, token_chunk: int = 512):
         self.kind = adapter.kind
-        self.mask = batch["attention_mask"].bool()
+        self.mask = batch["attention_mask"].bool().to(adapter.device)
         self.tail = tail
         self.token_chunk = token_chunk
         if self.kind == "causal-lm":
-            self.target = batch["input_ids"][:, 1:]
+            self.target = batch["input_ids"][:, 1:].to(adapter.device)
             self.pred_mask = self.mask[:, 1:] & self.mask[:, :-1]
             self.n_tokens = int(self.pred_mask.sum())
 
@@ -82,9 +82,9 @@ class FunctionalMetric:
         h = hidden[:, :-1]
         pm = self.pred_mask.repeat(K, 1)
         tgt = self.target.repeat(K, 1)[pm]
-        rows = torch.arange(K * B)[:, None].expand_as(pm)[pm]
+        rows = torch.arange(K * B, device=pm.device)[:, None].expand_as(pm)[pm]
         hv = h[pm]
-        out = torch.zeros(K * B, dtype=torch.float64)
+        out = torch.zeros(K * B, dtype=torch.float64, device=hv.device)
 
         def chunk_nll(hc, tc):
             logits = self.tail(hc).float()
@@ -119,10 +119,10 @@ class FunctionalMetric:
         """Per-replica effect summed over texts and the normalizer: ``(sum (K,), count)``."""
         if self.kind == "causal-lm":
             nll = self.nll(output, K) if from_hidden else self._nll_from_logits(output, K)
-            return (nll - self.ref[None]).sum(1).numpy(), np.full(K, self.n_tokens)
+            return (nll - self.ref[None]).sum(1).cpu().numpy(), np.full(K, self.n_tokens)
         e = self.pooled(output, K)
         cos = torch.nn.functional.cosine_similarity(e.double(), self.ref[None].double(), dim=-1)
-        return (1 - cos).sum(1).numpy(), np.full(K, e.shape[1])
+        return (1 - cos).sum(1).cpu().numpy(), np.full(K, e.shape[1])
 
 
 def _edit(mode: str, heads: Sequence[int], means) -> HeadEdit:
@@ -225,7 +225,8 @@ def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.n
     """
     sites = adapter.sites
     B = batch["attention_mask"].shape[0]
-    gates = [torch.ones(B, s.n_heads, requires_grad=True) for s in sites]
+    dtype = next(adapter.model.parameters()).dtype
+    gates = [torch.ones(B, s.n_heads, requires_grad=True, device=adapter.device, dtype=dtype) for s in sites]
     metric = FunctionalMetric(adapter, batch, adapter.tail)
     with torch.enable_grad(), gate(sites, gates):
         if adapter.kind == "causal-lm" and adapter.tail is not None:
@@ -239,7 +240,7 @@ def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.n
             e = metric.pooled(out)[0].double()
             ids = batch.get("order", range(B))    # text positions: probes do not depend on batching
             r = torch.stack([torch.randn(e.shape[-1], dtype=torch.float64,
-                                         generator=torch.Generator().manual_seed(seed_of(seed, t))) for t in ids])
+                                         generator=torch.Generator().manual_seed(seed_of(seed, t))) for t in ids]).to(e.device)
             u = (e / e.norm(dim=-1, keepdim=True)).detach()
             r = r - (r * u).sum(-1, keepdim=True) * u
             loss_b = (r * e / e.norm(dim=-1, keepdim=True)).sum(-1)
@@ -247,7 +248,7 @@ def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.n
     H = max(s.n_heads for s in sites)
     out = np.full((len(sites), H), np.nan)
     for i, g in enumerate(grads):
-        out[i, :g.shape[1]] = g.abs().sum(0).numpy()
+        out[i, :g.shape[1]] = g.abs().sum(0).double().cpu().numpy()
     if adapter.kind != "causal-lm":
         out *= math.sqrt(math.pi / 2)
     return out

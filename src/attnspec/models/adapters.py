@@ -10,8 +10,8 @@ Supported out of the box (detected from the module structure, never by modifying
 * ``torch.nn.MultiheadAttention`` (self-attention, weights recomputed from the call's inputs);
 * custom modules following :class:`attnspec.models.protocol.CustomAttention`.
 
-Transformers models must run with eager attention (``attn_implementation="eager"``) so that the
-attention weights exist; :func:`adapt` checks it.
+Any attention implementation works (eager, SDPA, FlashAttention): the diagnosis records the inputs of
+each attention call (:mod:`attnspec.models.attention_calls`) and recomputes the weights it needs.
 """
 from __future__ import annotations
 
@@ -73,12 +73,22 @@ class ModelAdapter:
     def can_reuse(self) -> bool:
         return self.tail is not None and all(s.block is not None for s in self.sites)
 
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's first parameter (inputs are moved there)."""
+        p = next(self.model.parameters(), None)
+        return p.device if p is not None else torch.device("cpu")
+
+    def _ids(self, batch: dict) -> dict:
+        d = self.device
+        return {"input_ids": batch["input_ids"].to(d), "attention_mask": batch["attention_mask"].to(d)}
+
     def run(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Full forward; returns the functional output (final hidden states or logits)."""
         if self.kind == "generic":
             out = self.model(*batch["args"], **batch.get("kwargs", {}))
         else:
-            out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **self._extra())
+            out = self.model(**self._ids(batch), **self._extra())
         return _main_output(out)
 
     def _extra(self) -> dict:
@@ -88,7 +98,7 @@ class ModelAdapter:
         """Forward through the base model only (no LM head: vocabularies can be large)."""
         if self.base is None or self.kind == "generic":
             return self.run(batch)
-        return self.base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **self._extra())
+        return self.base(**self._ids(batch), **self._extra())
 
     def describe(self) -> str:
         return f"{type(self.model).__name__} ({self.family}, {self.kind}): {len(self.sites)} attention layers"
@@ -104,14 +114,6 @@ def _main_output(out: Any) -> torch.Tensor:
     if isinstance(out, (tuple, list)):
         return out[0]
     raise AdapterError(f"cannot find a tensor output in {type(out).__name__}")
-
-
-def _check_eager(model: nn.Module) -> None:
-    cfg = getattr(model, "config", None)
-    impl = getattr(cfg, "_attn_implementation", None)
-    if impl not in (None, "eager"):
-        raise AdapterError(f"attention implementation is {impl!r}: attention weights are not materialized; "
-                           "load the model with attn_implementation='eager' (attnspec.load_model does)")
 
 
 # ----------------------------------------------------------------------------- families
@@ -288,7 +290,6 @@ def adapt(model: nn.Module | ModelAdapter) -> ModelAdapter:
     custom = _custom_sites(model)
     if custom:
         return ModelAdapter(model, custom, "generic", None, family="custom")
-    _check_eager(model)
     for fam in (_bert, _gpt2, _llama):
         ad = fam(model)
         if ad is not None:

@@ -70,18 +70,19 @@ class AttentionCall:
 
     def _kv(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         rep = self.n_heads // self.n_kv_heads
-        t = t.to(device="cpu", dtype=dtype)
+        t = t.to(dtype=dtype)
         return t.repeat_interleave(rep, dim=1) if rep > 1 else t
 
     def logits(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Raw logits ``(B, H, r, L)`` of the query rows ``rows`` (before masking)."""
-        q = self.query[:, :, rows].to(device="cpu", dtype=dtype)
+        """Raw logits ``(B, H, r, L)`` of the query rows ``rows`` (before masking), computed on the
+        tensors' device in ``dtype`` and returned on the CPU."""
+        q = self.query[:, :, rows].to(dtype=dtype)
         s = (q @ self._kv(self.key, dtype).transpose(-1, -2)) * self.scaling
         if self.softcap:
             s = torch.tanh(s / self.softcap) * self.softcap
         if self.position_bias is not None:
-            s = s + self.position_bias[..., rows, :].to(device="cpu", dtype=dtype)
-        return s
+            s = s + self.position_bias[..., rows, :].to(dtype=dtype)
+        return s.cpu()
 
     def weights(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Attention weights ``(B, H, r, L)`` of the query rows ``rows``; rows with no allowed key are 0."""
@@ -102,7 +103,8 @@ def allowed_from_mask(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causa
     ``mask``: ``None``, a boolean ``(B or 1, 1 or H, Lq, Lk)`` (True = attend), an additive float mask
     of that shape (finite, not ``-inf``/dtype-minimum entries are allowed) or a 2-D ``(B, Lk)`` padding
     mask (1 = real token; FlashAttention). ``None`` and 2-D masks get the causal rule (when ``causal``)
-    and ``window`` (keys ``i - j < window``); ``valid`` ``(B, L)`` removes padded queries and keys.
+    and ``window`` (keys with ``i - j < window``; ``|i - j| < window`` for bidirectional attention);
+    ``valid`` ``(B, L)`` removes padded queries and keys.
     """
     i = torch.arange(Lq)[:, None] + (Lk - Lq)
     j = torch.arange(Lk)[None, :]
@@ -111,7 +113,7 @@ def allowed_from_mask(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causa
         if causal:
             ok &= (j <= i)[None]
         if window is not None:
-            ok &= ((i - j) < window)[None]
+            ok &= (((i - j) if causal else (i - j).abs()) < window)[None]
         if mask is not None:
             ok &= mask.to("cpu").bool()[:, None, :]
     else:

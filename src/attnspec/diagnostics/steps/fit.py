@@ -44,7 +44,8 @@ class LayerFitSums:
     n_tokens: float = 0.0
 
     def update(self, lb: LayerBatch, W: torch.Tensor) -> "LayerFitSums":
-        """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)`` float32."""
+        """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)``."""
+        W = W.to(lb.dtype)
         H = lb.site.n_heads
         Vg = lb.grouped_values()
         ctx = np.zeros((H, Vg.shape[-1]))
@@ -77,23 +78,19 @@ class LayerFitSums:
 
     def context_means(self) -> torch.Tensor:
         """Mean context of each head over real tokens ``(H, d_head)`` (mean ablation)."""
-        return torch.as_tensor(self.context_sum / max(self.n_tokens, 1.0)).float()
-
-
-def _null_keys(lb_valid: torch.Tensor, order, layer: int, H: int, d: int, seed: int) -> tuple[TextNoise, torch.Tensor]:
-    noise = TextNoise(seed, Draw.NULL_SCORES, layer, order, lb_valid)
-    return noise, noise.full((H,), (d,))
+        return torch.as_tensor(self.context_sum / max(self.n_tokens, 1.0))
 
 
 def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: int, H: int, d: int,
-                      scale: np.ndarray, seed: int, tile_rows: int):
+                      scale: np.ndarray, seed: int, tile_rows: int, dtype: torch.dtype = torch.float32):
     """Null-head weights of one layer batch, tile by tile: yields ``(rows, A0)`` with ``A0``
     ``(B, H, r, L)`` (:func:`..identification.null_weights`; ``K`` drawn first, then ``Q`` row by row)."""
-    noise, K = _null_keys(valid, order, layer, H, d, seed)
+    noise = TextNoise(seed, Draw.NULL_SCORES, layer, order, valid)
+    K = noise.full((H,), (d,), dtype=dtype)
     L = valid.shape[1]
     for r0 in range(0, L, tile_rows):
         rows = slice(r0, min(L, r0 + tile_rows))
-        Q = noise.rows(rows, (H,), (d,))
+        Q = noise.rows(rows, (H,), (d,), dtype=dtype)
         yield rows, ident.null_weights(allowed[:, rows], scale, Q, K)
 
 
@@ -131,8 +128,8 @@ class NullFitSums:
     scores: dict | None = None
 
     def update(self, allowed: torch.Tensor, valid: torch.Tensor, order, layer: int, H: int, d: int,
-               scale: np.ndarray, seed: int, tile_rows: int) -> "NullFitSums":
-        for rows, A0 in null_tile_weights(allowed, valid, order, layer, H, d, scale, seed, tile_rows):
+               scale: np.ndarray, seed: int, tile_rows: int, dtype: torch.dtype = torch.float32) -> "NullFitSums":
+        for rows, A0 in null_tile_weights(allowed, valid, order, layer, H, d, scale, seed, tile_rows, dtype):
             self.scores = _add(self.scores, ident.score_sums(A0, allowed[:, rows]))
         return self
 

@@ -35,16 +35,16 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int) -> dict[str, torch.T
     H, i = lb.site.n_heads, lb.index
     Vg = lb.grouped_values()
     B, _, L, dv = Vg.shape
-    out = {k: torch.zeros(B, H, L, dv) for k in HEAD_SPECTRA}
+    out = {k: torch.zeros(B, H, L, dv, dtype=lb.dtype) for k in HEAD_SPECTRA}
     z_ge = TextNoise(seed, Draw.GE_NOISE, i, lb.order, lb.valid)
     z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, lb.order, lb.valid)
     nulls = null_tile_weights(lb.allowed, lb.valid, lb.order, i, H, lb.site.head_dim, f["score_scale"], seed,
-                              lb.tile_rows)
+                              lb.tile_rows, lb.dtype)
     for rows, A0 in nulls:
         A, al = lb.weights_of(rows), lb.allowed[:, rows]
-        Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"], z_ge.rows(rows, (H,)))
+        Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"], z_ge.rows(rows, (H,), dtype=lb.dtype))
         A0ge = ident.surrogate_weights(A0, al, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"],
-                                       z_null.rows(rows, (H,)))
+                                       z_null.rows(rows, (H,), dtype=lb.dtype))
         for key, W in (("act", A), ("ge", Age), ("null", A0), ("nullge", A0ge)):
             out[key][:, :, rows] = W @ Vg
     return out
@@ -61,7 +61,7 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     valid = lb.valid
     lengths = valid.sum(1).numpy()
     H, dh, i = lb.site.n_heads, lb.site.head_dim, lb.index
-    Wh = W.view(H, dh, -1)
+    Wh = W.to(lb.dtype).view(H, dh, -1)
     Ks = spec.sqrt_psd(Wh @ Wh.transpose(-1, -2))
     M = {k: spec.center(C, valid) for k, C in _contexts(lb, f, f0, seed).items()}
     heads = {k: spec.head_eigs(M[k], Ks, lengths, ch, lb.site.d_out) for k in HEAD_SPECTRA}
