@@ -37,7 +37,7 @@ def _train(a) -> int:
 
     torch.set_num_threads(a.threads)
     exp = run_experiment(a.arch, default_sim(a.classes, quick=a.quick, seed=a.seed), None,
-                         dict(epochs=a.epochs, lr=3e-3, max_seconds=a.max_seconds), out=a.out, diagnose=False)
+                         dict(epochs=a.epochs, lr=3e-3), out=a.out, diagnose=False)
     print(exp.result.line(a.arch))
     print(f"checkpoint: {Path(a.out) / 'checkpoint'}")
     return 0
@@ -85,9 +85,8 @@ def main(argv=None) -> int:
     t.add_argument("arch", choices=("anisotropic", "staged", "spd", "diffuse"))
     t.add_argument("out")
     t.add_argument("--classes", type=int, default=2, choices=(2, 4))
-    t.add_argument("--epochs", type=int, default=20)
-    t.add_argument("--max-seconds", type=float, default=170.0)
-    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--epochs", type=int, default=20, help="training epochs (a count, never a time budget)")
+    t.add_argument("--threads", type=int, default=2, help="torch threads (the weights depend on the thread count)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--quick", action="store_true")
     t.set_defaults(func=_train)

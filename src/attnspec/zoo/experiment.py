@@ -17,9 +17,17 @@ from .checkpoint import build, save
 from .eeg_sim import SimConfig, make_dataset
 from .train import TrainResult, split, train_and_evaluate
 
-__all__ = ["Experiment", "default_sim", "run_experiment", "diffuse_table"]
+__all__ = ["Experiment", "default_sim", "DEFAULT_EPOCHS", "QUICK_EPOCHS", "run_experiment", "diffuse_table"]
 
 CLASSES = {2: ("left_hand", "right_hand"), 4: ("left_hand", "right_hand", "feet", "tongue")}
+
+#: Training epochs of the examples, ``python -m attnspec.zoo train`` and the benchmark, for every
+#: model and class count on :func:`default_sim` data: a fixed count, not a time budget, so that the
+#: same seed (and torch thread count) gives the same model on a busy or an idle machine.
+DEFAULT_EPOCHS = 20
+
+#: Epochs of the ``quick`` smoke setting (small easy data).
+QUICK_EPOCHS = 8
 
 
 def default_sim(n_classes: int = 2, quick: bool = False, seed: int = 0) -> SimConfig:
