@@ -256,7 +256,13 @@ class MHSAConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "MHSAConfig":
         known = {f.name for f in fields(cls) }
-        data = dict(data.get("mhsa", data))  # accept a [mhsa] table
+        if not isinstance(data, dict):
+            raise ConfigError("configuration", type(data).__name__,
+                              "must be a table/object of MHSAConfig fields (or hold an [mhsa] table)")
+        data = data.get("mhsa", data)  # accept a [mhsa] table
+        if not isinstance(data, dict):
+            raise ConfigError("mhsa", type(data).__name__, "must be a table/object of MHSAConfig fields")
+        data = dict(data)
         for key in data:
             if key not in known:
                 raise ConfigError(key, data[key], f"unknown configuration key; known keys: {', '.join(sorted(known))}")
@@ -290,11 +296,24 @@ class MHSAConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "MHSAConfig":
+        """Read TOML (``.toml``) or JSON (anything else). A missing file raises ``FileNotFoundError``;
+        an unreadable, non-UTF-8 or malformed file, or one whose content is not a configuration, raises
+        :class:`ConfigError` naming the file."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"configuration file not found: {path}")
-        text = path.read_text()
-        return cls.from_toml(text) if path.suffix == ".toml" else cls.from_json(text)
+        kind = "TOML" if path.suffix == ".toml" else "JSON"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError("configuration file", str(path), f"must be UTF-8 text ({e.reason} at byte {e.start})") from None
+        except OSError as e:
+            raise ConfigError("configuration file", str(path), f"cannot be read: {e.strerror or e}") from None
+        try:
+            data = tomllib.loads(text) if kind == "TOML" else json.loads(text)
+        except ValueError as e:  # TOMLDecodeError, JSONDecodeError
+            raise ConfigError("configuration file", str(path), f"is not valid {kind}: {e}") from None
+        return cls.from_dict(data)
 
     def describe(self) -> str:
         """One line for figure titles and logs."""

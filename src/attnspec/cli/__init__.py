@@ -3,25 +3,49 @@
 Each subcommand lives in its own module of this package and exposes
 ``register(subparsers) -> None`` (adding its parser and setting ``func=run``) and an integer
 ``ORDER`` for its place in ``attnspec --help``. Modules are discovered automatically.
+
+User errors (bad flags, unreadable or malformed files, configurations outside the documented
+ranges, a model the loaders refuse) end with exit status 2 and one line on stderr,
+``attnspec <command>: error: <flag> <value>: <allowed>``; anything else is a bug and keeps its
+traceback. ``ATTNSPEC_DEBUG=1`` shows the traceback of user errors too.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
+import re
 import sys
 
 from .. import __version__
 from ..config import ConfigError
+from ._checks import CLIError
+from ._options import HelpFormatter
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "ArgumentParser"]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``attnspec <command>: error: --flag VALUE: allowed``, exit 2.
+
+    Subparsers inherit the class (``add_subparsers`` uses the parent's type)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        message = re.sub(r"^argument ([^:]+): ", r"\1 ", _one_line(message))
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="attnspec",
+    parser = ArgumentParser(
+        prog="attnspec", formatter_class=HelpFormatter,
         description="Random-matrix diagnostics of multi-head self-attention: simulate softmax MHSA and its "
                     "Gaussian-equivalent surrogate, compute the limiting spectral law, diagnose trained models.",
+        epilog="User errors exit with status 2 and one line on stderr (ATTNSPEC_DEBUG=1 shows the traceback).",
     )
     parser.add_argument("--version", action="version", version=f"attnspec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -32,16 +56,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes that mean 'bad input', not 'bug' (imported lazily: models imports torch)."""
+    errors: list[type[BaseException]] = [CLIError, ConfigError, OSError, UnicodeDecodeError, ValueError]
+    if "attnspec.models" in sys.modules:
+        from ..models import AdapterError, ModelLoadError
+        errors += [AdapterError, ModelLoadError]
+    if "attnspec.theory" in sys.modules:
+        from ..theory import LawSolverError
+        errors.append(LawSolverError)
+    return tuple(errors)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # argparse: --help/--version (0) or a usage error (2, already printed)
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, FileNotFoundError) as err:  # user input: one clear line, no traceback
-        print(f"attnspec {args.command}: error: {err}", file=sys.stderr)
+    except _user_errors() as err:  # evaluated when raised: the classes of the modules imported by then
+        if os.environ.get("ATTNSPEC_DEBUG"):
+            raise
+        if isinstance(err, OSError) and err.filename is not None:
+            msg = f"{err.filename}: {err.strerror or err}"
+        else:
+            msg = str(err) or type(err).__name__
+        print(f"attnspec {args.command}: error: {_one_line(msg)}", file=sys.stderr)
         return 2
 
 

@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from ._options import write_json
+from ._checks import check_output_dir, int_range
+from ._options import RawHelpFormatter, write_json
 
 ORDER = 5
 
@@ -24,9 +25,10 @@ DEMO_CONFIGS = {
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="run the main job on built-in defaults and write a report",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("out/demo"), help="output directory (default out/demo)")
-    p.add_argument("--d", type=int, default=1000, help="model width for the law-vs-simulation figures (default 1000)")
+                       description=__doc__, formatter_class=RawHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("out/demo"), help="output directory, created if missing (default out/demo)")
+    p.add_argument("--d", type=int_range(8, 4000), default=1000,
+                   help="model width for the law-vs-simulation figures, 8..4000 (default 1000)")
     p.add_argument("--skip-diagnosis", action="store_true", help="only the law-vs-simulation figures")
     p.set_defaults(func=run)
 
@@ -63,7 +65,7 @@ def law_vs_simulation(out: Path, d: int, seed: int = 0) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    out: Path = args.out
+    out: Path = check_output_dir("--out", args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = {}
     if not args.skip_diagnosis:

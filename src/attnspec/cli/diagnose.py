@@ -6,7 +6,13 @@ import sys
 import time
 from pathlib import Path
 
+from ._checks import CLIError, check_model, check_output_dir, int_range, nonneg_int, positive_int, read_text_lines
+from ._options import HelpFormatter
+
 ORDER = 30
+
+#: Default number of texts per model kind when --n-texts is not given.
+DEFAULT_N_TEXTS = {"encoder": 64, "causal-lm": 16, "zoo": 32}
 
 
 def register(subparsers) -> None:
@@ -14,66 +20,105 @@ def register(subparsers) -> None:
         "diagnose", help="diagnose the attention heads of a trained model",
         description="Per layer and per head: Gaussian-equivalent identification, selection score and baselines, "
                     "inter-head dependence, head-removal sensitivity. Writes heads.csv, layers.csv, pairs.csv, "
-                    "summary.json and report.html into --out.")
+                    "summary.json and report.html into --out. Every flag, the texts file, the output directory and "
+                    "the model's files are checked before the model is loaded.",
+        formatter_class=HelpFormatter)
     p.add_argument("--model", required=True,
                    help="'minilm', 'gemma3-270m', a local safetensors/GGUF model path, or an attnspec.zoo checkpoint directory")
-    p.add_argument("--texts", default="builtin", help="'builtin' (stdlib docstring sentences) or a UTF-8 file, one text per line")
-    p.add_argument("--n-texts", type=int, default=None, help="number of texts (default: 64 for encoders, 16 for causal LMs)")
-    p.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default 128)")
+    p.add_argument("--texts", default="builtin",
+                   help="'builtin' (stdlib docstring sentences) or a UTF-8 file, one text per line (blank lines skipped)")
+    p.add_argument("--n-texts", type=positive_int, default=None,
+                   help="number of texts, >= 1 and at most the texts available (default: 64 for encoders, 16 for causal "
+                        "LMs, 32 trials for zoo checkpoints)")
+    p.add_argument("--max-length", type=int_range(2), default=128,
+                   help="truncate texts to this many tokens, from 2 up to the model's position limit (default 128)")
     p.add_argument("--pack", action="store_true",
                    help="join built-in sentences into texts of --max-length tokens (default for causal LMs)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--bucket-size", type=int, default=16, help="texts per length bucket")
+    p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads, >= 1 (default: torch's choice)")
+    p.add_argument("--bucket-size", type=positive_int, default=16, help="texts per length bucket, >= 1")
     p.add_argument("--no-removal", action="store_true", help="skip exact head removal")
     p.add_argument("--no-gradient", action="store_true", help="skip Michel et al. gradient importance")
     p.add_argument("--mean-ablation", action="store_true", help="also remove heads by mean ablation")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every random draw of the diagnosis, >= 0")
     p.add_argument("--parquet", action="store_true", help="also write parquet tables")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
 
+def _builtin_count() -> int:
+    from importlib.resources import files
+
+    from ..data import CORPUS_FILE
+    return sum(1 for t in files("attnspec.data").joinpath(CORPUS_FILE).read_text(encoding="utf-8").splitlines()
+               if t.strip())
+
+
+def check_args(args: argparse.Namespace) -> tuple[dict, list[str] | None]:
+    """Every check that needs no model: model files, position limit, texts, output directory."""
+    info = check_model("--model", args.model)
+    if info["kind"] != "zoo":
+        mp = info["max_positions"]
+        if mp is not None and args.max_length > mp[0]:
+            raise CLIError("--max-length", args.max_length, f"exceeds the model's {mp[0]} positions ({mp[1]} in "
+                                                            f"{info['config']}); allowed 2..{mp[0]}")
+    texts = None
+    if args.texts != "builtin":
+        if info["kind"] == "zoo":
+            raise CLIError("--texts", args.texts, "does not apply to attnspec.zoo checkpoints (their inputs are "
+                                                  "simulated EEG trials); leave it at 'builtin'")
+        texts = read_text_lines("--texts", args.texts)
+        if args.n_texts is not None and args.n_texts > len(texts):
+            raise CLIError("--n-texts", args.n_texts, f"exceeds the {len(texts)} non-blank lines of {args.texts}; "
+                                                      f"allowed 1..{len(texts)}")
+    elif info["kind"] != "zoo" and args.n_texts is not None and not args.pack:
+        available = _builtin_count()
+        if args.n_texts > available:
+            raise CLIError("--n-texts", args.n_texts, f"exceeds the {available} texts of the built-in corpus; "
+                                                      f"allowed 1..{available}")
+    check_output_dir("--out", args.out)
+    return info, texts
+
+
 def run(args: argparse.Namespace) -> int:
+    info, user_texts = check_args(args)
+
     import torch
 
-    from .. import zoo
-    from ..data import builtin_texts, packed_texts
-    from ..diagnostics import diagnose
-    from ..models import ModelLoadError, adapt, load_model
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    if zoo.is_checkpoint(args.model):  # an attnspec.zoo EEG model: held-out simulated trials as inputs
-        _, diag = zoo.diagnose_checkpoint(args.model, n_trials=args.n_texts or 32, removal=not args.no_removal,
-                                          gradient=not args.no_gradient, mean_ablation=args.mean_ablation,
-                                          seed=args.seed, progress=not args.quiet, model_name=args.model)
+    if info["kind"] == "zoo":  # an attnspec.zoo EEG model: held-out simulated trials as inputs
+        from .. import zoo
+
+        _, diag = zoo.diagnose_checkpoint(args.model, n_trials=args.n_texts or DEFAULT_N_TEXTS["zoo"],
+                                          removal=not args.no_removal, gradient=not args.no_gradient,
+                                          mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet,
+                                          model_name=args.model)
         return _write(diag, args, time.perf_counter() - t0, 0.0)
-    try:
-        print(f"loading {args.model} ...", file=sys.stderr)
-        model, tok = load_model(args.model, verbose=True)
-    except ModelLoadError as e:
-        print(f"attnspec diagnose: error: {e}", file=sys.stderr)
-        return 2
+
+    from ..data import builtin_texts, packed_texts
+    from ..diagnostics import diagnose
+    from ..models import adapt, load_model
+
+    print(f"loading {args.model} ...", file=sys.stderr)
+    model, tok = load_model(args.model, verbose=True)  # ModelLoadError: one line, exit 2 (cli.main)
     t_load = time.perf_counter() - t0
     adapter = adapt(model)
     causal = adapter.kind == "causal-lm"
-    n = args.n_texts or (16 if causal else 64)
-    if args.texts == "builtin":
+    n = args.n_texts or DEFAULT_N_TEXTS["causal-lm" if causal else "encoder"]
+    if user_texts is None:
         texts = packed_texts(tok, n, args.max_length) if (args.pack or causal) else builtin_texts(n)
     else:
-        path = Path(args.texts)
-        if not path.is_file():
-            print(f"attnspec diagnose: error: --texts {args.texts!r}: not 'builtin' and not a file", file=sys.stderr)
-            return 2
-        texts = [t for t in path.read_text(encoding="utf-8").splitlines() if t.strip()][:n]
+        texts = user_texts[:n]
     t1 = time.perf_counter()
     diag = diagnose(adapter, tok, texts, max_length=args.max_length, bucket_size=args.bucket_size,
                     removal=not args.no_removal, gradient=not args.no_gradient, mean_ablation=args.mean_ablation,
                     seed=args.seed, progress=not args.quiet, model_name=args.model)
     t_diag = time.perf_counter() - t1
-    if args.texts == "builtin":
+    if user_texts is None:
         from ..data import CORPUS_SOURCE
+        diag.summary["texts"] = "builtin"  # the library sees a list and would record 'user'
         diag.summary["corpus"] = CORPUS_SOURCE + (f"; packed into texts of {args.max_length} tokens"
                                                   if (args.pack or causal) else "")
     return _write(diag, args, t_diag, t_load)

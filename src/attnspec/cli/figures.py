@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from ._options import write_json
+from ._checks import check_output_dir, nonneg_int
+from ._options import HelpFormatter, write_json
 
 ORDER = 40
 
@@ -20,18 +21,19 @@ def register(sub) -> None:
                     "attention-matrix edge vs beta against the Marchenko-Pastur edge, K/V sharing (GQA, MQA, K only, "
                     "V only) vs independent heads, and V = K tying vs independent values. Writes PNGs and "
                     "figures.json into --out.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("--set", dest="figure_set", choices=("theory", "structure"), default="theory",
                    help="theory: the figures above; structure: head allocation vs widths and across-head sharing vs "
                         "within-head dependence, from sweeps stored in OUT/structure.sqlite (re-runs recompute nothing)")
-    p.add_argument("--out", type=Path, default=Path("out/figures"), help="output directory")
+    p.add_argument("--out", type=Path, default=Path("out/figures"), help="output directory (created if missing)")
     p.add_argument("--quick", action="store_true", help="small d (250, 500) and few betas: a fast smoke run")
-    p.add_argument("--seed", type=int, default=0, help="Monte-Carlo seed")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="Monte-Carlo seed, >= 0")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir("--out", args.out)
     if args.figure_set == "structure":
         from ..sweeps.figures import structure_figures
 

@@ -8,9 +8,22 @@ from pathlib import Path
 
 import numpy as np
 
-from ._options import add_config_arguments, config_from_args, write_json
+from ._checks import (LAW_BETA_MAX, CLIError, check_input_file, check_output_file, float_range, int_list, int_range,
+                      nonneg_int)
+from ._options import HelpFormatter, add_config_arguments, config_from_args, write_json
 
 ORDER = 50
+
+FREE_PARAMETERS = ("beta", "psi", "phi", "scale")
+TEXT_SUFFIXES = (".csv", ".txt", ".tsv", ".dat")
+
+
+def _free(text: str) -> tuple[str, ...]:
+    names = tuple(s.strip() for s in str(text).split(","))
+    if not names or any(n not in FREE_PARAMETERS for n in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text}: must be a comma-separated subset of {', '.join(FREE_PARAMETERS)} "
+                                         "(each at most once)")
+    return names
 
 
 def register(sub) -> None:
@@ -20,74 +33,130 @@ def register(sub) -> None:
                     "matching; eigenvalues above the fitted edge are reported as outliers), with parametric-bootstrap "
                     "confidence intervals (surrogate spectra simulated at the fit and at the observed size, each "
                     "refitted), a goodness-of-fit test whose p-value is calibrated on the same surrogate draws, and a "
-                    "Fisher-information report of the directions the spectrum does not pin down.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("input", type=Path, help="eigenvalues: .npy, .csv/.txt (one column or flat), or JSON from "
-                                            "`attnspec simulate --json` (its config is the default base)")
+                    "Fisher-information report of the directions the spectrum does not pin down. The input must be a "
+                    "possible Gram spectrum: at least 10 finite eigenvalues, not all zero, none negative beyond "
+                    "round-off (1e-6 x the largest). A warning goes to stderr when the fit fails its own "
+                    f"goodness-of-fit test (p < 1 - level). beta is limited to [0, {LAW_BETA_MAX:g}] (the law "
+                    "solver's range).",
+        formatter_class=HelpFormatter)
+    p.add_argument("input", type=Path, metavar="INPUT",
+                   help="eigenvalues: .npy, .csv/.txt/.tsv/.dat (numbers separated by commas or whitespace; one header "
+                        "line allowed), or JSON (a list, or an object with 'eigenvalues' or '<model>_eigenvalues', e.g. "
+                        "from `attnspec simulate --json`, whose 'config' is then the default base configuration)")
     p.add_argument("--model", choices=("softmax", "surrogate"), default="softmax",
                    help="which spectrum of a simulate JSON to use")
-    p.add_argument("--free", default="beta", help="comma-separated continuous parameters: beta, psi (d_qk/d), "
-                                                  "phi (d_v/d), scale")
-    p.add_argument("--heads-candidates", default=None, metavar="H1,H2,...",
-                   help="profile the head count over these values at fixed total width")
-    p.add_argument("--boot", type=int, default=99, help="parametric-bootstrap size B (99 allows p = 0.01)")
-    p.add_argument("--level", type=float, default=0.95, help="confidence level")
-    p.add_argument("--ci-method", choices=("normal", "basic"), default="normal")
-    p.add_argument("--max-se", type=float, default=0.1, help="standard error (fit coordinates) above which a "
-                                                             "direction is non-identifiable")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--free", type=_free, default=("beta",), metavar="P[,P...]",
+                   help="comma-separated continuous parameters to estimate: beta, psi (d_qk/d), phi (d_v/d), scale "
+                        "(default beta)")
+    p.add_argument("--heads-candidates", type=int_list(1, what="head counts"), default=None, metavar="H1,H2,...",
+                   help="profile the head count over these values (each >= 1) at fixed total width")
+    p.add_argument("--boot", type=int_range(2, 100000), default=99,
+                   help="parametric-bootstrap size B, 2..100000 (99 allows p = 0.01)")
+    p.add_argument("--level", type=float_range(0.0, 1.0, lo_open=True, hi_open=True), default=0.95,
+                   help="confidence level, in (0, 1)")
+    p.add_argument("--ci-method", choices=("normal", "basic"), default="normal",
+                   help="normal: bias-corrected t interval; basic: bootstrap quantiles reflected at the fit")
+    p.add_argument("--max-se", type=float_range(0.0, lo_open=True), default=0.1,
+                   help="standard error (fit coordinates, > 0) above which a direction is non-identifiable")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="bootstrap seed, >= 0")
     p.add_argument("--json", type=Path, metavar="PATH", help="write the full result as JSON")
-    p.add_argument("--no-progress", action="store_true")
-    add_config_arguments(p, seq_len=0, d_model=0)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_config_arguments(p, seq_len=0, d_model=0, beta_max=LAW_BETA_MAX)
     p.set_defaults(func=run)
 
 
+def _numbers(path: Path, values, where: str) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise CLIError("INPUT", path, f"{where} must be a flat list of numbers") from None
+
+
 def load_spectrum(path: Path, model: str = "softmax") -> tuple[np.ndarray, dict | None]:
-    """Eigenvalues (1-D) and, for JSON input, the configuration dictionary it carries."""
-    if path.suffix == ".npy":
-        return np.load(path).astype(float).ravel(), None
-    if path.suffix == ".json":
-        data = json.loads(path.read_text())
+    """Eigenvalues (1-D, not yet validated) and, for JSON input, the configuration dictionary it carries.
+
+    Raises :class:`CLIError` (naming ``INPUT``) for a missing, unreadable or malformed file or an unknown format.
+    """
+    check_input_file("INPUT", path)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise CLIError("INPUT", path, f"is not a readable .npy array ({e})") from None
+        return _numbers(path, arr, "its array"), None
+    if suffix not in (".json", *TEXT_SUFFIXES):
+        raise CLIError("INPUT", path, f"unknown format (suffix {path.suffix or 'none'!r}); give .npy, .json, "
+                                      f"{', '.join(TEXT_SUFFIXES)}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CLIError("INPUT", path, f"is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if suffix == ".json":
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise CLIError("INPUT", path, f"is not valid JSON ({e})") from None
+        if isinstance(data, list):
+            return _numbers(path, data, "its list"), None
+        if not isinstance(data, dict):
+            raise CLIError("INPUT", path, "JSON must be a list of eigenvalues or an object holding one")
         for key in (f"{model}_eigenvalues", "eigenvalues", "eigs"):
             if key in data:
-                return np.asarray(data[key], dtype=float).ravel(), data.get("config")
-        raise SystemExit(f"{path}: no '{model}_eigenvalues' or 'eigenvalues' array")
-    text = path.read_text().replace(",", " ").split()
+                cfg = data.get("config")
+                if cfg is not None and not isinstance(cfg, dict):
+                    raise CLIError("INPUT", path, "its 'config' must be an object (an MHSA configuration)")
+                return _numbers(path, [np.nan if v is None else v for v in data[key]]
+                                if isinstance(data[key], list) else data[key], f"'{key}'"), cfg
+        raise CLIError("INPUT", path, f"has no '{model}_eigenvalues', 'eigenvalues' or 'eigs' array")
     vals = []
-    for tok in text:
-        try:
-            vals.append(float(tok))
-        except ValueError:
-            continue   # header
-    return np.asarray(vals), None
+    for i, line in enumerate(text.splitlines()):
+        for tok in line.replace(",", " ").replace(";", " ").split():
+            try:
+                vals.append(float(tok))
+            except ValueError:
+                if i == 0 and not vals:
+                    break  # a header line
+                raise CLIError("INPUT", path, f"line {i + 1}: {tok!r} is not a number") from None
+    return np.asarray(vals, dtype=float), None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import MHSAConfig
-    from ..identify import identify
+    from ..config import ConfigError, MHSAConfig
+    from ..identify import SpectrumError, check_spectrum
 
     eigs, cfg = load_spectrum(args.input, args.model)
+    try:
+        eigs = check_spectrum(eigs)
+    except SpectrumError as e:
+        raise CLIError("INPUT", args.input, str(e)) from None
+    check_output_file("--json", args.json)
     if cfg is not None and args.config is None:
-        tmp = args.input.with_suffix(".config.json")
-        base = MHSAConfig.from_dict(cfg)
-        if any(getattr(args, k) is not None for k in ("seq_len", "d_model", "heads", "d_qk", "d_v", "d_out", "beta",
-                                                         "target")):
-            tmp.write_text(base.to_json())
-            args.config = tmp
-            base = config_from_args(args)
-            tmp.unlink()
+        try:
+            cfg = MHSAConfig.from_dict(cfg).to_dict()
+        except ConfigError as e:
+            raise CLIError("INPUT", args.input, f"its 'config' is not a valid configuration: {e}") from None
+        base = config_from_args(args, base=cfg)   # flags override the JSON's configuration, in memory
     else:
-        if args.seq_len is None:
-            args.seq_len = eigs.size
-        if args.d_model is None:
-            args.d_model = args.seq_len
+        args._config_defaults = {"seq_len": eigs.size, "d_model": args.seq_len or eigs.size}
         base = config_from_args(args)
-    free = tuple(s.strip() for s in args.free.split(",") if s.strip())
-    heads = [int(h) for h in args.heads_candidates.split(",")] if args.heads_candidates else None
-    res = identify(eigs, base, free=free, heads=heads, n_boot=args.boot, level=args.level, method=args.ci_method,
-                   seed=args.seed, max_se=args.max_se, progress=not args.no_progress)
+    if eigs.size % base.seq_len:
+        raise CLIError("--seq-len", base.seq_len, f"INPUT holds {eigs.size} eigenvalues, not a whole number of "
+                                                  f"spectra of length {base.seq_len}; give --seq-len dividing {eigs.size}")
+    if "beta" not in args.free and base.beta > LAW_BETA_MAX:
+        raise CLIError("--beta", f"{base.beta:g}", f"must be in [0, {LAW_BETA_MAX:g}] (the law solver's range) when "
+                                                   "beta is not estimated")
+    from ..identify import identify
+
+    res = identify(eigs, base, free=args.free, heads=args.heads_candidates, n_boot=args.boot, level=args.level,
+                   method=args.ci_method, seed=args.seed, max_se=args.max_se, progress=not args.no_progress)
     print(f"{eigs.size} eigenvalues from {args.input}")
     print(res.summary())
+    p = res.gof.get("p_value")
+    if p is not None and p < 1 - args.level:
+        print(f"attnspec identify: warning: the fit fails its own goodness-of-fit test (p = {p:.3g} < "
+              f"{1 - args.level:.3g} = 1 - level): this model does not describe the spectrum; read the estimates "
+              "and intervals with caution", file=sys.stderr)
     if args.json:
         print(f"  wrote {write_json(args.json, res.to_dict())}", file=sys.stderr)
     return 0

@@ -5,14 +5,16 @@
 * :mod:`.fit` — minimum bulk-W1 fit, outliers above the fitted edge apart;
 * :mod:`.core` — :func:`identify`: fit, parametric bootstrap intervals, calibrated goodness of fit,
   head-count profiling;
-* :mod:`.identifiability` — Fisher information of the bulk quantiles, non-identifiable directions.
+* :mod:`.identifiability` — Fisher information of the bulk quantiles, non-identifiable directions;
+* :mod:`.spectrum` — :func:`check_spectrum`: is the input a possible Gram spectrum.
 """
 from .core import Identification, bootstrap, identify
 from .family import Family, MarchenkoPasturFamily, MHSAFamily, TabulatedBetaFamily
 from .fit import Fit, fit_family
 from .identifiability import fisher_report, jacobian
 from .laws import TabulatedLaw, attention_law, marchenko_pastur_law
+from .spectrum import SpectrumError, check_spectrum
 
 __all__ = ["Identification", "identify", "bootstrap", "Family", "MHSAFamily", "MarchenkoPasturFamily",
            "TabulatedBetaFamily", "Fit", "fit_family", "fisher_report", "jacobian", "TabulatedLaw", "attention_law",
-           "marchenko_pastur_law"]
+           "marchenko_pastur_law", "SpectrumError", "check_spectrum"]

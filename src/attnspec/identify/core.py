@@ -34,6 +34,7 @@ from ..config import MHSAConfig
 from .family import Family, MHSAFamily, TabulatedBetaFamily
 from .fit import Fit, fit_family
 from .identifiability import U_ID, fisher_report
+from .spectrum import check_spectrum
 
 __all__ = ["Identification", "identify", "bootstrap"]
 
@@ -158,7 +159,8 @@ def identify(eigs: np.ndarray, base: MHSAConfig | None = None, free: Sequence[st
 
     Parameters
     ----------
-    eigs : observed eigenvalues (any shape; pooled)
+    eigs : observed eigenvalues (any shape; pooled); finite, >= 0 up to round-off, not all zero, at least 10
+        (:func:`~attnspec.identify.spectrum.check_spectrum`, else ``SpectrumError``)
     base : the configuration fixing everything not estimated (sizes, sharing, tying, target); its
         ``seq_len`` should be the observed spectrum's length (the bootstrap simulates at that size)
     free : continuous parameters to estimate among ``beta``, ``psi``, ``phi``, ``scale``
@@ -170,7 +172,7 @@ def identify(eigs: np.ndarray, base: MHSAConfig | None = None, free: Sequence[st
     max_se : directions with a larger standard error (fit coordinates) are non-identifiable
     """
     t0 = time.perf_counter()
-    x = np.sort(np.asarray(eigs, dtype=float).ravel())
+    x = np.sort(check_spectrum(eigs))  # SpectrumError (a ValueError) for impossible spectra
     if family is None:
         if base is None:
             raise ValueError("give a base configuration or a family")
