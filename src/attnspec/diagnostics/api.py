@@ -88,6 +88,23 @@ def _layer_pool(n: int):
         torch.set_num_threads(old)
 
 
+def _trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc ``malloc_trim``): the per-batch temporaries of many
+    sizes otherwise leave the resident size growing with the corpus. No-op elsewhere."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            import ctypes
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None
+
+
 def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Callable[[int, Any], None],
                tile_bytes: int, desc: str, progress: bool, on_batch: Callable | None = None) -> None:
     """Collect each batch, run ``fn`` on its layers in a thread pool and hand results over in order."""
@@ -102,6 +119,8 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
             with _layer_pool(threads) as pool:
                 for lb, r in zip(lbs, pool.map(fn, lbs)):
                     on_result(lb.index, r)
+            del lbs
+            _trim_heap()
             bar.update(int(batch["attention_mask"].shape[0]))   # tqdm shows texts/s and the ETA
 
 

@@ -38,13 +38,18 @@ def head_contexts(A: torch.Tensor, V: torch.Tensor, groups: torch.Tensor, valid:
 
 
 def value_power(V: torch.Tensor, groups: torch.Tensor, W: torch.Tensor, valid: torch.Tensor) -> tuple[np.ndarray, float]:
-    """``sum_b ||P V_{g(h)} W_O^h||_F^2`` per head ``(H,)`` and ``sum_b l_b d_out`` for this batch."""
+    """``sum_b ||P V_{g(h)} W_O^h||_F^2`` per head ``(H,)`` and ``sum_b l_b d_out`` for this batch.
+
+    Computed as ``<sum_b (P V_g)^T (P V_g), W_O^h W_O^{hT}>_F`` (``d_head x d_head`` Grams), never forming
+    the ``(B, H, L, d_out)`` value path."""
     H = groups.numel()
     dh = V.shape[-1]
-    Vc = center(V, valid)[:, groups]                       # (B, H, L, dh)
-    Wh = W.view(H, dh, -1)                                  # (H, dh, d_out)
-    p = torch.einsum("bhld,hde->bhle", Vc, Wh).pow(2).sum(dim=(0, 2, 3))
-    return p.double().numpy(), float(valid.sum()) * Wh.shape[-1]
+    Vc = center(V, valid).double()                          # (B, H_kv, L, dh)
+    G = torch.einsum("bgld,blge->gde", Vc, Vc.transpose(1, 2))  # (H_kv, dh, dh) summed over texts and tokens
+    Wh = W.double().view(H, dh, -1)
+    K = Wh @ Wh.transpose(-1, -2)                           # (H, dh, dh)
+    p = (G[groups] * K).sum(dim=(1, 2))
+    return p.numpy(), float(valid.sum()) * Wh.shape[-1]
 
 
 def sqrt_psd(K: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from ...models.attention_calls import AttentionCall, record_attention_calls
 __all__ = ["LayerBatch", "collect", "on_device", "compute_dtype", "DEFAULT_TILE_BYTES"]
 
 #: Default budget of one tile of attention weights (bytes, float32).
-DEFAULT_TILE_BYTES = 32 * 2 ** 20
+DEFAULT_TILE_BYTES = 4 * 2 ** 20
 
 
 @dataclass

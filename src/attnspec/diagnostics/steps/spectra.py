@@ -66,16 +66,19 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     M = {k: spec.center(C, valid) for k, C in _contexts(lb, f, f0, seed).items()}
     heads = {k: spec.head_eigs(M[k], Ks, lengths, ch, lb.site.d_out) for k in HEAD_SPECTRA}
     c_layer = float(ch.sum())
-    Yh = torch.einsum("bhld,hde->bhle", M["act"], Wh)            # (B, H, L, d_out)
-    Y = Yh.sum(1)
+
+    def out(Mk: torch.Tensor) -> torch.Tensor:          # layer output sum_h M_h W_O^h: (B, L, d_out)
+        B, _, L, _ = Mk.shape
+        return Mk.transpose(1, 2).reshape(B, L, H * dh) @ Wh.reshape(H * dh, -1)
+
+    def without_each(Mk: torch.Tensor, Yk: torch.Tensor) -> np.ndarray:   # one head at a time: O(B L d_out)
+        return np.stack([spec.layer_eigs(Yk - Mk[:, h] @ Wh[h], lengths, c_layer) for h in range(H)])
+    Y, Yge = out(M["act"]), out(M["ge"])
     Mfree = spec.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, lb.order, valid))
-    Yge_h = torch.einsum("bhld,hde->bhle", M["ge"], Wh)
-    Yge = Yge_h.sum(1)
     layer = {"act": spec.layer_eigs(Y, lengths, c_layer), "ge": spec.layer_eigs(Yge, lengths, c_layer),
-             "free": spec.layer_eigs(torch.einsum("bhld,hde->ble", Mfree, Wh), lengths, c_layer)}
+             "free": spec.layer_eigs(out(Mfree), lengths, c_layer)}
     return {"heads": heads, "layer": layer,
-            "removed": spec.layer_eigs(Y[None] - Yh.transpose(0, 1), lengths, c_layer),
-            "removed_ge": spec.layer_eigs(Yge[None] - Yge_h.transpose(0, 1), lengths, c_layer),
+            "removed": without_each(M["act"], Y), "removed_ge": without_each(M["ge"], Yge),
             "gram": dep.gram_blocks(M["act"]), "gram_free": dep.gram_blocks(Mfree)}
 
 
