@@ -130,3 +130,16 @@ def test_too_few_tokens_are_undetermined(tok):
     assert d.summary["n_tokens"] == 3
     assert (d.heads["selection"] == "undetermined").all()
     assert any("undetermined" in n for n in d.summary["notes"])
+
+
+def test_bfloat16_model_on_cpu(tok):
+    """A bfloat16 model (the GPU setting, run here on the CPU): statistics in float32, finite, and the
+    fitted temperatures within a few percent of the float32 model's."""
+    texts = builtin_texts(8)
+    m32 = _tiny("llama", "sdpa", tok.vocab_size)
+    m16 = _tiny("llama", "sdpa", tok.vocab_size, torch.bfloat16)
+    a = diagnose(m32, tok, texts, min_tokens=0)
+    b = diagnose(m16, tok, texts, min_tokens=0)
+    num = b.heads.select_dtypes("number")
+    assert np.isfinite(num.to_numpy()).all()
+    np.testing.assert_allclose(b.heads["score_scale"], a.heads["score_scale"], rtol=0.05)

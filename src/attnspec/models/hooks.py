@@ -17,14 +17,14 @@ queries are kept as the model has them (consumers intersect with the real querie
 from __future__ import annotations
 
 import inspect
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from .attention_calls import allowed_from_mask
+from .attention_calls import allowed_from_mask, record_attention_calls
 from .protocol import AttentionSite
 
 __all__ = ["Capture", "capture", "ablate", "gate", "HeadEdit", "received_allowed"]
@@ -89,12 +89,23 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
     """Record ``A``, ``V``, the contexts and the allowed sets at every site (and block inputs when ``blocks``).
 
     ``cap.allowed[i]``: the boolean ``(B, L, L)`` allowed set read from the mask site ``i``'s module
-    received (module docstring), or ``None`` for sites without ``mask_kwarg``.
+    received (module docstring), or ``None`` for sites without ``mask_kwarg``. With a kernel that does
+    not return the weights (SDPA, FlashAttention), ``cap.weights[i]`` is recomputed from the recorded
+    attention call (:mod:`.attention_calls`).
     """
     n = len(sites)
     cap = Capture([None] * n, [None] * n, [None] * n, [None] * n, [None] * n)
     handles = []
+    index = {id(s.module): i for i, s in enumerate(sites) if s.kind == "hf"}
+
+    def on_call(call):
+        i = index.get(id(call.module))
+        if i is not None and keep_weights:
+            half = call.query.dtype in (torch.bfloat16, torch.float16)
+            cap.weights[i] = call.weights(dtype=torch.float32 if half else call.query.dtype)
+    calls = record_attention_calls(on_call) if index and keep_weights else nullcontext()
     try:
+        calls.__enter__()
         for i, s in enumerate(sites):
             if s.mask_kwarg is not None:
                 pos = _mask_position(s.module, s.mask_kwarg)
@@ -116,7 +127,9 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
                 handles.append(s.module.register_forward_hook(mha_hook, with_kwargs=True))
             else:
                 def w_hook(mod, args, output, i=i, s=s):
-                    cap.weights[i] = s.weights_pick(output).detach() if keep_weights else None
+                    w = s.weights_pick(output) if keep_weights else None
+                    if w is not None:   # eager kernels return the weights; others were recorded by on_call
+                        cap.weights[i] = w.detach()
                 def v_hook(mod, args, output, i=i, s=s):
                     cap.values[i] = s.values_pick(output).detach()
                 def c_hook(mod, args, i=i):
@@ -130,6 +143,7 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
                 handles.append(s.block.register_forward_pre_hook(b_hook, with_kwargs=True))
         yield cap
     finally:
+        calls.__exit__(None, None, None)
         for h in handles:
             h.remove()
 
