@@ -19,7 +19,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS) or action.default == []:
+        d = action.default
+        if "default" in text.lower() or d is None or d is False or d is argparse.SUPPRESS or d == [] or d == ():
             return text
         if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
             text += " (default: %(default)s)"
