@@ -136,6 +136,7 @@ class DysonSolver:
         self.base[where[inside]] = -pencil.a0[inside]
         self.i_w = where[list(pencil.out), list(pencil.out)]
         self.i_out = where[pencil.out[0], pencil.out[0]]
+        self.i_diag = where[np.arange(m), np.arange(m)]     # every diagonal entry lies in its own component
 
     def _plan_block_solve(self, jj: np.ndarray, kk: np.ndarray, pencil: Pencil) -> None:
         """Plan a Schur-complement solve of the Newton system: the unknowns that touch an output block
@@ -271,6 +272,13 @@ class DysonSolver:
         g = self.g_out(w, G)
         with np.errstate(all="ignore"):
             branch = ~((z.imag > 0) & (g.imag > 1e-8 * np.abs(g) + 1e-300))
+            # Im G <= 0 as a matrix for Im z > 0 (G = (Lambda - A_0 - eta(G))^{-1}, Im Lambda >= 0, eta
+            # completely positive), so every diagonal entry has Im <= 0. Near 0 in a gap, where Im G is
+            # O(Im z), a nearby unphysical solution differs from the physical one mostly by these signs
+            # (g alone can look fine); the tolerance covers what the residual leaves unsure.
+            Gd = G[:, self.i_diag]
+            flip = Gd.imag > (10 * np.where(np.isfinite(res), res, np.inf) + 1e-13)[:, None] * np.abs(Gd) + 1e-300
+            branch &= ~((z.imag > 0) & flip.any(axis=1))
         return ok & branch & np.isfinite(g)
 
     # ------------------------------------------------------------------ continuation
