@@ -42,7 +42,13 @@ def register(subparsers) -> None:
     p.add_argument("--mean-ablation", action="store_true", help="also remove heads by mean ablation")
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every random draw of the diagnosis, >= 0")
     p.add_argument("--parquet", action="store_true", help="also write parquet tables")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (they show texts/s and the ETA of each pass)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu",
+                   help="where the model runs ('auto': CUDA, else MPS, else CPU); statistics stay in float64 on the CPU")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                   help="dtype of the model's weights and forward pass")
+    p.add_argument("--device-map", choices=("auto",), default=None,
+                   help="'auto' spreads a model that does not fit one device over the available ones (accelerate)")
     p.set_defaults(func=run)
 
 
@@ -102,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     from ..models import adapt, load_model
 
     print(f"loading {args.model} ...", file=sys.stderr)
-    model, tok = load_model(args.model, verbose=True)  # ModelLoadError: one line, exit 2 (cli.main)
+    model, tok = load_model(args.model, verbose=True, device=args.device, dtype=args.dtype,
+                            device_map=args.device_map)  # ModelLoadError: one line, exit 2 (cli.main)
     t_load = time.perf_counter() - t0
     adapter = adapt(model)
     causal = adapter.kind == "causal-lm"
@@ -137,7 +144,8 @@ def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:
     diag.report(out / "report.html")
     s = diag.summary
     print(f"{s['model']}: {len(diag.heads)} heads in {s['n_layers']} layers, {s['n_texts']} texts / {s['n_tokens']} tokens; "
-          f"{s['n_selective']} selective, {s['n_diffuse']} diffuse, {s['n_sparse']} sparse; load {t_load:.1f} s, diagnose {t_diag:.1f} s "
+          f"{s['n_selective']} selective, {s['n_diffuse']} diffuse, {s['n_sparse']} sparse, {s.get('n_undetermined', 0)} undetermined; "
+          f"load {t_load:.1f} s, diagnose {t_diag:.1f} s "
           f"({torch.get_num_threads()} threads)")
     print(f"wrote {out}/heads.csv, layers.csv, pairs.csv, summary.json, report.html")
     return 0

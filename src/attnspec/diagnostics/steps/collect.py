@@ -117,7 +117,8 @@ def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, ti
                            f"heads, the adapter expects {site.n_heads} / {site.n_kv_heads}")
     B, L = batch["attention_mask"].shape
     return LayerBatch(i, site, batch["attention_mask"].bool(), batch["special"].bool(), batch["order"],
-                      call.allowed, _real_values(call.values(dtype), batch["attention_mask"].bool()), lambda rows: call.weights(rows, dtype),
+                      call.allowed, _real_values(call.values(dtype), batch["attention_mask"].bool()),
+                      lambda rows: call.weights(rows, dtype),
                       _tile_rows(B, site.n_heads, L, tile_bytes), dtype)
 
 
