@@ -11,8 +11,8 @@ from ._options import HelpFormatter
 
 ORDER = 30
 
-#: Default number of texts per model kind when --n-texts is not given.
-DEFAULT_N_TEXTS = {"encoder": 64, "causal-lm": 16, "zoo": 32}
+#: Default number of trials for attnspec.zoo checkpoints (texts: attnspec.diagnostics.texts.DEFAULT_N_TEXTS).
+DEFAULT_ZOO_TRIALS = 32
 
 
 def register(subparsers) -> None:
@@ -97,13 +97,12 @@ def run(args: argparse.Namespace) -> int:
     if info["kind"] == "zoo":  # an attnspec.zoo EEG model: held-out simulated trials as inputs
         from .. import zoo
 
-        _, diag = zoo.diagnose_checkpoint(args.model, n_trials=args.n_texts or DEFAULT_N_TEXTS["zoo"],
+        _, diag = zoo.diagnose_checkpoint(args.model, n_trials=args.n_texts or DEFAULT_ZOO_TRIALS,
                                           removal=not args.no_removal, gradient=not args.no_gradient,
                                           mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet,
                                           model_name=args.model)
         return _write(diag, args, time.perf_counter() - t0, 0.0)
 
-    from ..data import builtin_texts, packed_texts
     from ..diagnostics import diagnose
     from ..models import adapt, load_model
 
@@ -113,19 +112,16 @@ def run(args: argparse.Namespace) -> int:
     t_load = time.perf_counter() - t0
     adapter = adapt(model)
     causal = adapter.kind == "causal-lm"
-    n = args.n_texts or DEFAULT_N_TEXTS["causal-lm" if causal else "encoder"]
-    if user_texts is None:
-        texts = packed_texts(tok, n, args.max_length) if (args.pack or causal) else builtin_texts(n)
-    else:
-        texts = user_texts[:n]
+    # the one text policy of the library: built-in corpus (packed for causal LMs or --pack) or the file's lines
+    texts = "builtin" if user_texts is None else user_texts
     t1 = time.perf_counter()
-    diag = diagnose(adapter, tok, texts, max_length=args.max_length, bucket_size=args.bucket_size,
+    diag = diagnose(adapter, tok, texts, n_texts=args.n_texts, pack=True if args.pack else None,
+                    max_length=args.max_length, bucket_size=args.bucket_size,
                     removal=not args.no_removal, gradient=not args.no_gradient, mean_ablation=args.mean_ablation,
                     seed=args.seed, progress=not args.quiet, model_name=args.model)
     t_diag = time.perf_counter() - t1
     if user_texts is None:
         from ..data import CORPUS_SOURCE
-        diag.summary["texts"] = "builtin"  # the library sees a list and would record 'user'
         diag.summary["corpus"] = CORPUS_SOURCE + (f"; packed into texts of {args.max_length} tokens"
                                                   if (args.pack or causal) else "")
     return _write(diag, args, t_diag, t_load)
