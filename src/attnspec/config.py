@@ -1,7 +1,7 @@
 """The one configuration type every layer of attnspec passes around.
 
 An :class:`MHSAConfig` describes a multi-head self-attention layer in the random-matrix
-model of THEORY.md section 1:
+model of docs/theory.md (section "Model and normalization"):
 
 * inputs ``X`` (``seq_len x d_model``): orthonormal rows (convention A, ``X X^T = I_l``) or
   iid ``N(0, 1/d)`` entries (convention B);

@@ -2,7 +2,8 @@
 
 1. Diagnosis of the packaged MiniLM (6 x 12 heads) on the built-in corpus, with its HTML report.
 2. The limiting law against softmax and surrogate Monte-Carlo for three reference configurations
-   (THEORY.md section 4): the attention matrix, four independent heads, and four heads with W_V = W_K.
+   (docs/theory.md, 'Checked figures'): the attention matrix, four independent heads, and four heads
+   with W_V = W_K.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ ORDER = 40
 def register(sub) -> None:
     p = sub.add_parser(
         "figures", help="regenerate the theory figures (law vs Monte-Carlo, edge vs beta, sharing, tying)",
-        description="Recompute, from scratch, the figures that show the seed's claims (THEORY.md section 4): the H = 4 "
+        description="Recompute, from scratch, the figures that show the seed's claims (docs/theory.md, 'Checked figures'): the H = 4 "
                     "law against softmax and surrogate Monte-Carlo for d = 250..2000 (W1 shrinking with d), the "
                     "attention-matrix edge vs beta against the Marchenko-Pastur edge, K/V sharing (GQA, MQA, K only, "
                     "V only) vs independent heads, and V = K tying vs independent values. Writes PNGs and "

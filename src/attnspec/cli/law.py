@@ -15,9 +15,10 @@ ORDER = 20
 def register(sub) -> None:
     p = sub.add_parser(
         "law", help="limiting spectral law (density, edges, moments, atom) by free probability",
-        description="Compute the limiting law of the eigenvalues of Y Y^T (THEORY.md sections 1-3): a Hermitian "
-                    "linear pencil of the Gaussian-equivalent model, its operator-valued Dyson equation solved by "
-                    "Newton with continuation, density on an adaptive grid, edges, contour moments m1..m4 and the "
+        description="Compute the limiting law of the eigenvalues of Y Y^T (docs/theory.md, sections 'Model and "
+                    "normalization' to 'Computing the law: the linear pencil'): a Hermitian linear pencil of the "
+                    "Gaussian-equivalent model, its operator-valued Dyson equation solved by Newton with "
+                    "continuation, density on an adaptive grid, edges, contour moments m1..m4 and the "
                     "atom at zero. Only the ratios l/d, d_qk/d, d_v/d, d_out/d, beta, sharing/tying and the input "
                     "convention matter, so sizes cost nothing. beta is limited to "
                     f"[0, {LAW_BETA_MAX:g}]: the solver converged on every configuration tried up to 4.5 and fails "

@@ -17,7 +17,7 @@ def register(sub) -> None:
         "simulate", help="simulate softmax MHSA and its Gaussian-equivalent surrogate; spectra and distances",
         description="Draw inputs and weights, compute softmax MHSA and its Gaussian-equivalent surrogate "
                     "(each A_h replaced by (1 1^T + beta S_h + alpha Z_h)/l on the same inputs and weights), and "
-                    "report the eigenvalues of Y Y^T with Y = sqrt(l/d_out) P O (THEORY.md section 1), pooled over "
+                    "report the eigenvalues of Y Y^T with Y = sqrt(l/d_out) P O (docs/theory.md, 'Model and normalization'), pooled over "
                     "draws, their moments and the W1/KS distances between the two spectra. "
                     f"beta is limited to [0, {SIMULATE_BETA_MAX:g}] (beyond it the surrogate's moments overflow "
                     f"float64) and to [0, {LAW_BETA_MAX:g}] with --with-law (the law solver's range). Runs whose "

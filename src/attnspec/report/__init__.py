@@ -20,6 +20,9 @@ from ..diagnostics.columns import COLUMNS, HEATMAPS
 __all__ = ["write_report", "render_report", "HEATMAPS", "DESCRIPTIONS"]
 
 DESCRIPTIONS = COLUMNS["heads"]   # the column vocabulary of attnspec.diagnostics.columns
+#: Note shown when every layer is bidirectional full attention (the theory's own setting).
+_THEORY_NOTE = ("<li>All layers are bidirectional full attention: the model of docs/theory.md "
+                "(section <i>Model and normalization</i>) applies as stated.</li>")
 
 
 def _png(fig) -> str:
@@ -156,7 +159,7 @@ img{{max-width:100%}} dt{{font-weight:bold;margin-top:.5em}} code{{background:#f
 <span>{s.get('n_texts')} texts, {s.get('n_tokens')} tokens (longest {s.get('max_tokens_per_text')})</span>
 <span>selective: <b>{s.get('n_selective')}</b>, diffuse: <b>{s.get('n_diffuse')}</b>, sparse: <b>{s.get('n_sparse')}</b></span></p>
 <p>Texts: {esc(str(s.get('corpus', s.get('texts'))))}. Time: {esc(timing)}.</p>
-<h2>Notes</h2><ul>{notes or '<li>All layers are bidirectional full attention: the theory of THEORY.md s.1 applies as stated.</li>'}</ul>
+<h2>Notes</h2><ul>{notes or _THEORY_NOTE}</ul>
 <h2>Heat maps (layer x head)</h2>
 <p>Hover a cell for its value. On the selection-score map, crosses mark heads flagged diffuse, circles heads
 labelled sparse.</p>

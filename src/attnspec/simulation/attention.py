@@ -1,4 +1,4 @@
-"""Softmax attention and its Gaussian-equivalent surrogate (THEORY.md section 2).
+"""Softmax attention and its Gaussian-equivalent surrogate (docs/theory.md, section "The Gaussian equivalent").
 
 With scores ``S`` (entries approximately ``N(0, 1)``), softmax attention ``A = rowsoftmax(beta S)``
 is replaced, per head, by

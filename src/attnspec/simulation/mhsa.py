@@ -1,6 +1,7 @@
 """Monte-Carlo spectra of softmax MHSA and of its Gaussian-equivalent surrogate.
 
-For each draw, the same inputs and weights feed both models (THEORY.md sections 1-2):
+For each draw, the same inputs and weights feed both models (docs/theory.md, sections "Model and normalization"
+and "The Gaussian equivalent"):
 
     softmax:    O = sum_h rowsoftmax(beta S_h) V_h W_O^h
     surrogate:  O = sum_h (1 1^T + beta S_h + alpha Z_h)/l V_h W_O^h,   Z_h independent per head

@@ -1,6 +1,6 @@
 """Closed-form law summaries for a sweep point: the fallback when the operator-valued solver fails.
 
-Delegates to :mod:`attnspec.theory.closed_forms` (THEORY.md section 4b): ``m1`` for every
+Delegates to :mod:`attnspec.theory.closed_forms` (docs/theory.md, section "Closed forms"): ``m1`` for every
 configuration, ``m2`` where known (convention A, no within-head dependence), and for the single-head
 attention matrix in convention A all of ``m1..m4`` and the right edge. Missing entries are ``None``.
 """

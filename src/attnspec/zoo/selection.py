@@ -2,7 +2,8 @@
 
 For a query with n allowed keys, the normalized entropy of its attention row is
 ``h = -sum_j A_ij log A_ij / log n`` (1 = uniform). The Gaussian-equivalent null of a head
-(THEORY.md sections 1-2) is a random head: scores S_ij iid N(0, 1), attention softmax(beta * S).
+(docs/theory.md, sections "Model and normalization" and "The Gaussian equivalent") is a random head:
+scores S_ij iid N(0, 1), attention softmax(beta * S).
 Its expected normalized entropy ``h_null(n, beta)`` (about ``1 - beta^2 / (2 log n)`` for large n)
 is computed here exactly by a fixed-seed Monte-Carlo average and cached.
 
