@@ -1,7 +1,8 @@
 """Identification of Gaussian-equivalent MHSA parameters from an observed spectrum.
 
 * :mod:`.laws` — closed-form laws (single-head attention quartic, Marchenko–Pastur);
-* :mod:`.family` — model families ``theta -> law`` (:class:`MHSAFamily`, :class:`MarchenkoPasturFamily`);
+* :mod:`.family` — model families ``theta -> law`` (:class:`MHSAFamily`, :class:`MarchenkoPasturFamily`) and
+  law tables for fast refits (:class:`TabulatedFamily`);
 * :mod:`.fit` — minimum bulk-W1 fit, outliers above the fitted edge apart;
 * :mod:`.core` — :func:`identify`: fit, parametric bootstrap intervals, calibrated goodness of fit,
   head-count profiling;
@@ -9,12 +10,12 @@
 * :mod:`.spectrum` — :func:`check_spectrum`: is the input a possible Gram spectrum.
 """
 from .core import Identification, bootstrap, identify
-from .family import Family, MarchenkoPasturFamily, MHSAFamily, TabulatedBetaFamily
+from .family import Family, MarchenkoPasturFamily, MHSAFamily, TabulatedBetaFamily, TabulatedFamily
 from .fit import Fit, fit_family
 from .identifiability import fisher_report, jacobian
 from .laws import TabulatedLaw, attention_law, marchenko_pastur_law
 from .spectrum import SpectrumError, check_spectrum
 
 __all__ = ["Identification", "identify", "bootstrap", "Family", "MHSAFamily", "MarchenkoPasturFamily",
-           "TabulatedBetaFamily", "Fit", "fit_family", "fisher_report", "jacobian", "TabulatedLaw", "attention_law",
+           "TabulatedBetaFamily", "TabulatedFamily", "Fit", "fit_family", "fisher_report", "jacobian", "TabulatedLaw", "attention_law",
            "marchenko_pastur_law", "SpectrumError", "check_spectrum"]

@@ -6,8 +6,9 @@ A family exposes
   optimized in log coordinates);
 * ``quantiles(theta, u)``: the law's quantile function ``Q_theta(u)``;
 * ``right_edge(theta)``: the law's right edge (outliers are counted above it);
-* ``sample(theta, rng)``: one surrogate spectrum of the observed size (for the parametric bootstrap
-  and the calibration of the goodness-of-fit statistic).
+* ``sample(theta, rng, model=None)``: one simulated spectrum of the observed size (for the parametric
+  bootstrap and the calibration of the goodness-of-fit statistic); for MHSA families ``model`` is
+  ``'softmax'`` (the finite softmax layer at ``theta``) or ``'surrogate'`` (its Gaussian equivalent).
 
 :class:`MHSAFamily` is the Gaussian-equivalent family of an MHSA configuration. Its parameters are
 any of ``beta`` (inverse temperature), ``psi`` (``d_qk/d`` per head, all heads equal), ``phi``
@@ -20,10 +21,13 @@ Its law comes from
 * otherwise :func:`attnspec.theory.solve_law`, evaluated on a configuration scaled to a large
   virtual width so that ratios are continuous (the law depends on ratios only);
 
-cached by ``theta``. Surrogate samples come from :func:`attnspec.simulation.simulate`
-(``models=('surrogate',)``) at the base configuration's actual size.
+cached by ``theta``. Samples come from :func:`attnspec.simulation.simulate` at the base
+configuration's actual size, with ``models=('softmax',)`` or ``('surrogate',)``.
 :class:`MarchenkoPasturFamily` (parameters ``scale`` and optionally ``ratio``) is a closed-form
 family used to test the fitter and as an alternative model in goodness-of-fit studies.
+
+:class:`TabulatedFamily` (and its one-parameter special case :class:`TabulatedBetaFamily`) replaces a
+slow law by a table on a small box of parameters, for the many evaluations of bootstrap refits.
 """
 from __future__ import annotations
 
@@ -36,7 +40,11 @@ import numpy as np
 from ..config import MHSAConfig
 from .laws import attention_law, marchenko_pastur_law
 
-__all__ = ["Family", "MHSAFamily", "MarchenkoPasturFamily", "TabulatedBetaFamily", "law_backend"]
+__all__ = ["Family", "MHSAFamily", "MarchenkoPasturFamily", "TabulatedBetaFamily", "TabulatedFamily", "law_backend",
+           "SAMPLE_MODELS"]
+
+#: What a bootstrap spectrum of an MHSA family can be simulated from.
+SAMPLE_MODELS = ("softmax", "surrogate")
 
 _VIRTUAL_D = 1 << 20
 
@@ -65,7 +73,8 @@ class Family:
         t = self.full(theta)
         return t.get("scale", 1.0) * float(self.law(t).right_edge)
 
-    def sample(self, theta: Mapping[str, float], rng: np.random.Generator) -> np.ndarray:  # pragma: no cover
+    def sample(self, theta: Mapping[str, float], rng: np.random.Generator,
+               model: str | None = None) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
 
     def start(self, eigs: np.ndarray) -> dict[str, float]:
@@ -140,19 +149,27 @@ class MHSAFamily(Family):
         t = self.full(theta)
         return self._law(tuple(sorted((k, round(v, 12)) for k, v in t.items() if k != "scale")))
 
-    def sample(self, theta: Mapping[str, float], rng: np.random.Generator) -> np.ndarray:
+    def sample(self, theta: Mapping[str, float], rng: np.random.Generator, model: str | None = None) -> np.ndarray:
+        """``scale`` times the pooled eigenvalues of ``draws`` simulated layers at ``theta`` (base size).
+
+        ``model``: ``'surrogate'`` (default; the Gaussian equivalent, whose limit is this family's law) or
+        ``'softmax'`` (the finite softmax layer, whose spectrum differs from the law at finite size).
+        """
         from ..simulation import simulate
 
+        model = model or "surrogate"
+        if model not in SAMPLE_MODELS:
+            raise ValueError(f"model must be one of {', '.join(SAMPLE_MODELS)}, got {model!r}")
         t = self.full(theta)
         seed = int(rng.integers(2 ** 62))
-        eigs = simulate(self.config(t), seed=seed, draws=self.draws, models=("surrogate",)).surrogate.ravel()
-        return t["scale"] * eigs
+        res = simulate(self.config(t), seed=seed, draws=self.draws, models=(model,))
+        return t["scale"] * getattr(res, model).ravel()
 
     def start(self, eigs: np.ndarray) -> dict[str, float]:
         s = super().start(eigs)
         m1 = float(np.mean(eigs))
         if "beta" in s and "scale" not in self.names:
-            # m1 = e^{beta^2} - 1 for untied values (THEORY 4b), divided by the fixed scale
+            # m1 = e^{beta^2} - 1 for untied values (docs/theory.md, "Closed forms"), divided by the fixed scale
             s["beta"] = float(np.clip(math.sqrt(math.log1p(max(m1 / self.fixed["scale"], 1e-6))),
                                       *self.bounds["beta"]))
         if "scale" in s:
@@ -177,7 +194,8 @@ class MarchenkoPasturFamily(Family):
     def law(self, theta):
         return self._law(round(self.full(theta)["ratio"], 12))
 
-    def sample(self, theta, rng):
+    def sample(self, theta, rng, model=None):
+        """A Marchenko–Pastur spectrum (``model`` is ignored: this family has one generative model)."""
         t = self.full(theta)
         n = max(self.p, round(self.p / t["ratio"]))
         W = rng.standard_normal((self.p, n))
@@ -226,8 +244,120 @@ class TabulatedBetaFamily(Family):
         t = self.full(theta)
         return t.get("scale", 1.0) * float(self._edge(t["beta"]))
 
-    def sample(self, theta, rng):
-        return self.inner.sample(theta, rng)
+    def sample(self, theta, rng, model=None):
+        return self.inner.sample(theta, rng, model=model)
+
+    def start(self, eigs):
+        return self.inner.start(eigs)
+
+    def config(self, theta, d=None):
+        return self.inner.config(theta, d)
+
+
+class TabulatedFamily(Family):
+    """An MHSA family tabulated on a box of its shape parameters and interpolated (warm-started law table).
+
+    The shape parameters are the free parameters other than ``scale`` (``beta``, ``psi``, ``phi``); in
+    their fit coordinates ``eta`` (``log`` for ``psi`` and ``phi``, ``beta`` as is) the box is
+    ``center -+ half_width`` (clipped to the family's bounds) with ``nodes`` equally spaced nodes per
+    parameter. At every node the quantile function ``Q(u)`` of the law at ``scale = 1`` is tabulated on
+    a grid ``u_j = (1 - cos(pi t_j))/2`` (dense near ``u = 0`` and ``1``); between nodes it is a
+    tensor-product cubic spline in ``eta`` and linear in ``u``::
+
+        Q_theta(u) = scale * interp_u( sum_{i_1..i_p} w_{i_1}(eta_1) ... w_{i_p}(eta_p) Q_{i_1..i_p}(u_j) ),
+
+    where ``w_i`` are the cardinal cubic-spline weights (not-a-knot) of the nodes. The law is solved
+    ``nodes^p`` times once; afterwards a quantile evaluation costs one contraction of the table
+    (``nodes^p x n_u`` multiply-adds, well under a millisecond for ``p <= 2``) instead of a law solve.
+    The box is the family's ``bounds``, so a fit on the table cannot leave it; :meth:`on_border` says
+    whether a fitted point sits on an edge of the box that is not a bound of the exact family (then the
+    table is too small and the caller re-centres it).
+
+    Parameters
+    ----------
+    inner : MHSAFamily
+        The exact family (its laws are tabulated; its ``sample`` is used as is).
+    center : mapping name -> value
+        Centre of the box (parameter values, not fit coordinates).
+    half_width : mapping name -> float
+        Half-width of the box per shape parameter, in fit coordinates (``0.1`` on a log coordinate is
+        a factor ``e^{0.1}``).
+    nodes : int >= 4
+        Nodes per shape parameter.
+    """
+
+    def __init__(self, inner: MHSAFamily, center: Mapping[str, float], half_width: Mapping[str, float],
+                 nodes: int = 9, n_u: int = 4001):
+        from scipy.interpolate import CubicSpline
+
+        if nodes < 4:
+            raise ValueError(f"nodes must be >= 4 (cubic splines), got {nodes}")
+        self.inner = inner
+        self.names = inner.names
+        self.shape_names = tuple(k for k in inner.names if k != "scale")
+        if not self.shape_names:
+            raise ValueError("TabulatedFamily needs at least one free parameter besides scale")
+        self.fixed = dict(inner.fixed)
+        self.log_scale = inner.log_scale
+        self.bounds = dict(inner.bounds)
+        self._eta_nodes, self._weights, self._exact_edges = [], [], []
+        for k in self.shape_names:
+            lo_b, hi_b = inner.bounds[k]
+            to = math.log if k in self.log_scale else float
+            fro = math.exp if k in self.log_scale else float
+            c = to(float(np.clip(center[k], lo_b, hi_b)))
+            a, b = max(to(lo_b), c - half_width[k]), min(to(hi_b), c + half_width[k])
+            if b - a < 1e-9:
+                raise ValueError(f"empty table box for {k}: center {center[k]} on its bound")
+            e = np.linspace(a, b, nodes)
+            self._eta_nodes.append(e)
+            self._weights.append(CubicSpline(e, np.eye(nodes)))
+            self.bounds[k] = (fro(a), fro(b))
+            self._exact_edges.append((a <= to(lo_b) + 1e-12, b >= to(hi_b) - 1e-12))
+        t = np.linspace(0.0, 1.0, n_u)
+        self.u = 0.5 * (1.0 - np.cos(np.pi * t))
+        grids = np.meshgrid(*self._eta_nodes, indexing="ij")
+        shape = grids[0].shape
+        table = np.empty(shape + (n_u,))
+        edges = np.empty(shape)
+        for idx in np.ndindex(*shape):
+            th = {k: (math.exp(g[idx]) if k in self.log_scale else float(g[idx])) for k, g in zip(self.shape_names, grids)}
+            th["scale"] = 1.0
+            table[idx] = inner.quantiles(th, self.u)
+            edges[idx] = inner.right_edge(th)
+        self.table, self.edges = table, edges
+        self.solves = int(np.prod(shape))
+
+    def describe(self) -> str:
+        box = ", ".join(f"{k} in [{self.bounds[k][0]:.4g}, {self.bounds[k][1]:.4g}]" for k in self.shape_names)
+        return f"{self.inner.describe()} (tabulated at {self.solves} nodes: {box})"
+
+    def _contract(self, arr: np.ndarray, theta: Mapping[str, float]) -> np.ndarray:
+        t = self.full(theta)
+        for k, spl in zip(self.shape_names, self._weights):
+            e = math.log(t[k]) if k in self.log_scale else t[k]
+            arr = np.tensordot(spl(e), arr, axes=(0, 0))
+        return arr
+
+    def quantiles(self, theta, u):
+        t = self.full(theta)
+        return t.get("scale", 1.0) * np.interp(u, self.u, self._contract(self.table, t))
+
+    def right_edge(self, theta) -> float:
+        t = self.full(theta)
+        return t.get("scale", 1.0) * float(self._contract(self.edges, t))
+
+    def on_border(self, theta: Mapping[str, float], frac: float = 0.01) -> bool:
+        """Whether ``theta`` lies within ``frac`` of the box width of an edge that is not an exact bound."""
+        for k, e, (lo_exact, hi_exact) in zip(self.shape_names, self._eta_nodes, self._exact_edges):
+            v = math.log(theta[k]) if k in self.log_scale else theta[k]
+            tol = frac * (e[-1] - e[0])
+            if (v <= e[0] + tol and not lo_exact) or (v >= e[-1] - tol and not hi_exact):
+                return True
+        return False
+
+    def sample(self, theta, rng, model=None):
+        return self.inner.sample(theta, rng, model=model)
 
     def start(self, eigs):
         return self.inner.start(eigs)

@@ -9,7 +9,7 @@ fitted edge) it is discretized at the midpoints ``u_i = (i - 1/2)/n``::
 
 The ``k`` outliers (eigenvalues above ``edge_theta * (1 + rel_tol)``, at most ``max_outlier_frac * n``
 of them) are reported separately: a finite softmax layer has a few isolated large eigenvalues its
-Gaussian equivalent lacks (THEORY.md section 2), and they must not drag the bulk fit.
+Gaussian equivalent lacks (docs/theory.md, "The Gaussian equivalent"), and they must not drag the bulk fit.
 
 Two passes: (1) fit with the top ``trim`` fraction ignored (robust start); (2) count the outliers
 above the edge of fit 1 and refit on the bulk. One parameter: a coarse scan of the bounded interval

@@ -1,7 +1,7 @@
 """Closed-form spectral laws used as model families (and as test beds for the fitter).
 
 * :func:`attention_law` — the Gaussian-equivalent law of the single-head attention matrix
-  ``Y_att = sqrt(l) (A - 1 1^T / l)`` in convention A (THEORY.md section 4b): with
+  ``Y_att = sqrt(l) (A - 1 1^T / l)`` in convention A (docs/theory.md, "Closed forms"): with
   ``sigma^2 = e^{beta^2} - 1``, ``alpha^2 = sigma^2 - beta^2`` and ``c = psi/gamma``, ``G(w)`` is the root
   (``~ 1/w`` at infinity, ``Im G < 0`` on the support) of the quartic
 
