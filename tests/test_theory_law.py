@@ -6,7 +6,8 @@ import pytest
 
 from attnspec.config import MHSAConfig
 from attnspec.theory import Law, LawSolverError, build_pencil, law_distances, solve_law
-from attnspec.theory.dyson import DysonSolver, heads_coupled
+from attnspec.theory.dyson import DysonSolver
+from attnspec.theory.pencil import heads_coupled
 
 
 @pytest.fixture(scope="module")

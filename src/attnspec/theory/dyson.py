@@ -27,9 +27,10 @@ import numpy as np
 from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from .pencil import Pencil
+from .pencil import Pencil, closure
+from .symmetry import entry_orbits, head_symmetries, plan_units, read_orbits
 
-__all__ = ["LawSolverError", "DysonSolver", "closure", "heads_coupled"]
+__all__ = ["LawSolverError", "DysonSolver"]
 
 
 class LawSolverError(RuntimeError):
@@ -44,38 +45,6 @@ class LawSolverError(RuntimeError):
         super().__init__(f"{message}: {self.z.size} point(s) failed: {pts}{more}")
 
 
-def closure(pencil: Pencil) -> tuple[np.ndarray, tuple]:
-    """Connected components (``comp[a]``) of ``G``'s support and the covariance terms that stay active.
-
-    Returns ``(comp, (a, b, c, d, coef))`` restricted to terms whose read entry ``g[c, d]`` can be non-zero.
-    """
-    m = pencil.size
-    a, b, c, d, coef = pencil.covariance_terms()
-    ea, eb = np.nonzero(pencil.a0)
-    edges_a, edges_b = list(ea), list(eb)
-    while True:
-        graph = coo_matrix((np.ones(len(edges_a)), (edges_a, edges_b)), shape=(m, m))
-        _, comp = connected_components(graph, directed=False)
-        active = comp[c] == comp[d]
-        new = active & (comp[a] != comp[b])
-        if not new.any():
-            break
-        edges_a += list(a[new])
-        edges_b += list(b[new])
-    return comp, (a[active], b[active], c[active], d[active], coef[active])
-
-
-def heads_coupled(pencil: Pencil) -> bool:
-    """Whether some component of ``G``'s support holds pencil blocks of two different heads."""
-    comp, _ = closure(pencil)
-    heads = np.array(pencil.heads)
-    for k in np.unique(comp):
-        hs = set(heads[(comp == k) & (heads >= 0)])
-        if len(hs) > 1:
-            return True
-    return False
-
-
 class DysonSolver:
     """Vectorized Newton solver for one pencil's Dyson equation (see module docstring).
 
@@ -84,7 +53,8 @@ class DysonSolver:
     """
 
     def __init__(self, pencil: Pencil, tol: float = 1e-12, maxit: int = 40, max_depth: int = 12,
-                 fixed_point_iters: int = 3000, damping: float = 0.5, jump: float = 0.5, level_ratio: float = 8.0):
+                 fixed_point_iters: int = 3000, damping: float = 0.5, jump: float = 0.5, level_ratio: float = 8.0,
+                 symmetric: bool = True):
         self.pencil, self.tol, self.maxit, self.max_depth = pencil, tol, maxit, max_depth
         self.jump, self.level_ratio = jump, level_ratio
         self.level_tol = 1e-7       # Newton tolerance on intermediate continuation levels
@@ -93,37 +63,48 @@ class DysonSolver:
         m = self.m = pencil.size
         comp, (a, b, c, d, coef) = closure(pencil)
         self.comp = comp
+        exchanges = head_symmetries(pencil) if symmetric else []
+        self.units, in_unit = plan_units(pencil, comp, exchanges) if exchanges else ([], np.zeros(comp.max() + 1, bool))
         by_size: dict[int, list[np.ndarray]] = {}
         for k in np.unique(comp):
             idx = np.flatnonzero(comp == k)
-            by_size.setdefault(idx.size, []).append(idx)
+            by_size.setdefault((idx.size, bool(in_unit[k])), []).append(idx)
         # compact index of every in-component entry (i, j); K = their number; K is the zero slot
         where = np.full((m, m), -1, dtype=int)
-        self.groups = []                       # (size, n_comp, compact indices (n_comp, s, s))
+        self.groups = []                       # (size, n_comp, compact indices (n_comp, s, s)) outside units
         K = 0
-        for size, comps in by_size.items():
+        for (size, sym), comps in by_size.items():
             comps = np.array(comps)
             nc = comps.shape[0]
             ci = K + np.arange(nc * size * size).reshape(nc, size, size)
             where[comps[:, :, None], comps[:, None, :]] = ci
-            self.groups.append((size, nc, ci.reshape(-1)))
+            if not sym:
+                self.groups.append((size, nc, ci.reshape(-1)))
             K += nc * size * size
-        self.K = K
         where[where < 0] = K
-        self.where = where
         keys = np.minimum(c, d) * m + np.maximum(c, d)
         ukeys, tk = np.unique(keys, return_inverse=True)
-        self.uc, self.ud = ukeys // m, ukeys % m
-        self.nu = ukeys.size
-        self.i_u = where[self.uc, self.ud]
-        pos = where[a, b]
-        upos, tp = np.unique(pos, return_inverse=True)
-        self.i_eta = upos
+        # unknowns: one per orbit of read entries under the head exchanges that leave the equation
+        # invariant (the solution is constant on orbits); without symmetries, one per read entry
+        orbit, reps = read_orbits(ukeys, m, exchanges)
+        tk = orbit[tk]
+        self.nu = reps.size
+        # eta on full positions, then one column per orbit of positions (G, M are constant on orbits)
+        upos, tp = np.unique(where[a, b], return_inverse=True)
         E = np.zeros((self.nu, upos.size))
         np.add.at(E, (tk, tp), coef)
-        self.E = E
-        # Jacobian J[j, k] = sum_{t reads k} coef_t G[c_j, a_t] G[b_t, d_j]: keep only the (j, t) pairs
-        # whose two factors can be non-zero, and scatter them with a sparse matrix
+        cmap, first = entry_orbits(where, K, exchanges)
+        keep = np.isin(upos, first)
+        self.i_eta, self.E = cmap[upos[keep]], E[:, keep]
+        where, K = cmap[where], first.size
+        self.groups = [(size, nc, cmap[ci]) for size, nc, ci in self.groups]
+        self.K, self.where = K, where
+        for unit in self.units:
+            unit.bind(where, K)
+        self.uc, self.ud = ukeys[reps] // m, ukeys[reps] % m
+        self.i_u = where[self.uc, self.ud]
+        # Jacobian J[j, k] = sum_{t reads orbit k} coef_t G[c_j, a_t] G[b_t, d_j] (j a representative): keep
+        # only the (j, t) pairs whose two factors can be non-zero, and scatter them with a sparse matrix
         i1 = where[self.uc[:, None], a[None, :]]     # G[c_j, a_t]
         i2 = where[b[None, :], self.ud[:, None]]     # G[b_t, d_j]
         jj, tt = np.nonzero((i1 < K) & (i2 < K))
@@ -207,6 +188,8 @@ class DysonSolver:
                     G[:, ci] = inv.reshape(n, -1)
                 else:
                     G[:, ci] = np.linalg.inv(sub.reshape(n, nc, size, size)).reshape(n, -1)
+            for unit in self.units:
+                G[:, unit.out] = unit.invert(M)
         return G
 
     @staticmethod

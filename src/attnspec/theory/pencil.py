@@ -29,11 +29,13 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from ..config import MHSAConfig
 
 __all__ = ["GaussianBlock", "Factor", "Monomial", "Placement", "Pencil", "pencil_from_monomials",
-           "build_pencil", "config_monomials"]
+           "build_pencil", "config_monomials", "closure", "heads_coupled"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,36 @@ class Pencil:
                 t *= abs(f.coef) * (math.sqrt(b.rows) + math.sqrt(b.cols))
             total += t * self.multiplicity.get(mono.head, 1)
         return total
+
+
+def closure(pencil: Pencil) -> tuple[np.ndarray, tuple]:
+    """Connected components (``comp[a]``) of ``G``'s support and the covariance terms that stay active.
+
+    Start from the pattern of ``A_0`` and the diagonal; add every ``eta[a, b]`` whose read entry
+    ``g[c, d]`` lies inside a component; repeat. Returns ``(comp, (a, b, c, d, coef))`` restricted to the
+    terms whose read entry can be non-zero.
+    """
+    m = pencil.size
+    a, b, c, d, coef = pencil.covariance_terms()
+    ea, eb = np.nonzero(pencil.a0)
+    edges_a, edges_b = list(ea), list(eb)
+    while True:
+        graph = coo_matrix((np.ones(len(edges_a)), (edges_a, edges_b)), shape=(m, m))
+        _, comp = connected_components(graph, directed=False)
+        active = comp[c] == comp[d]
+        new = active & (comp[a] != comp[b])
+        if not new.any():
+            break
+        edges_a += list(a[new])
+        edges_b += list(b[new])
+    return comp, (a[active], b[active], c[active], d[active], coef[active])
+
+
+def heads_coupled(pencil: Pencil) -> bool:
+    """Whether some component of ``G``'s support (:func:`closure`) holds pencil blocks of two heads."""
+    comp, _ = closure(pencil)
+    heads = np.array(pencil.heads)
+    return any(len(set(heads[(comp == k) & (heads >= 0)])) > 1 for k in np.unique(comp))
 
 
 def pencil_from_monomials(monomials: list[Monomial], blocks: dict[str, GaussianBlock],
@@ -276,7 +308,6 @@ def build_pencil(config: MHSAConfig, reduce: bool = True) -> Pencil:
     full = pencil_from_monomials(monos, blocks, description=desc)
     if not reduce or config.target == "attention" or config.n_heads == 1:
         return full
-    from .dyson import heads_coupled   # local import: dyson imports this module's types only
     if heads_coupled(full):
         return full
     classes: dict[tuple, list[int]] = {}
