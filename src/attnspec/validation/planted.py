@@ -46,6 +46,8 @@ __all__ = ["PlantSpec", "PlantedModel", "build_planted_model", "calibration_text
 ROLES = ("selective", "dependent", "important", "background")
 #: Relative positions an 'offset' head may attend to (query i attends to key i + offset).
 OFFSETS = (-2, -1, 1, 2)
+#: Fixed-point steps that bring a selective head's gain (random part included) to its goal.
+_GAIN_ITERATIONS = 4
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 
 
@@ -187,9 +189,14 @@ def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, valid, enc, W
     unit = [structured_weights(p, o, spec.head_dim, geometry["basis"], geometry["identity"]) for p, o in pats]
     Sq, Sk = torch.stack([u[0] for u in unit]), torch.stack([u[1] for u in unit])
     targets = [target_mask(p, o, enc["input_ids"], geometry["class_ids"]) for p, o in pats]
-    c = (spec.strength * spec.max_gain / target_gain(X, valid, Sq, Sk, targets)).clamp_min(0).sqrt()[:, None, None]
-    Wq[sel] += c * Sq
-    Wk[sel] += c * Sk
+    goal = spec.strength * spec.max_gain
+    c2 = (goal / target_gain(X, valid, Sq, Sk, targets)).clamp_min(0)
+    base_q, base_k = Wq[sel].clone(), Wk[sel].clone()
+    for _ in range(_GAIN_ITERATIONS):      # the random part's cross terms shift the gain: fixed point on c^2
+        Wq[sel], Wk[sel] = base_q + c2.sqrt()[:, None, None] * Sq, base_k + c2.sqrt()[:, None, None] * Sk
+        measured = target_gain(X, valid, Wq[sel], Wk[sel], targets)
+        c2 = c2 * (goal / measured.clamp_min(1e-3 * goal))
+    Wq[sel], Wk[sel] = base_q + c2.sqrt()[:, None, None] * Sq, base_k + c2.sqrt()[:, None, None] * Sk
     gain[sel] = target_gain(X, valid, Wq[sel], Wk[sel], targets).numpy()
     return gain
 

