@@ -1,13 +1,25 @@
-"""Benchmark: identification of beta from surrogate spectra at d = 1000 (prints; asserts nothing).
+"""Benchmark: identification on softmax spectra (prints figures; asserts nothing).
 
-A. Accuracy: for beta in {0.5, 0.8, 1.0, 1.2}, ``--reps-accuracy`` surrogate spectra (single-head
-   attention matrix, convention A, l = d = 1000 unless changed); relative error of the estimate.
-B. Coverage: at ``--beta-coverage`` (default 1.0), ``--reps`` (default 100) repetitions of
-   identify() with a ``--boot``-draw parametric bootstrap; how many 95 % intervals cover the truth.
-C. Goodness of fit against another family: a Marchenko–Pastur spectrum (ratio 1, same first
-   moment as beta = 1) with B = 99; the p-value and whether it rejects at 1 %.
+A. Accuracy on surrogate spectra (no bootstrap): for beta in {0.5, 0.8, 1.0, 1.2}, ``--reps-accuracy``
+   surrogate spectra of the single-head attention matrix at l = d = ``--d``; relative error of the fit.
+B. Coverage on **softmax** spectra: for every l = d in ``--sizes``, beta in ``--betas`` and target in
+   ``--targets`` (``attention``: single-head attention matrix; ``output``: four-head output,
+   d_qk = d_v = d/4), up to ``--reps`` softmax spectra, each identified (beta free) with a
+   ``--boot``-draw parametric bootstrap of ``--model`` (default softmax); how many 95% intervals
+   cover the true beta, and how often the goodness-of-fit test rejects at 5% (p <= 0.05) a spectrum of
+   the fitted family. Repetitions are interleaved across the cases and stop when ``--budget-min``
+   minutes have passed, so every case gets about the same count (printed).
+C. Goodness of fit against another family: ``--mp-reps`` Marchenko-Pastur spectra (ratio 1, same
+   first moment as beta = 1, l = d = ``--d``), each identified against the attention and the
+   four-head output family (beta free) with ``--mp-boot`` draws; the rejection rate at 5% (and at 1%
+   when ``--mp-boot`` >= 99).
+D. Timing: a joint (beta, psi) fit with a 29-draw softmax bootstrap at l = d = 1000, attention and
+   four-head output, in this process (one BLAS thread); printed beside the time the previous version
+   (commit e75f7bc, surrogate bootstrap, exact laws) took on the same machine.
 
-Usage: python benchmarks/bench_identify.py [--d 1000] [--reps 100] [--boot 39] [--jobs 2] [--out out/bench_identify.json]
+Usage (full): python benchmarks/bench_identify.py --reps 100 --budget-min 600
+Reduced (~12 min on 2 busy cores): python benchmarks/bench_identify.py --reps 100 --budget-min 7 --boot 19 \
+    --reps-accuracy 3 --mp-reps 4
 Repetitions run in ``--jobs`` processes (one BLAS thread each).
 """
 from __future__ import annotations
@@ -17,7 +29,7 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -25,8 +37,13 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+#: Seconds the previous version (commit e75f7bc: surrogate bootstrap, refits on exact laws) took for part D's
+#: joint (beta, psi) fit with B = 29 at l = d = 1000, measured on this machine (2 shared cores, one BLAS thread).
+OLD_JOINT_SECONDS = {"attention": 162.1, "output": None}
+OLD_JOINT_NOTE = {"attention": "", "output": "not finished in 30 min (issue 16: over 10 min)"}
 
-def _config(d: int, gamma: float, beta: float, target: str):
+
+def _config(d: int, beta: float, target: str, gamma: float = 1.0):
     from attnspec import MHSAConfig
 
     l = int(round(gamma * d))
@@ -35,92 +52,178 @@ def _config(d: int, gamma: float, beta: float, target: str):
     return MHSAConfig.uniform(l, d, heads=4, beta=beta)
 
 
-def _one(job):
+def _accuracy(job):
     from attnspec.identify import identify
     from attnspec.simulation import simulate
 
-    d, gamma, beta, target, seed, boot = job
-    cfg = _config(d, gamma, beta, target)
+    d, beta, seed = job
+    cfg = _config(d, beta, "attention")
     eigs = simulate(cfg, seed=10_000 + seed, models=("surrogate",)).surrogate
+    res = identify(eigs, cfg.replace(beta=1.0), n_boot=0, model="surrogate")
+    return {"beta": beta, "seed": seed, "estimate": res.estimates["beta"]["estimate"]}
+
+
+def _coverage(job):
+    from attnspec.identify import identify
+    from attnspec.simulation import simulate
+
+    d, beta, target, rep, boot, model = job
+    cfg = _config(d, beta, target)
+    seed = 1_000_003 * rep + 7919 * d + int(1000 * beta) + (0 if target == "attention" else 500_000)
+    eigs = simulate(cfg, seed=seed, models=("softmax",)).softmax
     t = time.perf_counter()
-    res = identify(eigs, cfg.replace(beta=1.0), n_boot=boot, seed=seed)
+    res = identify(eigs, cfg.replace(beta=1.0), n_boot=boot, seed=rep, model=model)
     e = res.estimates["beta"]
-    return {"beta": beta, "seed": seed, "estimate": e["estimate"], "best_fit": e["best_fit"], "ci_low": e["ci_low"],
-            "ci_high": e["ci_high"], "p_value": res.gof["p_value"], "seconds": time.perf_counter() - t}
+    return {"d": d, "beta": beta, "target": target, "rep": rep, "estimate": e["estimate"], "best_fit": e["best_fit"],
+            "ci_low": e["ci_low"], "ci_high": e["ci_high"], "bias": e["bias"], "sd": e["sd"],
+            "p_value": res.gof["p_value"], "seconds": time.perf_counter() - t}
+
+
+def _mp(job):
+    from attnspec.identify import identify
+
+    d, target, rep, boot = job
+    rng = np.random.default_rng(123 + rep)
+    W = rng.standard_normal((d, d))
+    mp = np.expm1(1.0) * np.linalg.eigvalsh(W @ W.T / d)
+    res = identify(mp, _config(d, 1.0, target), n_boot=boot, seed=5 + rep, model="softmax")
+    return {"target": target, "rep": rep, "p_value": res.gof["p_value"], "statistic": res.gof["statistic"],
+            "null_q99": res.gof["null_q99"], "beta_fit": res.fit.theta["beta"]}
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(s) for s in text.split(","))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--d", type=int, default=1000)
-    ap.add_argument("--gamma", type=float, default=1.0)
-    ap.add_argument("--target", choices=("attention", "output"), default="attention")
-    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--d", type=int, default=1000, help="size for parts A and C")
+    ap.add_argument("--sizes", default="800,1000", help="l = d values of part B")
+    ap.add_argument("--betas", default="0.5,1.0,1.3", help="true betas of part B")
+    ap.add_argument("--targets", default="attention,output", help="targets of part B")
+    ap.add_argument("--reps", type=int, default=100, help="most repetitions per case in part B")
+    ap.add_argument("--budget-min", type=float, default=600.0, help="part B stops starting repetitions after this")
+    ap.add_argument("--boot", type=int, default=39, help="bootstrap draws per repetition in part B")
+    ap.add_argument("--model", choices=("softmax", "surrogate"), default="softmax", help="bootstrap model, part B")
     ap.add_argument("--reps-accuracy", type=int, default=10)
-    ap.add_argument("--boot", type=int, default=39)
-    ap.add_argument("--beta-coverage", type=float, default=1.0)
+    ap.add_argument("--mp-reps", type=int, default=10)
+    ap.add_argument("--mp-boot", type=int, default=19)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip among A,B,C")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip among A,B,C,D")
     ap.add_argument("--out", type=Path, default=Path("out/bench_identify.json"))
     a = ap.parse_args(argv)
     skip = set(a.skip.upper().split(","))
-    report: dict = {"d": a.d, "gamma": a.gamma, "target": a.target, "boot": a.boot, "load_before": os.getloadavg()}
+    sizes = tuple(int(x) for x in _floats(a.sizes))
+    betas = _floats(a.betas)
+    targets = tuple(a.targets.split(","))
+    report: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+                    "load_before": os.getloadavg()}
     a.out.parent.mkdir(parents=True, exist_ok=True)
 
     def save():
         a.out.write_text(json.dumps(report, indent=1))
 
-    print(f"identification benchmark: target={a.target}, d={a.d}, l={int(round(a.gamma * a.d))}, jobs={a.jobs}, "
-          f"load {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"identification benchmark: jobs={a.jobs}, load {os.getloadavg()[0]:.2f}", flush=True)
     with ProcessPoolExecutor(a.jobs) as pool:
         if "A" not in skip:
             t0 = time.perf_counter()
-            jobs = [(a.d, a.gamma, b, a.target, s, 0) for b in (0.5, 0.8, 1.0, 1.2) for s in range(a.reps_accuracy)]
-            rows = list(pool.map(_one, jobs))
+            bs = (0.5, 0.8, 1.0, 1.2)
+            rows = list(pool.map(_accuracy, [(a.d, b, s) for b in bs for s in range(a.reps_accuracy)]))
             report["accuracy"] = rows
-            print("A. accuracy (no bootstrap):")
-            for b in (0.5, 0.8, 1.0, 1.2):
+            print(f"A. accuracy on surrogate spectra, attention, l = d = {a.d} (no bootstrap):")
+            for b in bs:
                 err = np.array([abs(r["estimate"] / b - 1) for r in rows if r["beta"] == b])
-                print(f"   beta={b:.1f}: {len(err)} spectra, max |rel. error| = {err.max():.2e}, mean = {err.mean():.2e}, "
-                      f"within 5%: {int(np.sum(err < 0.05))}/{len(err)}")
+                print(f"   beta={b:.1f}: {len(err)} spectra, max |rel. error| = {err.max():.2e}, "
+                      f"mean = {err.mean():.2e}")
             print(f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
             save()
         if "B" not in skip:
             t0 = time.perf_counter()
-            b = a.beta_coverage
-            jobs = [(a.d, a.gamma, b, a.target, 1000 + s, a.boot) for s in range(a.reps)]
+            cases = [(d, b, t) for t in targets for d in sizes for b in betas]
+            jobs = [(d, b, t, rep, a.boot, a.model) for rep in range(a.reps) for (d, b, t) in cases]
+            print(f"B. coverage on softmax spectra ({a.model} bootstrap, B = {a.boot}), {len(cases)} cases, up to "
+                  f"{a.reps} repetitions each, budget {a.budget_min:g} min", flush=True)
+            it = iter(jobs)
+            running = set()
             rows = []
-            for i, r in enumerate(pool.map(_one, jobs)):
-                rows.append(r)
-                if (i + 1) % 10 == 0:
-                    cov = sum(x["ci_low"] <= b <= x["ci_high"] for x in rows)
-                    print(f"   .. {i + 1} reps, covered {cov}", flush=True)
+            for _ in range(2 * a.jobs):
+                j = next(it, None)
+                if j is not None:
+                    running.add(pool.submit(_coverage, j))
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for f in done:
+                    rows.append(f.result())
+                    if time.perf_counter() - t0 < 60 * a.budget_min:
+                        j = next(it, None)
+                        if j is not None:
+                            running.add(pool.submit(_coverage, j))
+                if len(rows) % 12 == 0:
+                    cov = sum(r["ci_low"] <= r["beta"] <= r["ci_high"] for r in rows)
+                    print(f"   .. {len(rows)} done, covered {cov}, {time.perf_counter() - t0:.0f} s", flush=True)
                     report["coverage"] = rows
                     save()
             report["coverage"] = rows
-            cov = sum(r["ci_low"] <= b <= r["ci_high"] for r in rows)
-            within = sum(abs(r["estimate"] / b - 1) < 0.05 for r in rows)
-            width = np.mean([r["ci_high"] - r["ci_low"] for r in rows])
-            print(f"B. coverage at beta={b}: 95% interval covers the truth in {cov}/{len(rows)} repetitions "
-                  f"(B={a.boot} bootstrap draws each); estimate within 5% in {within}/{len(rows)}; mean width "
-                  f"{width:.2e}; max |rel. error| {max(abs(r['estimate'] / b - 1) for r in rows):.2e}; "
-                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+            summary = []
+            print(f"   {'target':9s} {'l=d':>5s} {'beta':>5s} {'reps':>5s} {'covered':>8s} {'cover%':>7s} "
+                  f"{'GOF rej@5%':>10s} {'mean est':>9s} {'mean width':>10s} {'s/rep':>6s}")
+            for (d, b, t) in cases:
+                rs = [r for r in rows if (r["d"], r["beta"], r["target"]) == (d, b, t)]
+                if not rs:
+                    continue
+                cov = sum(r["ci_low"] <= b <= r["ci_high"] for r in rs)
+                rej = sum(r["p_value"] <= 0.05 for r in rs)
+                row = {"target": t, "d": d, "beta": b, "reps": len(rs), "covered": cov, "gof_rejected_5pct": rej,
+                       "mean_estimate": float(np.mean([r["estimate"] for r in rs])),
+                       "mean_width": float(np.mean([r["ci_high"] - r["ci_low"] for r in rs])),
+                       "seconds_per_rep": float(np.mean([r["seconds"] for r in rs]))}
+                summary.append(row)
+                print(f"   {t:9s} {d:5d} {b:5.2f} {len(rs):5d} {cov:8d} {100 * cov / len(rs):6.1f}% "
+                      f"{100 * rej / len(rs):9.1f}% {row['mean_estimate']:9.4f} {row['mean_width']:10.4f} "
+                      f"{row['seconds_per_rep']:6.1f}")
+            n = len(rows)
+            cov = sum(r["ci_low"] <= r["beta"] <= r["ci_high"] for r in rows)
+            rej = sum(r["p_value"] <= 0.05 for r in rows)
+            report["coverage_summary"] = summary
+            print(f"   all: {cov}/{n} intervals cover ({100 * cov / max(n, 1):.1f}%), GOF rejects {rej}/{n} "
+                  f"({100 * rej / max(n, 1):.1f}%) at 5%; {time.perf_counter() - t0:.0f} s", flush=True)
             save()
-    if "C" not in skip:
+        if "C" not in skip and a.mp_reps > 0:
+            t0 = time.perf_counter()
+            rows = list(pool.map(_mp, [(a.d, t, r, a.mp_boot) for t in ("attention", "output")
+                                       for r in range(a.mp_reps)]))
+            report["mp_gof"] = rows
+            print(f"C. Marchenko-Pastur spectra (l = d = {a.d}) against the beta-free families, softmax bootstrap "
+                  f"B = {a.mp_boot}:")
+            for t in ("attention", "output"):
+                ps = np.array([r["p_value"] for r in rows if r["target"] == t])
+                line = f"   {t:9s}: rejected at 5% in {int(np.sum(ps <= 0.05))}/{ps.size}"
+                if a.mp_boot >= 99:
+                    line += f", at 1% in {int(np.sum(ps <= 0.01))}/{ps.size}"
+                print(line + f" (largest p {ps.max():.3g})")
+            print(f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+            save()
+    if "D" not in skip:
         from attnspec.identify import identify
+        from attnspec.simulation import simulate
 
-        t0 = time.perf_counter()
-        l = int(round(a.gamma * a.d))
-        rng = np.random.default_rng(123)
-        W = rng.standard_normal((l, a.d))
-        mp = np.expm1(1.0) * np.linalg.eigvalsh(W @ W.T / a.d)
-        res = identify(mp, _config(a.d, a.gamma, 1.0, a.target), n_boot=99, seed=5)
-        report["mp_gof"] = {"p_value": res.gof["p_value"], "statistic": res.gof["statistic"],
-                            "null_q99": res.gof["null_q99"], "beta_fit": res.fit.theta["beta"]}
-        print(f"C. Marchenko-Pastur spectrum vs the {a.target} family: T = W1(bulk) = {res.gof['statistic']:.4g} "
-              f"(null 99% quantile {res.gof['null_q99']:.3g}), p = {res.gof['p_value']:.3g} with B = 99 -> "
-              f"{'rejects' if res.gof['p_value'] <= 0.01 else 'does not reject'} at 1% "
-              f"({time.perf_counter() - t0:.0f} s)", flush=True)
-        save()
+        print("D. joint (beta, psi) fit, softmax spectrum, l = d = 1000, B = 29, one process:")
+        report["joint"] = {}
+        for t in ("attention", "output"):
+            cfg = _config(1000, 1.0, t)
+            eigs = simulate(cfg, seed=7, models=("softmax",)).softmax
+            t0 = time.perf_counter()
+            res = identify(eigs, cfg, free=("beta", "psi"), n_boot=29, seed=1, model="softmax")
+            sec = time.perf_counter() - t0
+            est = res.estimates
+            old = OLD_JOINT_SECONDS[t]
+            report["joint"][t] = {"seconds": sec, "old_seconds": old, "estimates": est, "timing": res.timing}
+            print(f"   {t:9s}: {sec:6.1f} s (previous version: "
+                  f"{f'{old:.1f} s' if old else OLD_JOINT_NOTE[t]}); beta {est['beta']['estimate']:.4f} "
+                  f"[{est['beta']['ci_low']:.4f}, {est['beta']['ci_high']:.4f}], psi {est['psi']['estimate']:.4f} "
+                  f"[{est['psi']['ci_low']:.4f}, {est['psi']['ci_high']:.4f}] (true 1, {cfg.d_qk[0] / 1000:g}); "
+                  f"{res.timing['law_solves']} law solves", flush=True)
+            save()
     report["load_after"] = os.getloadavg()
     save()
     print(f"wrote {a.out}")

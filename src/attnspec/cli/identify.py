@@ -31,8 +31,9 @@ def register(sub) -> None:
         "identify", help="estimate beta (and optionally widths, head count, scale) from an observed spectrum",
         description="Fit the Gaussian-equivalent law to an observed spectrum by minimum W1 of the bulk (quantile "
                     "matching; eigenvalues above the fitted edge are reported as outliers), with parametric-bootstrap "
-                    "confidence intervals (surrogate spectra simulated at the fit and at the observed size, each "
-                    "refitted), a goodness-of-fit test whose p-value is calibrated on the same surrogate draws, and a "
+                    "confidence intervals (spectra of the --model simulated at the observed size near the fit, each "
+                    "refitted; the offset of the refits corrects the estimate), a goodness-of-fit test whose p-value "
+                    "is calibrated on the same draws, and a "
                     "Fisher-information report of the directions the spectrum does not pin down. The input must be a "
                     "possible Gram spectrum: at least 10 finite eigenvalues, not all zero, none negative beyond "
                     "round-off (1e-6 x the largest). A warning goes to stderr when the fit fails its own "
@@ -44,7 +45,10 @@ def register(sub) -> None:
                         "line allowed), or JSON (a list, or an object with 'eigenvalues' or '<model>_eigenvalues', e.g. "
                         "from `attnspec simulate --json`, whose 'config' is then the default base configuration)")
     p.add_argument("--model", choices=("softmax", "surrogate"), default="softmax",
-                   help="which spectrum of a simulate JSON to use")
+                   help="the model that produced the spectrum, and what the parametric bootstrap simulates at the "
+                        "fit: softmax (default; a real attention layer or a simulated softmax one: intervals and the "
+                        "goodness-of-fit test then include the softmax-vs-Gaussian-equivalent model error) or "
+                        "surrogate (a Gaussian-equivalent spectrum). Also picks the spectrum of a simulate JSON")
     p.add_argument("--free", type=_free, default=("beta",), metavar="P[,P...]",
                    help="comma-separated continuous parameters to estimate: beta, psi (d_qk/d), phi (d_v/d), scale "
                         "(default beta)")
@@ -149,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
     from ..identify import identify
 
     res = identify(eigs, base, free=args.free, heads=args.heads_candidates, n_boot=args.boot, level=args.level,
-                   method=args.ci_method, seed=args.seed, max_se=args.max_se, progress=not args.no_progress)
+                   method=args.ci_method, seed=args.seed, max_se=args.max_se, model=args.model,
+                   progress=not args.no_progress)
     print(f"{eigs.size} eigenvalues from {args.input}")
     print(res.summary())
     p = res.gof.get("p_value")

@@ -337,14 +337,16 @@ def identify(eigs: np.ndarray, base: MHSAConfig | None = None, free: Sequence[st
     is_mhsa = isinstance(getattr(next(iter(families.values())), "inner", next(iter(families.values()))), MHSAFamily)
     H_best = min(fits, key=lambda h: fits[h].criterion)
     fam, fit = families[H_best], fits[H_best]
-    wide, pilot, at = None, None, dict(fit.theta)
+    wide, pilot, at, rf = None, None, dict(fit.theta), None
     if is_mhsa and n_boot > 0:
         # two-stage bootstrap (module docstring): pilot draws at the fit give the offset b1
-        pilot = _pilot(fit, fam, fam if isinstance(fam, TabulatedFamily) else _fast(fam, fit.theta), seed, model)
+        rf = fam if isinstance(fam, TabulatedFamily) else _fast(fam, fit.theta)
+        pilot = _pilot(fit, fam, rf, seed, model)
         eta_ref = _eta(fam, fit.theta)
     if isinstance(fam, TabulatedFamily):   # two or more shape parameters: final fit and refits on one table
         wide = fam
         fam, fit = _refit_table(x, wide, fit, pilot, nodes=_nodes(fam)[1])
+        rf = fam
     if pilot is not None:
         at = _simulation_point(fam, fit, pilot, eta_ref)
     t_fit = time.perf_counter() - t0
@@ -356,7 +358,7 @@ def identify(eigs: np.ndarray, base: MHSAConfig | None = None, free: Sequence[st
     heads_info = None
     boot = {"eta": np.zeros((0, len(fam.names))), "stat": np.zeros(0), "redone": 0}
     if n_boot > 0:
-        boot = bootstrap(fit, fam, n_boot, seed=seed, refit_family=_fast(fam, fit.theta), progress=progress,
+        boot = bootstrap(fit, fam, n_boot, seed=seed, refit_family=rf or _fast(fam, fit.theta), progress=progress,
                          model=model if is_mhsa else None, wide=wide, at=at)
         gof.update(p_value=float((1 + np.sum(boot["stat"] >= fit.criterion)) / (n_boot + 1)),
                    ks_p_value=float((1 + np.sum(boot["ks"] >= fit.ks)) / (n_boot + 1)),
