@@ -1,6 +1,9 @@
 """Time ``solve_law`` (one core) against one Monte-Carlo draw at d = 2000 of the same configuration.
 
-Targets (issue 3): single head <= 0.3 s, H = 4 <= 1 s, H = 8 <= 2 s. Prints times and ratios; asserts nothing.
+Targets (issue 3): single head <= 0.3 s, H = 4 <= 1 s, H = 8 <= 2 s. Issue 16: convention B (iid Gaussian
+inputs, every head reads the same X, so identical heads cannot be merged into one block) as fast as convention A,
+<= 0.5 s for H <= 8; the second table prints H = 1, 2, 4, 8 in both conventions beside that goal (before issue 16:
+0.36, 0.64, 2.3 and 12.9 s in convention B). Prints times and ratios; asserts nothing.
 Run with OMP_NUM_THREADS=1 (set below before numpy loads). ``--no-mc`` skips the Monte-Carlo draws.
 """
 import os
@@ -29,6 +32,12 @@ def cases(d: int):
         "output H=8 distinct widths": MHSAConfig(seq_len=d, d_model=d, d_qk=tuple(d // 16 * (1 + h % 4) for h in range(8)),
                                                  d_v=tuple(d // 16 * (1 + (h + 1) % 3) for h in range(8)), d_out=d, beta=1.0),
     }
+
+
+def convention_cases(d: int):
+    """Uniform heads, gamma = omega = 1, d_qk = d_v = d/H, beta = 1, in both input conventions."""
+    return {(inputs, H): MHSAConfig.uniform(d, d, heads=H, d_qk=d // H, d_v=d // H, d_out=d, beta=1.0, inputs=inputs)
+            for inputs in ("orthonormal", "gaussian") for H in (1, 2, 4, 8)}
 
 
 def best_of(fn, reps):
@@ -61,6 +70,21 @@ def main():
         t_mc = time.process_time() - t0
         print(f"{name:30s} {size:>7s} {t_law:8.3f} {t_mc:13.2f} {t_mc / t_law:7.1f}")
     print("times are CPU seconds of this process (time.process_time), best of --reps; pencil = blocks reduced/full")
+    print()
+    print("convention A (orthonormal rows) vs B (iid Gaussian inputs), d_qk = d_v = d/H, beta = 1; goal B <= 0.5 s")
+    print(f"{'H':>3s} {'A [s]':>7s} {'B [s]':>7s} {'B/A':>5s} {'goal':>6s} {'B unknowns':>10s}")
+    from attnspec.theory.dyson import DysonSolver
+    times = {}
+    for (inputs, H), cfg in convention_cases(args.d).items():
+        solve_law(cfg)
+        times[inputs, H] = best_of(lambda c=cfg: solve_law(c), args.reps)
+    for H in (1, 2, 4, 8):
+        a, b = times["orthonormal", H], times["gaussian", H]
+        cfg = convention_cases(args.d)["gaussian", H]
+        full = DysonSolver(build_pencil(cfg), symmetric=False).nu
+        nu = f"{DysonSolver(build_pencil(cfg)).nu}/{full}"
+        print(f"{H:3d} {a:7.3f} {b:7.3f} {b / a:5.2f} {'ok' if b <= 0.5 else 'MISSED':>6s} {nu:>10s}")
+    print("B unknowns: Newton unknowns with / without the exchange symmetry of identical heads")
 
 
 if __name__ == "__main__":

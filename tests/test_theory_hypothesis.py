@@ -90,7 +90,7 @@ def with_examples(test):
 # reduced and 3-4 heads take seconds each); the slow one below covers 3-4 heads too.
 @with_examples
 @settings(max_examples=50, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(configs(max_gaussian_heads=2))
+@given(configs(max_gaussian_heads=4))
 def test_law_mass_random_configurations(cfg):
     check_law(cfg)
 

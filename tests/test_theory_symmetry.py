@@ -7,6 +7,7 @@ from attnspec.config import MHSAConfig
 from attnspec.theory import build_pencil, solve_law
 from attnspec.theory import closed_forms as cf
 from attnspec.theory.dyson import DysonSolver
+from attnspec.theory.law import _edges
 from attnspec.theory.symmetry import head_symmetries
 
 
@@ -42,7 +43,8 @@ def test_unknowns_do_not_grow_with_identical_heads():
     gaussian(4),
     gaussian(4, key_groups=2, value_groups=2, d_v=300, d_out=900, beta=0.8),
     gaussian(3, values="tied-to-keys", beta=1.2),
-    gaussian(4, values="key-dependent", value_key_scale=1.3, d_v=200, beta=0.7),
+    MHSAConfig.uniform(500, 1000, heads=4, d_qk=250, d_v=200, d_out=700, beta=0.7, inputs="gaussian",
+                       values="key-dependent", value_key_scale=1.3),
     MHSAConfig(seq_len=700, d_model=1000, d_qk=(100, 100, 300), d_v=(200, 200, 100), d_out=800, beta=0.9,
                inputs="gaussian"),
     MHSAConfig.uniform(400, 400, heads=4, d_qk=100, d_v=100, d_out=400, beta=1.0),   # convention A, not merged
@@ -51,7 +53,7 @@ def test_symmetric_solver_matches_full_equation(cfg):
     pencil = build_pencil(cfg, reduce=False)
     sym, full = DysonSolver(pencil), DysonSolver(pencil, symmetric=False)
     assert sym.nu < full.nu
-    E = solve_law(cfg).right_edge
+    E, _ = _edges(sym, pencil.norm_bound() ** 2)
     x = E * np.array([1e-6, 1e-3, 0.05, 0.3, 0.7, 0.99, 1.2, 0.5])
     y = E * np.array([1e-9, 1e-9, 1e-9, 1e-9, 1e-9, 1e-9, 1e-9, 0.5])
     np.testing.assert_allclose(sym.g_near_axis(x, y, y0=10 * E), full.g_near_axis(x, y, y0=10 * E), rtol=1e-9, atol=1e-12)

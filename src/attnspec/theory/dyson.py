@@ -28,7 +28,7 @@ from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from .pencil import Pencil, closure
-from .symmetry import entry_orbits, head_symmetries, plan_units, read_orbits
+from .symmetry import SymmetricInverse, entry_orbits, head_symmetries, plan_units, read_orbits
 
 __all__ = ["LawSolverError", "DysonSolver"]
 
@@ -99,8 +99,7 @@ class DysonSolver:
         where, K = cmap[where], first.size
         self.groups = [(size, nc, cmap[ci]) for size, nc, ci in self.groups]
         self.K, self.where = K, where
-        for unit in self.units:
-            unit.bind(where, K)
+        self.sym_inverse = SymmetricInverse(self.units, where, K) if self.units else None
         self.uc, self.ud = ukeys[reps] // m, ukeys[reps] % m
         self.i_u = where[self.uc, self.ud]
         # Jacobian J[j, k] = sum_{t reads orbit k} coef_t G[c_j, a_t] G[b_t, d_j] (j a representative): keep
@@ -188,8 +187,8 @@ class DysonSolver:
                     G[:, ci] = inv.reshape(n, -1)
                 else:
                     G[:, ci] = np.linalg.inv(sub.reshape(n, nc, size, size)).reshape(n, -1)
-            for unit in self.units:
-                G[:, unit.out] = unit.invert(M)
+            if self.sym_inverse is not None:
+                G[:, self.sym_inverse.out] = self.sym_inverse(M)
         return G
 
     @staticmethod

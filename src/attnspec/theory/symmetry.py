@@ -31,7 +31,7 @@ from scipy.sparse.csgraph import connected_components
 
 from .pencil import Pencil, closure
 
-__all__ = ["head_symmetries", "read_orbits", "entry_orbits", "Unit", "plan_units"]
+__all__ = ["head_symmetries", "read_orbits", "entry_orbits", "Unit", "SymmetricInverse", "plan_units"]
 
 
 def head_symmetries(pencil: Pencil) -> list[tuple[int, int, np.ndarray]]:
@@ -132,46 +132,80 @@ class Unit:
     """A union of components of ``G``'s support closed under head exchanges, inverted by symmetry (module
     docstring). Local indices refer to ``blocks``; ``classes`` holds, per class of heads, the local positions
     ``i0`` (first head) and ``i1`` (second head) and the scatter ``(rows, cols, weights, bi, bj)`` of
-    ``(I - 1 1^T / n_c) (x) B_c``. :meth:`bind` turns both terms into linear maps between compact arrays:
-    ``Q^T M Q`` from the unit's entries of ``M``, and ``G``'s entries (``out``) from the inverses."""
+    ``(I - 1 1^T / n_c) (x) B_c``."""
     blocks: np.ndarray
     Q: np.ndarray
     classes: list
-    out: np.ndarray | None = None
 
-    def bind(self, where: np.ndarray, K: int) -> None:
-        """Attach the compact layout ``where`` (``K``: the zero slot between components). Several entries
-        may share a compact index (one value per orbit, :func:`entry_orbits`): ``Q^T M Q`` reads each
-        entry, ``G`` is written once per index."""
+    def small_matrices(self, where: np.ndarray, K: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """The unit's small matrices ``(s, gather, scatter)`` for the compact layout ``where`` (``K`` entries
+        and the zero slot; several entries may share an index, one value per orbit, :func:`entry_orbits`):
+        the ``s x s`` matrix is ``M[:, :K + 1] @ gather`` (``Q^T M Q``, or ``D_c - C_c``), and its inverse adds
+        ``inverse @ scatter`` to compact ``G``."""
         ub, Q, r = self.blocks, self.Q, self.Q.shape[1]
         entries = where[ub[:, None], ub[None, :]]
         li, lj = np.nonzero(entries < K)
         idx = entries[li, lj]
-        self.out, first, inv = np.unique(idx, return_index=True, return_inverse=True)
-        sym = (Q[li, :, None] * Q[lj, None, :]).reshape(li.size, r * r)
-        self.sym = np.zeros((self.out.size, r * r))
-        np.add.at(self.sym, inv, sym)                                    # M[out] -> Q^T M Q
-        self.sym_t = np.ascontiguousarray(sym[first].T)                  # (Q^T M Q)^{-1} -> G[out]
-        pair = {(int(li[t]), int(lj[t])): j for j, t in enumerate(first)}
-        self.parts = []
+        _, first = np.unique(idx, return_index=True)
+        outer = (Q[li, :, None] * Q[lj, None, :]).reshape(li.size, r * r)
+        gather = np.zeros((K + 1, r * r))
+        np.add.at(gather, idx, outer)                                    # Q^T M Q from M's entries
+        scatter = np.zeros((r * r, K + 1))
+        scatter[:, idx[first]] = outer[first].T                          # G = Q (Q^T M Q)^{-1} Q^T, once per index
+        mats = [(r, gather, scatter)]
+        pair = {(int(li[t]), int(lj[t])): int(idx[t]) for t in first}
         for i0, i1, rows, cols, wts, bi, bj in self.classes:
             k = i0.size
-            W = np.zeros((k * k, self.out.size))
+            gather = np.zeros((K + 1, k * k))
+            flat = np.arange(k * k)
+            np.add.at(gather, (entries[i0[:, None], i0[None, :]].ravel(), flat), 1.0)      # D_c
+            np.add.at(gather, (entries[i0[:, None], i1[None, :]].ravel(), flat), -1.0)     # - C_c
+            gather[K] = 0.0
+            scatter = np.zeros((k * k, K + 1))
             for x, y, w, a, b in zip(rows, cols, wts, bi, bj):
-                j = pair.get((int(x), int(y)))
+                j = pair.get((int(x), int(y)))        # written once per index: at its first entry
                 if j is not None:
-                    W[a * k + b, j] += w
-            self.parts.append((where[ub[i0][:, None], ub[i0][None, :]], where[ub[i0][:, None], ub[i1][None, :]], W))
+                    scatter[a * k + b, j] += w
+            mats.append((k, gather, scatter))
+        return mats
 
-    def invert(self, M: np.ndarray) -> np.ndarray:
-        """The unit's entries of ``M^{-1}`` (compact ``M``, shape ``(n, K + 1)``), in the order of ``out``."""
-        n, r = M.shape[0], self.Q.shape[1]
-        Ms = (M[:, self.out] @ self.sym).reshape(n, r, r)
-        G = np.linalg.inv(Ms).reshape(n, r * r) @ self.sym_t
-        for e0, e1, W in self.parts:
-            k = e0.shape[0]
-            G += np.linalg.inv(M[:, e0] - M[:, e1]).reshape(n, k * k) @ W
+
+class SymmetricInverse:
+    """The entries of ``G = M^{-1}`` on every unit at once: all small matrices (:meth:`Unit.small_matrices`)
+    of one size are gathered by one product with compact ``M``, inverted in one batch (closed forms for sizes
+    1 and 2) and scattered back by one product."""
+
+    def __init__(self, units: list[Unit], where: np.ndarray, K: int):
+        by_size: dict[int, list] = {}
+        for unit in units:
+            for s, gather, scatter in unit.small_matrices(where, K):
+                by_size.setdefault(s, []).append((gather, scatter))
+        scat = np.concatenate([sc for mats in by_size.values() for _, sc in mats], axis=0)
+        self.out = np.flatnonzero(np.any(scat != 0, axis=0))
+        self.plan = []
+        for s, mats in by_size.items():
+            gather = np.concatenate([g for g, _ in mats], axis=1)
+            cols = np.flatnonzero(np.any(gather != 0, axis=1))
+            scatter = np.concatenate([sc for _, sc in mats], axis=0)[:, self.out]
+            self.plan.append((s, len(mats), cols, gather[cols], scatter))
+
+    def __call__(self, M: np.ndarray) -> np.ndarray:
+        """``G``'s entries at ``self.out`` from compact ``M`` (shape ``(n, K + 1)``)."""
+        n = M.shape[0]
+        G = np.zeros((n, self.out.size), dtype=M.dtype)
+        for s, nm, cols, gather, scatter in self.plan:
+            A = M[:, cols] @ gather
+            if s == 1:
+                inv = 1.0 / A
+            elif s == 2:
+                q = A.reshape(n, nm, 4)
+                det = q[..., 0] * q[..., 3] - q[..., 1] * q[..., 2]
+                inv = (np.stack([q[..., 3], -q[..., 1], -q[..., 2], q[..., 0]], axis=-1) / det[..., None]).reshape(n, -1)
+            else:
+                inv = np.linalg.inv(A.reshape(n, nm, s, s)).reshape(n, -1)
+            G += inv @ scatter
         return G
+
 
 def _classes(pencil: Pencil, exchanges: list) -> tuple[dict, list[list[int]]]:
     """``(owned, classes)``: each head's blocks in order of creation; the heads connected by exchanges."""
