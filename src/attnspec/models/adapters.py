@@ -1,14 +1,18 @@
 """Adapters: find the attention layers of a model and describe them as :class:`AttentionSite`.
 
-Supported out of the box (detected from the module structure, never by modifying the model):
+Supported out of the box (never by modifying the model):
 
-* BERT family (``BertModel``, RoBERTa, ...; ``encoder.layer[i].attention.self`` with
-  ``query/key/value`` and ``attention.output.dense``): bidirectional encoder;
-* GPT-2 (``transformer.h[i].attn`` with ``c_attn``/``c_proj``): causal LM;
-* Llama / Qwen2 / Mistral / Gemma 3 (``model.layers[i].self_attn`` with ``q/k/v/o_proj``): causal
-  LM with grouped-query attention (``num_key_value_heads``) and per-layer sliding windows;
+* the transformers families of :data:`attnspec.models.architectures.ARCHITECTURES` (BERT-likes, MPNet,
+  DistilBERT, GPT-2, GPT-NeoX/Pythia, Llama/Mistral/Qwen/Gemma/OLMo/Phi, Phi-3, Falcon), each described by
+  one declarative entry (where its projections live, head layout, grouped or multi-query keys and values,
+  position encoding, masks) and detected by :func:`attnspec.models.architectures.detect`, which checks the
+  structure before claiming a family and refuses the families of ``REFUSED`` with the reason;
 * ``torch.nn.MultiheadAttention`` (self-attention, weights recomputed from the call's inputs);
 * custom modules following :class:`attnspec.models.protocol.CustomAttention`.
+
+Base models without a head (``LlamaModel``, ``GPT2Model``, ``BertModel``) get ``kind='encoder'``: the
+functional effect of a removal is the shift of their output representation (``1 - cos`` of mean-pooled
+final hidden states).
 
 Any attention implementation works (eager, SDPA, FlashAttention): the diagnosis records the inputs of
 each attention call (:mod:`attnspec.models.attention_calls`) and recomputes the weights it needs.
@@ -22,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .architectures import ARCHITECTURES, Architecture, ArchitectureError, detect, get_path, resolve
+from .emitters import register
 from .protocol import AttentionSite, CustomAttention
 
 __all__ = ["ModelAdapter", "adapt", "AdapterError"]
@@ -59,6 +65,11 @@ class ModelAdapter:
         attention of the removed head's layer once for ``K`` removals (``ablate(..., expand=True)``).
         True for the transformers families below, whose blocks are checked against full forward
         passes in ``tests/test_models_adapters.py``.
+    decoder : bool
+        A decoder family (causal attention, key/value cache): forwards get ``use_cache=False``, also for
+        base models without an LM head (``LlamaModel``), whose ``kind`` is ``'encoder'``.
+    architecture : Architecture or None
+        The entry of :data:`attnspec.models.architectures.ARCHITECTURES` the model was detected as.
     """
 
     model: nn.Module
@@ -68,6 +79,8 @@ class ModelAdapter:
     family: str = "generic"
     base: nn.Module | None = None
     blocks_broadcast: bool = False
+    decoder: bool = False
+    architecture: Architecture | None = None
 
     @property
     def can_reuse(self) -> bool:
@@ -92,7 +105,9 @@ class ModelAdapter:
         return _main_output(out)
 
     def _extra(self) -> dict:
-        return {"use_cache": False} if self.kind == "causal-lm" else {}
+        # decoders (with or without an LM head) must not fill a key/value cache: exact removal re-runs blocks
+        # with the recorded inputs, and a cache passed along would grow with each re-run
+        return {"use_cache": False} if self.kind == "causal-lm" or self.decoder else {}
 
     def run_base(self, batch: dict[str, torch.Tensor]) -> Any:
         """Forward through the base model only (no LM head: vocabularies can be large)."""
@@ -116,57 +131,7 @@ def _main_output(out: Any) -> torch.Tensor:
     raise AdapterError(f"cannot find a tensor output in {type(out).__name__}")
 
 
-# ----------------------------------------------------------------------------- families
-def _bert(model: nn.Module) -> ModelAdapter | None:
-    base = model
-    for attr in ("bert", "roberta", "model", "encoder_model"):
-        if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
-            break
-        base = getattr(base, attr, base)
-    enc = getattr(base, "encoder", None)
-    layers = getattr(enc, "layer", None)
-    if layers is None or not len(layers) or not hasattr(layers[0], "attention"):
-        return None
-    sites = []
-    for i, layer in enumerate(layers):
-        att = layer.attention.self
-        H = att.num_attention_heads
-        dh = att.attention_head_size
-        sites.append(AttentionSite(
-            index=i, name=f"encoder.layer.{i}.attention.self", module=att, out_proj=layer.attention.output.dense,
-            n_heads=H, n_kv_heads=H, head_dim=dh, d_out=layer.attention.output.dense.out_features,
-            causal=bool(getattr(att, "is_causal", False)), weights_module=att, weights_pick=lambda out: out[1],
-            values_module=att.value, values_pick=lambda out, H=H: _heads_view(out, H), block=layer,
-            mask_kwarg="attention_mask"))
-    tail = (lambda h: h) if base is model else None
-    return ModelAdapter(model, sites, "encoder", tail, family="bert", base=base, blocks_broadcast=True)
-
-
-def _gpt2(model: nn.Module) -> ModelAdapter | None:
-    tr = getattr(model, "transformer", model)
-    blocks = getattr(tr, "h", None)
-    if blocks is None or not len(blocks) or not hasattr(blocks[0], "attn") or not hasattr(blocks[0].attn, "c_attn"):
-        return None
-    sites = []
-    for i, block in enumerate(blocks):
-        att = block.attn
-        H, dh = att.num_heads, att.head_dim
-        D = att.embed_dim
-        sites.append(AttentionSite(
-            index=i, name=f"transformer.h.{i}.attn", module=att, out_proj=att.c_proj,
-            n_heads=H, n_kv_heads=H, head_dim=dh, d_out=att.c_proj.nf, causal=True,
-            weights_module=att, values_module=att.c_attn,
-            values_pick=lambda out, H=H, D=D: _heads_view(out[..., 2 * D:3 * D], H), block=block,
-            w_out_fn=lambda att=att: att.c_proj.weight.detach(),  # Conv1D weight is (in, out)
-            mask_kwarg="attention_mask",
-            # older transformers: eager GPT-2 adds a padding-only mask and applies its `bias` buffer itself
-            causal_inside=isinstance(getattr(att, "bias", None), torch.Tensor) and att.bias.dtype == torch.bool))
-    lm = hasattr(model, "lm_head")
-    tail = (lambda h: model.lm_head(tr.ln_f(h))) if lm else ((lambda h: tr.ln_f(h)) if tr is model else None)
-    return ModelAdapter(model, sites, "causal-lm" if lm else "encoder", tail, family="gpt2", base=tr,
-                        blocks_broadcast=True)
-
-
+# ----------------------------------------------------------------------------- families (architectures.py)
 def _layer_window(att: nn.Module, cfg: Any, i: int) -> int | None:
     """Sliding window of decoder layer ``i``: the module's own ``sliding_window`` when it keeps one
     (Qwen2, Gemma 3), else the config's: ``layer_types[i] == 'sliding_attention'`` with
@@ -179,48 +144,62 @@ def _layer_window(att: nn.Module, cfg: Any, i: int) -> int | None:
         types = getattr(cfg, "layer_types", None)
         if w and types is not None and i < len(types):
             w = w if types[i] == "sliding_attention" else None
-    return int(w) if w else None
+    return int(w) if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
 
 
-def _llama(model: nn.Module) -> ModelAdapter | None:
-    base = getattr(model, "model", model)
-    base = getattr(base, "language_model", base)
-    layers = getattr(base, "layers", None)
-    if layers is None or not len(layers) or not hasattr(layers[0], "self_attn"):
-        return None
-    att0 = layers[0].self_attn
-    if not all(hasattr(att0, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj")):
-        return None
-    cfg = model.config
-    cfg = getattr(cfg, "text_config", cfg)
-    sites = []
-    for i, layer in enumerate(layers):
-        att = layer.self_attn
-        H = cfg.num_attention_heads
-        Hkv = getattr(cfg, "num_key_value_heads", None) or H
-        dh = getattr(att, "head_dim", None) or cfg.hidden_size // H
-        window = _layer_window(att, cfg, i)
-        causal = getattr(att, "is_causal", True)
-        sites.append(AttentionSite(
-            index=i, name=f"model.layers.{i}.self_attn", module=att, out_proj=att.o_proj,
-            n_heads=H, n_kv_heads=Hkv, head_dim=dh, d_out=att.o_proj.out_features, causal=bool(causal),
-            window=window, weights_module=att, values_module=att.v_proj,
-            values_pick=lambda out, Hkv=Hkv: _heads_view(out, Hkv), block=layer, mask_kwarg="attention_mask"))
-    norm = getattr(base, "norm", None)
-    lm = getattr(model, "lm_head", None)
+def _pick_weights(out: Any) -> torch.Tensor | None:
+    """Eager weights from an attention module's output ``(output, weights)``; ``None`` when not returned."""
+    if isinstance(out, (tuple, list)) and len(out) > 1 and isinstance(out[1], torch.Tensor) and out[1].dim() == 4:
+        return out[1]
+    return None
+
+
+def _site(arch: Architecture, layer: nn.Module, i: int, geo: dict, cfg: Any, causal_default: bool) -> AttentionSite:
+    att, o, v = get_path(layer, arch.attention), get_path(layer, arch.o), get_path(layer, arch.v)
+    H, Hkv = geo["n_heads"], geo["n_kv_heads"]
+    conv1d = type(o).__name__ == "Conv1D"            # GPT-2: weight is (in, out)
+    d_in = o.weight.shape[0] if conv1d else o.weight.shape[1]
+    if d_in % H:
+        raise ArchitectureError(f"{arch.family}: output projection input width {d_in} is not a multiple of {H} heads")
+    fused = get_path(layer, arch.q) is v
+    gpt2_bias = getattr(att, "bias", None)
+    if arch.capture.startswith("hooked:"):
+        register(att, arch.capture.split(":", 1)[1])
+    return AttentionSite(
+        index=i, name=f"{arch.layers}.{i}.{arch.attention}", module=att, out_proj=o, n_heads=H, n_kv_heads=Hkv,
+        head_dim=d_in // H, d_out=o.weight.shape[1] if conv1d else o.weight.shape[0],
+        causal=bool(getattr(att, "is_causal", causal_default)), window=_layer_window(att, cfg, i),
+        weights_module=att, weights_pick=_pick_weights,
+        values_module=None if fused else v, values_pick=lambda out, Hkv=Hkv: _heads_view(out, Hkv), block=layer,
+        w_out_fn=(lambda o=o: o.weight.detach()) if conv1d else None, mask_kwarg="attention_mask",
+        # older transformers: eager GPT-2 adds a padding-only mask and applies its `bias` buffer itself
+        causal_inside=isinstance(gpt2_bias, torch.Tensor) and gpt2_bias.dtype == torch.bool)
+
+
+def _tail(arch: Architecture, model: nn.Module, base: nn.Module, cfg: Any) -> tuple[str, Callable | None]:
+    """Kind and tail ``hidden -> output`` after the last block (final norm, LM head and its soft-capping)."""
+    norm = get_path(base, arch.norm) if arch.norm else None
+    lm = getattr(model, arch.lm_head, None) if arch.kind == "causal-lm" else None
     softcap = getattr(cfg, "final_logit_softcapping", None)
+    if lm is None:   # a base model (LlamaModel, GPT2Model, BertModel): representation shift of its output
+        if base is not model:
+            return "encoder", None
+        return "encoder", (lambda h: norm(h)) if norm is not None else (lambda h: h)
 
     def tail(h):
-        h = norm(h) if norm is not None else h
-        if lm is None:
-            return h
-        logits = lm(h)
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
-        return logits
-    kind = "causal-lm" if lm is not None else "encoder"
-    return ModelAdapter(model, sites, kind, tail, family=type(model).__name__.replace("ForCausalLM", "").lower(),
-                        base=base, blocks_broadcast=True)
+        logits = lm(norm(h) if norm is not None else h)
+        return torch.tanh(logits / softcap) * softcap if softcap else logits
+    return "causal-lm", tail
+
+
+def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
+    base, layers, geo = resolve(arch, model)
+    cfg = getattr(model.config, "text_config", None) or model.config
+    sites = [_site(arch, layer, i, geo, cfg, arch.kind == "causal-lm") for i, layer in enumerate(layers)]
+    kind, tail = _tail(arch, model, base, cfg)
+    family = getattr(cfg, "model_type", None) if arch.family == "llama" else arch.family
+    return ModelAdapter(model, sites, kind, tail, family=family or arch.family, base=base, blocks_broadcast=arch.broadcast,
+                        decoder=arch.kind == "causal-lm", architecture=arch)
 
 
 def _mha_recompute(mod: nn.MultiheadAttention, args: tuple, kwargs: dict):
@@ -290,13 +269,15 @@ def adapt(model: nn.Module | ModelAdapter) -> ModelAdapter:
     custom = _custom_sites(model)
     if custom:
         return ModelAdapter(model, custom, "generic", None, family="custom")
-    for fam in (_bert, _gpt2, _llama):
-        ad = fam(model)
-        if ad is not None:
-            return ad
+    arch = detect(model) if hasattr(model, "config") else None
+    if arch is not None:
+        return _from_table(model, arch)
     mha = _mha_sites(model)
     if mha:
         return ModelAdapter(model, mha, "generic", None, family="nn.MultiheadAttention")
-    raise AdapterError(f"{type(model).__name__}: no supported attention layers. Supported: BERT-family encoders, "
-                       "GPT-2, Llama/Qwen/Mistral/Gemma3 decoders, torch.nn.MultiheadAttention, and modules "
-                       "following attnspec.models.protocol.CustomAttention")
+    mtype = getattr(getattr(model, "config", None), "model_type", None)
+    known = ", ".join(a.family for a in ARCHITECTURES)
+    raise AdapterError(f"{type(model).__name__}{f' (model_type {mtype!r})' if mtype else ''}: no supported attention "
+                       f"layers. Supported: the transformers families {known} (attnspec diagnose "
+                       "--list-architectures), torch.nn.MultiheadAttention, and modules following "
+                       "attnspec.models.protocol.CustomAttention")

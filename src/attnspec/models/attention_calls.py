@@ -27,6 +27,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from .emitters import registered
+
 __all__ = ["AttentionCall", "record_attention_calls", "allowed_from_mask"]
 
 
@@ -149,7 +151,9 @@ def record_attention_calls(on_call: Callable[[AttentionCall], None], valid: torc
                            ) -> Iterator[None]:
     """Within the block, pass every transformers attention call to ``on_call`` and then run it as usual.
 
-    ``valid`` ``(B, L)`` (the batch's attention mask) is intersected with the allowed sets. The
+    ``valid`` ``(B, L)`` (the batch's attention mask) is intersected with the allowed sets. Modules with
+    an emitter (:mod:`attnspec.models.emitters`: MPNet, Falcon) are recorded by a forward pre-hook that
+    rebuilds the same inputs from the module's projections. The
     dispatch ``ALL_ATTENTION_FUNCTIONS.get_interface`` is wrapped for the block only and restored on
     exit, also on error; modules and their parameters are not touched.
     """
@@ -165,8 +169,17 @@ def record_attention_calls(on_call: Callable[[AttentionCall], None], valid: torc
             return fn(module, query, key, value, attention_mask, *args, **kwargs)
         return recorded
 
+    handles = []
+    for module, emit in registered():   # modules that compute attention themselves (emitters.py)
+        def pre_hook(mod, args, kwargs, emit=emit):
+            with torch.no_grad():
+                q, k, v, mask, kw = emit(mod, args, kwargs)
+            on_call(_to_call(mod, q, k, v, mask, kw, valid))
+        handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
     AttentionInterface.get_interface = get_interface
     try:
         yield
     finally:
         AttentionInterface.get_interface = original
+        for h in handles:
+            h.remove()

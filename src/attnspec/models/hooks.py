@@ -50,7 +50,7 @@ def received_allowed(site: AttentionSite, mask, B: int, L: int) -> torch.Tensor 
     if mask is not None and mask.dim() == 3:
         mask = mask[:, None]
     structural = mask is None or mask.dim() == 2   # the site's own causal / window rules apply
-    if mask is not None and (mask.dim() not in (2, 4) or mask.shape[-1] != L or (not structural and mask.shape[-2] != L)):
+    if mask is not None and (mask.dim() not in (2, 4) or mask.shape[-1] != L or (not structural and mask.shape[-2] not in (1, L))):
         return None   # e.g. keys from a cache: not a self-attention pass over the batch
     ok = allowed_from_mask(mask, B, L, L, site.causal, site.window)
     dist = torch.arange(L)[:, None] - torch.arange(L)[None, :]
@@ -98,12 +98,18 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
     handles = []
     index = {id(s.module): i for i, s in enumerate(sites) if s.kind == "hf"}
 
+    fused = {id(s.module) for s in sites if s.kind == "hf" and s.values_module is None}
+
     def on_call(call):
         i = index.get(id(call.module))
-        if i is not None and keep_weights:
-            half = call.query.dtype in (torch.bfloat16, torch.float16)
+        if i is None:
+            return
+        half = call.query.dtype in (torch.bfloat16, torch.float16)
+        if keep_weights:
             cap.weights[i] = call.weights(dtype=torch.float32 if half else call.query.dtype)
-    calls = record_attention_calls(on_call) if index and keep_weights else nullcontext()
+        if id(call.module) in fused:   # values of fused q/k/v projections: from the call
+            cap.values[i] = call.value
+    calls = record_attention_calls(on_call) if index and (keep_weights or fused) else nullcontext()
     try:
         calls.__enter__()
         for i, s in enumerate(sites):
@@ -135,7 +141,8 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
                 def c_hook(mod, args, i=i):
                     cap.contexts[i] = args[0].detach()
                 handles.append(s.weights_module.register_forward_hook(w_hook))
-                handles.append(s.values_module.register_forward_hook(v_hook))
+                if s.values_module is not None:
+                    handles.append(s.values_module.register_forward_hook(v_hook))
                 handles.append(s.out_proj.register_forward_pre_hook(c_hook))
             if blocks and s.block is not None:
                 def b_hook(mod, args, kwargs, i=i):

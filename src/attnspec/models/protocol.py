@@ -100,7 +100,8 @@ class AttentionSite:
         Module whose forward output carries ``A``; ``weights_pick`` extracts it.
     values_module : nn.Module or None
         Module whose forward output carries the values; ``values_pick`` maps it to
-        ``(B, H_kv, L, d_head)``.
+        ``(B, H_kv, L, d_head)``. ``None`` for fused query/key/value projections (GPT-2, GPT-NeoX,
+        Phi-3, Falcon): :func:`attnspec.models.capture` then takes the values from the recorded attention call.
     n_heads, n_kv_heads, head_dim, d_out : int
         Geometry: query heads, key/value heads (GQA when smaller), per-head value width, output width.
     causal : bool

@@ -1,0 +1,292 @@
+"""The architecture table: one declarative entry per transformers family attnspec diagnoses or refuses.
+
+Each :class:`Architecture` says where a family keeps its layers and its query/key/value/output
+projections (dotted paths), how many heads it has and how keys and values are shared (grouped-query,
+multi-query), how positions enter the attention logits, how the logits are scaled and capped, which
+mask each layer uses, and how attnspec reads its attention calls (``capture``):
+
+* ``'interface'``: the module hands queries and keys (after the position encoding) and values to
+  transformers' attention-function interface, which attnspec records
+  (:mod:`attnspec.models.attention_calls`);
+* ``'hooked:<name>'``: the module computes attention itself; a pre-hook rebuilds the same queries, keys,
+  values, mask and additive position bias from the module's own projections
+  (:mod:`attnspec.models.emitters`).
+
+Detection (:func:`detect`) never trusts a name alone: the family is chosen by ``config.model_type`` when
+the table lists it (else by structure), then every path of the entry must exist in the model
+(:func:`resolve`). A model that claims a family but lacks its structure, or a family in
+:data:`REFUSED`, raises :class:`ArchitectureError` naming the family and the reason, before any work.
+
+:func:`architectures_table` returns the table as a ``pandas.DataFrame``; :func:`format_architectures`
+formats it as text (``attnspec diagnose --list-architectures``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from torch import nn
+
+from .loading import ModelLoadError
+
+__all__ = ["Architecture", "Refusal", "ArchitectureError", "ARCHITECTURES", "REFUSED", "detect", "resolve",
+           "architectures_table", "format_architectures", "get_path"]
+
+
+class ArchitectureError(ModelLoadError):
+    """The model's family is refused, or it claims a family whose structure it does not have."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One family: where its attention lives and what its attention computes.
+
+    Paths are dotted attribute paths; ``layers`` is relative to the base model, the others to one layer.
+    ``q``/``k``/``v`` may name the same fused module (``qkv``). ``heads``/``kv_heads`` list config keys
+    tried in order (``None`` for ``kv_heads``: no key/value sharing).
+    """
+
+    family: str
+    examples: str
+    model_types: tuple[str, ...]
+    base: tuple[str, ...]
+    layers: str
+    attention: str
+    q: str
+    k: str
+    v: str
+    o: str
+    heads: tuple[str, ...]
+    kv_heads: tuple[str, ...] | None
+    position: str
+    scaling: str
+    softcap: str
+    mask: str
+    capture: str = "interface"
+    kind: str = "encoder"
+    norm: str | None = None
+    lm_head: str = "lm_head"
+    strict: bool = False          # claimed by model_type only, never by structure alone
+    broadcast: bool = True        # blocks broadcast over a leading replica axis (ModelAdapter.blocks_broadcast)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A family attnspec refuses, and why."""
+
+    family: str
+    examples: str
+    model_types: tuple[str, ...]
+    reason: str
+
+
+_BERT_TYPES = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "xlm-roberta-xl", "ernie", "data2vec-text",
+               "roberta-prelayernorm", "bert-generation", "xmod", "markuplm", "layoutlm")
+_LLAMA_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+                "gemma3", "gemma3_text", "olmo", "olmo2", "olmo3", "granite", "cohere", "starcoder2", "smollm3",
+                "glm", "helium", "ministral", "phi")
+_DECODER_BASE = ("model", "language_model")
+_SDPA = "1/sqrt(d_head)"
+
+#: The families attnspec diagnoses, most common first.
+ARCHITECTURES: tuple[Architecture, ...] = (
+    Architecture("bert", "BERT, RoBERTa, XLM-R, ELECTRA, CamemBERT", _BERT_TYPES,
+                 ("bert", "roberta", "electra", "model", "encoder_model"), "encoder.layer", "attention.self",
+                 "attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+                 ("num_attention_heads",), None, "absolute (embeddings)", _SDPA, "none", "bidirectional"),
+    Architecture("mpnet", "MPNet (all-mpnet-base-v2)", ("mpnet",), ("mpnet",), "encoder.layer", "attention.attn",
+                 "attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
+                 ("num_attention_heads",), None, "absolute + relative bias (T5 buckets, shared by layers)", _SDPA,
+                 "none", "bidirectional", capture="hooked:mpnet", strict=True),
+    Architecture("distilbert", "DistilBERT", ("distilbert",), ("distilbert",), "transformer.layer", "attention",
+                 "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", ("n_heads",), None,
+                 "absolute (embeddings)", _SDPA, "none", "bidirectional"),
+    Architecture("gpt2", "GPT-2, DistilGPT2", ("gpt2",), ("transformer",), "h", "attn", "attn.c_attn",
+                 "attn.c_attn", "attn.c_attn", "attn.c_proj", ("n_head", "num_attention_heads"), None,
+                 "absolute (embeddings)", _SDPA + " (scale_attn_by_inverse_layer_idx: also 1/(layer+1))", "none",
+                 "causal", kind="causal-lm", norm="ln_f"),
+    Architecture("gpt-neox", "GPT-NeoX, Pythia", ("gpt_neox",), ("gpt_neox",), "layers", "attention",
+                 "attention.query_key_value", "attention.query_key_value", "attention.query_key_value",
+                 "attention.dense", ("num_attention_heads",), None, "RoPE (partial, rotary_pct)", _SDPA, "none",
+                 "causal", kind="causal-lm", norm="final_layer_norm", lm_head="embed_out"),
+    Architecture("llama", "Llama, Mistral, Qwen2/3, Gemma 1-3, OLMo 1-2, Phi", _LLAMA_TYPES, _DECODER_BASE,
+                 "layers", "self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                 "self_attn.o_proj|self_attn.dense", ("num_attention_heads",), ("num_key_value_heads",),
+                 "RoPE (Phi: partial; Qwen3/Gemma 3/OLMo 2: q/k norms first)",
+                 _SDPA + " (Gemma 2/3: query_pre_attn_scalar^-1/2)", "Gemma 2: attn_logit_softcapping",
+                 "causal; sliding window per layer (Mistral, Qwen2, Gemma 2/3 layer_types)", kind="causal-lm",
+                 norm="norm|final_layernorm"),
+    Architecture("phi3", "Phi-3, Phi-3.5, Phi-4-mini", ("phi3",), _DECODER_BASE, "layers", "self_attn",
+                 "self_attn.qkv_proj", "self_attn.qkv_proj", "self_attn.qkv_proj", "self_attn.o_proj",
+                 ("num_attention_heads",), ("num_key_value_heads",), "RoPE (LongRoPE scaling)", _SDPA, "none",
+                 "causal; sliding window", kind="causal-lm", norm="norm"),
+    Architecture("falcon", "Falcon (multi-query RoPE, new decoder architecture)", ("falcon",), ("transformer",), "h",
+                 "self_attention", "self_attention.query_key_value", "self_attention.query_key_value",
+                 "self_attention.query_key_value", "self_attention.dense", ("num_attention_heads",),
+                 ("num_kv_heads",), "RoPE (ALiBi variants refused)", _SDPA, "none", "causal",
+                 capture="hooked:falcon", kind="causal-lm", norm="ln_f", strict=True,
+                 broadcast=False),   # in-place residual sums in the block
+)
+
+#: Families refused before any work, with the reason.
+REFUSED: tuple[Refusal, ...] = (
+    Refusal("albert", "ALBERT", ("albert",), "one attention module is shared by every layer (num_hidden_layers "
+            "applications of the same weights); attnspec maps one module to one layer, so its per-layer heads "
+            "cannot be told apart yet"),
+    Refusal("deberta", "DeBERTa, DeBERTa-v2/v3", ("deberta", "deberta-v2"), "disentangled relative attention "
+            "(content-to-position and position-to-content terms computed inside the module) is not recorded yet"),
+    Refusal("t5", "T5, mT5, Flan-T5, UMT5", ("t5", "mt5", "umt5", "longt5"), "encoder-decoder: decoder cross-attention "
+            "and the two stacks are not separated yet (encoder-only diagnosis is planned)"),
+    Refusal("bart", "BART, mBART, Pegasus, Marian", ("bart", "mbart", "pegasus", "marian", "blenderbot", "m2m_100"),
+            "encoder-decoder: decoder cross-attention and the two stacks are not separated yet"),
+    Refusal("vision", "ViT, DeiT, DINOv2, BEiT, Swin, CLIP vision", ("vit", "deit", "dinov2", "dinov2_with_registers",
+            "beit", "swin", "clip", "clip_vision_model", "siglip", "siglip_vision_model"),
+            "image inputs: attnspec diagnoses token sequences from texts only (no --images yet)"),
+    Refusal("alibi", "BLOOM, MPT, Falcon with ALiBi", ("bloom", "mpt"), "ALiBi biases are added inside the "
+            "module and not recorded yet"),
+    Refusal("xlnet", "XLNet, Transformer-XL, Reformer, Longformer, BigBird", ("xlnet", "transfo-xl", "reformer",
+            "longformer", "big_bird"), "two-stream, memory, LSH or block-sparse attention: not a per-head softmax "
+            "over the sequence that attnspec can recompute"),
+)
+
+
+def get_path(obj: Any, path: str) -> Any:
+    """``obj.a.b.c`` for ``path='a.b.c'``; ``'x|y'`` tries ``x`` then ``y``; ``None`` when absent."""
+    for alt in path.split("|"):
+        cur = obj
+        for part in alt.split("."):
+            cur = getattr(cur, part, None)
+            if cur is None:
+                break
+        if cur is not None:
+            return cur
+    return None
+
+
+def _config(model: nn.Module) -> Any:
+    cfg = getattr(model, "config", None)
+    return getattr(cfg, "text_config", None) or cfg
+
+
+def _base_and_layers(arch: Architecture, model: nn.Module):
+    """The base model (first of ``arch.base`` attributes that holds ``arch.layers``, or the model) and its layers."""
+    candidates = [model] + [getattr(model, a) for a in arch.base if isinstance(getattr(model, a, None), nn.Module)]
+    for c in list(candidates[1:]):
+        candidates += [getattr(c, a) for a in arch.base if isinstance(getattr(c, a, None), nn.Module)]
+    for base in candidates:
+        layers = get_path(base, arch.layers)
+        if isinstance(layers, (nn.ModuleList, list, tuple)) and len(layers):
+            return base, layers
+    return None, None
+
+
+def _missing(arch: Architecture, model: nn.Module) -> str | None:
+    """Why ``model`` does not have ``arch``'s structure (``None``: it does)."""
+    base, layers = _base_and_layers(arch, model)
+    if base is None:
+        return f"no layer list at {arch.layers!r}"
+    for role in ("attention", "q", "k", "v", "o"):
+        path = getattr(arch, role)
+        for i, layer in enumerate(layers):
+            if not isinstance(get_path(layer, path), nn.Module):
+                return f"layer {i} has no {role} module at {path!r} ({type(layer).__name__})"
+    o = get_path(layers[0], arch.o)
+    if getattr(o, "weight", None) is None or o.weight.dim() != 2:
+        return f"the output projection {arch.o!r} has no 2-D weight"
+    return None
+
+
+def _refusal(model_type: str | None) -> Refusal | None:
+    return next((r for r in REFUSED if model_type in r.model_types), None)
+
+
+def detect(model: nn.Module) -> Architecture | None:
+    """The table entry of ``model``; ``None`` for models outside the transformers families.
+
+    Raises
+    ------
+    ArchitectureError
+        The family is refused, or ``config.model_type`` names a family whose structure the model lacks.
+    """
+    cfg = _config(model)
+    mtype = getattr(cfg, "model_type", None)
+    name = type(model).__name__
+    ref = _refusal(mtype)
+    if ref is not None:
+        raise ArchitectureError(f"{name} (model_type {mtype!r}) is of the {ref.family} family ({ref.examples}), "
+                                f"which attnspec refuses: {ref.reason}. See attnspec diagnose --list-architectures.")
+    claimed = [a for a in ARCHITECTURES if mtype in a.model_types]
+    for arch in claimed:
+        why = _missing(arch, model)
+        if why is None:
+            return arch
+        raise ArchitectureError(f"{name} (model_type {mtype!r}) claims the {arch.family} family but {why}: "
+                                "refused rather than misread.")
+    for arch in ARCHITECTURES:
+        if not arch.strict and _missing(arch, model) is None:
+            return arch
+    return None
+
+
+def resolve(arch: Architecture, model: nn.Module) -> tuple[nn.Module, list, dict]:
+    """``(base, layers, geometry)`` of a detected model: ``geometry`` has ``n_heads``, ``n_kv_heads``."""
+    cfg = _config(model)
+    base, layers = _base_and_layers(arch, model)
+    H = next((int(getattr(cfg, k)) for k in arch.heads if getattr(cfg, k, None)), None)
+    if H is None:
+        raise ArchitectureError(f"{type(model).__name__} ({arch.family}): the config has none of {arch.heads}")
+    Hkv = H
+    if arch.kv_heads:
+        Hkv = next((int(getattr(cfg, k)) for k in arch.kv_heads if getattr(cfg, k, None)), H)
+    if arch.family == "falcon":
+        if getattr(cfg, "alibi", False):
+            raise ArchitectureError(f"{type(model).__name__}: Falcon with ALiBi (config.alibi=True) is refused: "
+                                    "ALiBi biases are added inside the module and not recorded yet")
+        # new decoder architecture: keys/values broadcast to every query head before the attention
+        Hkv = H if getattr(cfg, "new_decoder_architecture", False) or not cfg.multi_query else 1
+    if H % Hkv:
+        raise ArchitectureError(f"{type(model).__name__} ({arch.family}): {H} query heads are not a multiple of "
+                                f"{Hkv} key/value heads")
+    return base, list(layers), {"n_heads": H, "n_kv_heads": Hkv}
+
+
+_COLUMNS = ("family", "examples", "model_types", "attention", "q", "k", "v", "o", "kv_sharing", "position",
+            "scaling", "softcap", "mask", "capture", "status")
+
+
+def architectures_table():
+    """The architecture table as a ``pandas.DataFrame``: supported families, then refused ones with the reason
+    in ``status``."""
+    import pandas as pd
+    rows = []
+    for a in ARCHITECTURES:
+        r = {f.name: getattr(a, f.name) for f in fields(a)}
+        r["model_types"] = ", ".join(a.model_types)
+        r["kv_sharing"] = f"grouped ({'/'.join(a.kv_heads)})" if a.kv_heads else "none"
+        if a.family == "falcon":
+            r["kv_sharing"] = "multi-query or grouped (multi_query, num_kv_heads)"
+        r["status"] = "supported"
+        rows.append({c: r.get(c, "") for c in _COLUMNS})
+    for x in REFUSED:
+        rows.append({c: "" for c in _COLUMNS} | {"family": x.family, "examples": x.examples,
+                                                 "model_types": ", ".join(x.model_types),
+                                                 "status": f"refused: {x.reason}"})
+    return pd.DataFrame(rows, columns=list(_COLUMNS))
+
+
+def format_architectures(width: int = 100) -> str:
+    """The table as text, one block per family (for ``attnspec diagnose --list-architectures``)."""
+    import textwrap
+    df = architectures_table()
+    out = []
+    for _, r in df.iterrows():
+        lines = [f"{r['family']}: {r['examples']}  [{r['status'].split(':')[0]}]",
+                 f"  model_type: {r['model_types']}"]
+        if r["status"] == "supported":
+            lines += [f"  q/k/v/o: {r['q']} / {r['k']} / {r['v']} / {r['o']}", f"  key/value sharing: {r['kv_sharing']}",
+                      f"  position: {r['position']}", f"  scaling: {r['scaling']}; softcap: {r['softcap']}",
+                      f"  mask: {r['mask']}; capture: {r['capture']}"]
+        else:
+            lines.append(f"  reason: {r['status'].split(': ', 1)[1]}")
+        out += [textwrap.fill(x, width, subsequent_indent="    ") for x in lines]
+    return "\n".join(out)

@@ -1,0 +1,80 @@
+"""Attention calls of modules that compute attention themselves (no transformers attention interface).
+
+For the ``'hooked:<name>'`` families of :mod:`attnspec.models.architectures`, a forward pre-hook on the
+attention module rebuilds, from the module's own projections and the arguments of the call, exactly what
+an attention-interface call would carry: queries and keys after the position encoding, values, the mask
+the module applies, the scaling and the additive position bias. :func:`register` attaches an emitter to a
+module; :func:`attnspec.models.attention_calls.record_attention_calls` calls it for every recorded call.
+
+The projections run a second time on the same input (bit-identical results; the model's own call is
+untouched). Emitters return ``(query, key, value, mask, kwargs)`` with ``kwargs`` holding ``scaling``,
+``is_causal`` and ``position_bias`` as the interface would.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+import torch
+from torch import nn
+
+__all__ = ["register", "registered", "EMITTERS"]
+
+_REGISTRY: "weakref.WeakKeyDictionary[nn.Module, Callable]" = weakref.WeakKeyDictionary()
+
+
+def _arg(args: tuple, kwargs: dict, name: str, pos: int):
+    if name in kwargs:
+        return kwargs[name]
+    return args[pos] if len(args) > pos else None
+
+
+def _heads(x: torch.Tensor, d: int) -> torch.Tensor:
+    """``(B, L, n*d) -> (B, n, L, d)``."""
+    B, L, _ = x.shape
+    return x.view(B, L, -1, d).transpose(1, 2)
+
+
+def _mpnet(mod: nn.Module, args: tuple, kwargs: dict):
+    """MPNet: ``softmax(q k^T / sqrt(d) + position_bias + mask)``; the relative-position bias (T5 buckets,
+    computed once by the encoder and shared by every layer) is an argument of the call."""
+    h = _arg(args, kwargs, "hidden_states", 0)
+    d = mod.attention_head_size
+    q, k, v = (_heads(p(h), d) for p in (mod.q, mod.k, mod.v))
+    mask = _arg(args, kwargs, "attention_mask", 1)
+    bias = _arg(args, kwargs, "position_bias", 2)
+    return q, k, v, mask, {"scaling": d ** -0.5, "is_causal": False, "position_bias": bias}
+
+
+def _falcon(mod: nn.Module, args: tuple, kwargs: dict):
+    """Falcon with rotary positions: fused ``query_key_value`` split by the module's own ``_split_heads``
+    (multi-query, grouped or full), RoPE applied with the call's ``position_embeddings``."""
+    from transformers.models.falcon.modeling_falcon import apply_rotary_pos_emb
+    h = _arg(args, kwargs, "hidden_states", 0)
+    if _arg(args, kwargs, "alibi", 1) is not None:
+        raise RuntimeError(f"{type(mod).__name__}: ALiBi attention is not supported")
+    q, k, v = mod._split_heads(mod.query_key_value(h))
+    B, L = q.shape[:2]
+    n_kv = mod.num_heads if mod.new_decoder_architecture else mod.num_kv_heads
+    q = q.transpose(1, 2).reshape(B, mod.num_heads, L, mod.head_dim)
+    k = k.transpose(1, 2).reshape(B, n_kv, L, mod.head_dim)
+    v = v.transpose(1, 2).reshape(B, n_kv, L, mod.head_dim)
+    cos, sin = _arg(args, kwargs, "position_embeddings", 7)
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    return q, k, v, _arg(args, kwargs, "attention_mask", 2), {"scaling": mod.head_dim ** -0.5, "is_causal": True}
+
+
+#: Emitters by the name after ``'hooked:'`` in the architecture table.
+EMITTERS: dict[str, Callable] = {"mpnet": _mpnet, "falcon": _falcon}
+
+
+def register(module: nn.Module, name: str) -> None:
+    """Attach emitter ``name`` to ``module`` (weakly: the registry never keeps a model alive)."""
+    if name not in EMITTERS:
+        raise KeyError(f"no attention-call emitter {name!r} (known: {', '.join(EMITTERS)})")
+    _REGISTRY[module] = EMITTERS[name]
+
+
+def registered() -> list[tuple[nn.Module, Callable]]:
+    """The live ``(module, emitter)`` pairs."""
+    return list(_REGISTRY.items())
