@@ -86,11 +86,11 @@ def with_examples(test):
     return test
 
 
-# The default search keeps convention B to 1-2 heads (there all heads read the same X, so the pencil is never
-# reduced and 3-4 heads take seconds each); the slow one below covers 3-4 heads too.
+# The default search keeps convention B to 1-2 heads to bound its time (unequal widths over 3-4 heads in
+# convention B have no exchange symmetry to collapse them, attnspec.theory.symmetry); the slow one covers 3-4 heads.
 @with_examples
 @settings(max_examples=50, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(configs(max_gaussian_heads=4))
+@given(configs(max_gaussian_heads=2))
 def test_law_mass_random_configurations(cfg):
     check_law(cfg)
 

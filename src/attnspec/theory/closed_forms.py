@@ -1,4 +1,5 @@
-"""Closed forms that cross-check the free-probability solver (THEORY.md sections 3 and 4b).
+"""Closed forms that cross-check the free-probability solver (docs/theory.md, sections "Computing the limiting law"
+and "Closed forms").
 
 Notation: ``sigma^2 = e^{beta^2} - 1``, ``alpha^2 = sigma^2 - beta^2``, ``c = psi/gamma`` (``d_qk / l``),
 ``w_h = phi_h / sum_h phi_h``. Every law is that of ``Y Y^T`` (``l x l``, weight ``1/l`` per eigenvalue).
@@ -13,7 +14,8 @@ from scipy.special import comb
 
 from ..config import MHSAConfig
 
-__all__ = ["marchenko_pastur_moments", "marchenko_pastur_edges", "fuss_catalan_moments", "mp_edge",
+__all__ = ["marchenko_pastur_moments", "marchenko_pastur_edges", "marchenko_pastur_cdf", "marchenko_pastur_density",
+           "marchenko_pastur_quantile", "fuss_catalan_moments", "mp_edge",
            "attention_moments", "attention_edge", "attention_stieltjes", "first_moment", "second_moment",
            "atom_at_zero"]
 
@@ -30,6 +32,67 @@ def marchenko_pastur_edges(ratio: float, scale: float = 1.0) -> tuple[float, flo
     return scale * (1 - math.sqrt(ratio)) ** 2, scale * (1 + math.sqrt(ratio)) ** 2
 
 
+def _check_scale(scale: float) -> float:
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    return float(scale)
+
+
+def marchenko_pastur_cdf(x, scale: float = 1.0) -> np.ndarray:
+    """CDF of the square (ratio 1) Marchenko–Pastur law of ``scale * (1/n) X X^T``, ``X`` ``n x n`` standard Gaussian.
+
+    Support ``[0, 4 scale]``, density ``sqrt((4 s - x) x) / (2 pi s x)``. With ``x = 4 s sin^2 theta`` the density
+    times ``dx`` is ``(4/pi) cos^2 theta d theta``, so ``F(x) = (2 theta + sin 2 theta) / pi``. For the attention
+    variance ``scale = e^{beta^2} - 1`` this is the law an iid ``l x l`` model of ``sqrt(l) (A - 1 1^T / l)``
+    would give (edge :func:`mp_edge`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> np.round(marchenko_pastur_cdf([-1.0, 0.0, 1.0, 4.0, 5.0]), 6)
+    array([0.      , 0.      , 0.608998, 1.      , 1.      ])
+    """
+    s = _check_scale(scale)
+    x = np.asarray(x, dtype=float)
+    theta = np.arcsin(np.sqrt(np.clip(x / (4.0 * s), 0.0, 1.0)))
+    return (2.0 * theta + np.sin(2.0 * theta)) / np.pi
+
+
+def marchenko_pastur_density(x, scale: float = 1.0) -> np.ndarray:
+    """Density ``sqrt((4 s - x) x) / (2 pi s x)`` of the law of :func:`marchenko_pastur_cdf` (0 outside ``(0, 4 s)``).
+
+    Examples
+    --------
+    >>> float(marchenko_pastur_density(2.0))  # 1 / (pi * 2) * sqrt(2 * 2) / 2
+    0.15915494309189535
+    """
+    s = _check_scale(scale)
+    x = np.asarray(x, dtype=float)
+    inside = (x > 0) & (x < 4.0 * s)
+    xi = np.where(inside, x, 1.0)
+    return np.where(inside, np.sqrt(np.clip((4.0 * s - xi) * xi, 0.0, None)) / (2.0 * np.pi * s * xi), 0.0)
+
+
+def marchenko_pastur_quantile(u, scale: float = 1.0) -> np.ndarray:
+    """Inverse of :func:`marchenko_pastur_cdf`: ``x = 4 s sin^2 theta`` with ``(2 theta + sin 2 theta)/pi = u``
+    (``theta`` by bisection to machine precision; ``u`` in ``[0, 1]``).
+
+    Examples
+    --------
+    >>> round(float(marchenko_pastur_quantile(1.0, scale=2.0)), 6)
+    8.0
+    """
+    s = _check_scale(scale)
+    u = np.asarray(u, dtype=float)
+    if np.any(~np.isfinite(u) | (u < 0) | (u > 1)):
+        raise ValueError("quantile levels u must lie in [0, 1]")
+    lo, hi = np.zeros(u.shape), np.full(u.shape, 0.5 * np.pi)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        below = (2.0 * mid + np.sin(2.0 * mid)) / np.pi < u
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return 4.0 * s * np.sin(hi) ** 2
+
 def fuss_catalan_moments(s: int, k: int = 4) -> np.ndarray:
     """Moments of ``P P^T`` with ``P = X_1 ... X_s`` (square, iid ``N(0, 1/n)``): ``C((s+1) j, j) / (s j + 1)``."""
     return np.array([comb((s + 1) * j, j, exact=True) / (s * j + 1) for j in range(1, k + 1)], dtype=float)
@@ -41,7 +104,7 @@ def mp_edge(beta: float) -> float:
 
 
 def attention_moments(beta: float, gamma: float, psi: float) -> np.ndarray:
-    """``m_1..m_4`` of the single-head attention matrix law, convention A (THEORY.md 4b)."""
+    """``m_1..m_4`` of the single-head attention matrix law, convention A (docs/theory.md, "Closed forms")."""
     s2 = math.expm1(beta ** 2)
     c = psi / gamma
     b4, b6, b8 = beta ** 4, beta ** 6, beta ** 8
