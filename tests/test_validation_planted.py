@@ -87,7 +87,7 @@ def test_selective_heads_attend_to_their_targets(planted):
     entropy = lambda A: float((-(A * torch.log(A.clamp_min(1e-300))).sum(-1))[valid].mean())  # noqa: E731
     for row in pm.heads[pm.heads["selective"]].itertuples():
         tgt = target_mask(row.pattern, row.offset, enc["input_ids"], class_ids) & allowed
-        mass = lambda A: float((A * tgt).sum(-1)[valid].mean())  # noqa: E731
+        mass = lambda A, tgt=tgt: float((A * tgt).sum(-1)[valid].mean())  # noqa: E731
         A1, A0 = att1[row.layer][:, row.head], att0[row.layer][:, row.head]
         assert mass(A1) > 0.15, (row.pattern, mass(A1))
         assert entropy(A1) < entropy(A0) - 0.3
