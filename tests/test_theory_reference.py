@@ -1,4 +1,5 @@
-"""Every reference figure of THEORY.md sections 4, 4b and 5: moments and edges within 1e-4 relative."""
+"""Every checked figure of docs/theory.md ("Checked figures": attention matrix and multi-head output in convention A,
+convention B; the closed-form test vectors): moments and edges within 1e-4 relative."""
 import math
 
 import numpy as np

@@ -18,7 +18,7 @@ control. Distances pool the bulks of all draws: ``W1`` (:func:`attnspec.spectra.
 weights and a noise stream, exactly as :func:`attnspec.simulation.simulate`, so the centered spectra are those of
 ``attnspec simulate`` with the same seed. Inputs follow convention A (orthonormal rows) by default;
 ``inputs='gaussian'`` uses iid Gaussian inputs (convention B), whose law differs (docs/theory.md,
-"Convention B").
+"Input conventions A and B").
 """
 from __future__ import annotations
 

@@ -2,13 +2,14 @@
 
 * :mod:`.pencil` — configuration -> Hermitian linear pencil (blocks, aspect ratios, coefficients);
 * :mod:`.dyson` — vectorized Newton/continuation solver of the operator-valued Dyson equation;
+* :mod:`.symmetry` — exchanges of identical heads: one unknown per orbit, inversion by symmetry;
 * :mod:`.law` — :class:`Law` (density, CDF, quantiles, edges, atom, contour moments), :func:`solve_law`,
   :func:`law_distances`;
 * :mod:`.closed_forms` — Marchenko–Pastur, Fuss–Catalan, attention-matrix quartic, first/second moments;
 * :mod:`.figures` — the figures behind the seed's claims (``attnspec figures``).
 
-Normalizations are those of THEORY.md: the law of ``Y Y^T`` (``l`` eigenvalues, weight ``1/l``),
-``m_1 = e^{beta^2} - 1`` in convention A without within-head tying.
+Normalizations are those of docs/theory.md ("Model and normalization"): the law of ``Y Y^T`` (``l`` eigenvalues,
+weight ``1/l``), ``m_1 = e^{beta^2} - 1`` in convention A without within-head tying.
 """
 from .dyson import DysonSolver, LawSolverError
 from .law import Law, law_distances, solve_law

@@ -1,5 +1,5 @@
-"""Closed forms that cross-check the free-probability solver (docs/theory.md, sections "Computing the limiting law"
-and "Closed forms").
+"""Closed forms that cross-check the free-probability solver (docs/theory.md, sections "Computing the law: the
+linear pencil" and "Closed forms").
 
 Notation: ``sigma^2 = e^{beta^2} - 1``, ``alpha^2 = sigma^2 - beta^2``, ``c = psi/gamma`` (``d_qk / l``),
 ``w_h = phi_h / sum_h phi_h``. Every law is that of ``Y Y^T`` (``l x l``, weight ``1/l`` per eigenvalue).

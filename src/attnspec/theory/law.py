@@ -590,8 +590,9 @@ def pencil_moments(pencil: Pencil, k: int = 4, n_contour: int = 64, tol: float =
 
 def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce: bool = True,
               tol: float = 1e-12, pencil: Pencil | None = None, n_head: int = 12) -> Law:
-    """The limiting law of ``config`` (THEORY.md section 3). Raises :class:`LawSolverError` on
-    non-convergence (with the failing points and residuals), ``ValueError`` for ``beta = 0``.
+    """The limiting law of ``config`` (docs/theory.md, "Computing the law: the linear pencil"). Raises
+    :class:`LawSolverError` on non-convergence (with the failing points and residuals), ``ValueError`` for
+    ``beta = 0``.
 
     ``n_grid``: density grid points (plus a geometric head near 0); ``n_contour``: contour points on the
     upper half circle; ``reduce``: merge identical uncoupled heads; ``pencil``: use this pencil

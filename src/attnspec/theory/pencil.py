@@ -1,8 +1,9 @@
 """Hermitian linear pencils (linearization trick) for MHSA configurations.
 
-Every target of THEORY.md is ``Y = sum_j c_j F_j1 F_j2 ... F_jk``: a sum of products of independent
-rectangular Gaussian blocks. Blocks are normalized to iid ``N(0, 1/d)`` entries; a block of size
-``n x m`` is described by its aspect ratios ``(n/d, m/d)``; every other scale goes into coefficients.
+Every target of docs/theory.md ("Model and normalization", "Sharing and within-head dependence") is
+``Y = sum_j c_j F_j1 F_j2 ... F_jk``: a sum of products of independent rectangular Gaussian blocks. Blocks are
+normalized to iid ``N(0, 1/d)`` entries; a block of size ``n x m`` is described by its aspect ratios
+``(n/d, m/d)``; every other scale goes into coefficients.
 
 Linearization (non-Hermitian first): the monomials are read right to left and merged into a trie, so
 common right factors (``V_h W_O^h``) share nodes. Each trie node ``n`` with parent ``p`` carries the
@@ -302,6 +303,14 @@ def build_pencil(config: MHSAConfig, reduce: bool = True) -> Pencil:
     With ``reduce=True`` heads with equal widths are merged into one representative with
     multiplicity, provided the full pencil's Dyson equation couples no two heads (checked; always
     true in convention A, never with several heads in convention B, where all heads share ``X``).
+    Coupled identical heads stay in the pencil; the solver collapses them by their exchange symmetry
+    (:mod:`attnspec.theory.symmetry`), so their cost does not grow with their number either.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> [build_pencil(MHSAConfig.uniform(100, 100, heads=4, inputs=i)).size for i in ("orthonormal", "gaussian")]
+    [8, 50]
     """
     monos, blocks = config_monomials(config)
     desc = config.describe()
