@@ -143,3 +143,26 @@ def test_bfloat16_model_on_cpu(tok):
     num = b.heads.select_dtypes("number")
     assert np.isfinite(num.to_numpy()).all()
     np.testing.assert_allclose(b.heads["score_scale"], a.heads["score_scale"], rtol=0.05)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gemma3"])
+def test_forward_cache_gives_the_second_pass_bit_identical_inputs(family, tok, tmp_path, monkeypatch):
+    """Reading the first forward pass' records back from disk (the CPU default) gives exactly the tables
+    of a second forward pass; the model runs once per batch instead of twice; nothing stays on disk."""
+    from attnspec.diagnostics.steps import collect as collect_mod
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    model = _tiny(family, "sdpa", tok.vocab_size)
+    texts = builtin_texts(9)
+    calls = []
+    real = collect_mod.record
+    monkeypatch.setattr("attnspec.diagnostics.api.record", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cached = diagnose(model, tok, texts, bucket_size=4, removal=False, gradient=False, min_tokens=0)
+    n_cached = len(calls)
+    again = diagnose(model, tok, texts, bucket_size=4, removal=False, gradient=False, min_tokens=0,
+                     reuse_forward=False)
+    assert n_cached == 3 and len(calls) - n_cached == 6          # 3 batches: once, then twice
+    for name in ("heads", "layers", "pairs"):
+        x, y = getattr(cached, name), getattr(again, name)
+        assert np.array_equal(_numeric(x), _numeric(y), equal_nan=True), name
+    assert list(tmp_path.iterdir()) == []

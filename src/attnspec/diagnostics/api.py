@@ -8,7 +8,8 @@ depend only on the multiset of texts and a corpus can be split, diagnosed in par
 2. **fit** (:mod:`.steps.fit`): sums for the Gaussian-equivalent fit (``beta_hat``, ``alpha_hat``,
    ``R^2``), the baselines and the value-path power; then the null heads' fit at the heads' fitted
    score scales (from the kept masks, no model needed);
-3. **spectra** (:mod:`.steps.spectra`): a second forward pass; centered output spectra of each head,
+3. **spectra** (:mod:`.steps.spectra`): the first pass' records read back from disk on a CPU
+   (:mod:`.steps.forward_cache`), else a second forward pass; centered output spectra of each head,
    its Gaussian equivalent, a null head and its equivalent; layer spectra, free sums, removed heads;
 4. **removal/importance** (:mod:`.steps.removal`): exact head removal with activation reuse (finer
    length buckets) and Michel et al. gradient importance;
@@ -31,7 +32,8 @@ from ..models import adapt, make_batches
 from . import selection as sel
 from .removal import spearman_table
 from .result import Diagnosis
-from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, collect, compute_dtype
+from .steps import forward_cache
+from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, compute_dtype, layer_batches, record
 from .steps.fit import LayerFitSums, MaskStore, NullFitSums
 from .steps.removal import RemovalSums
 from .steps.spectra import LayerSpectra, layer_batch_spectra
@@ -106,14 +108,23 @@ _MALLOC_TRIM = None
 
 
 def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Callable[[int, Any], None],
-               tile_bytes: int, desc: str, progress: bool, on_batch: Callable | None = None) -> None:
-    """Collect each batch, run ``fn`` on its layers in a thread pool and hand results over in order."""
+               tile_bytes: int, desc: str, progress: bool, on_batch: Callable | None = None,
+               cache: forward_cache.ForwardCache | None = None) -> None:
+    """Collect each batch (from ``cache`` when it kept the batch, else by a forward pass, then kept in
+    ``cache``), run ``fn`` on its layers in a thread pool and hand results over in order."""
     from tqdm.auto import tqdm
     threads = torch.get_num_threads()
     n_texts = sum(int(b["attention_mask"].shape[0]) for b in batches)
     with tqdm(total=n_texts, desc=desc, unit="text", disable=not progress, leave=False) as bar:
         for batch in batches:
-            lbs = collect(adapter, batch, tile_bytes)
+            key = tuple(batch["order"])
+            records = cache.get(key) if cache is not None else None
+            if records is None:
+                records = record(adapter, batch)
+                if cache is not None:
+                    cache.put(key, records)
+            lbs = layer_batches(adapter, batch, records, tile_bytes)
+            del records
             if on_batch is not None:
                 on_batch(batch, lbs)
             with _layer_pool(threads) as pool:
@@ -124,9 +135,10 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
             bar.update(int(batch["attention_mask"].shape[0]))   # tqdm shows texts/s and the ETA
 
 
-def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False
-             ) -> tuple[list[LayerFitSums], MaskStore, CorpusStats]:
-    """Step 2 over ``batches``: per-layer fit sums, the kept masks and the corpus counts."""
+def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
+             cache: forward_cache.ForwardCache | None = None) -> tuple[list[LayerFitSums], MaskStore, CorpusStats]:
+    """Step 2 over ``batches``: per-layer fit sums, the kept masks and the corpus counts (the forward
+    passes' records are kept in ``cache`` for step 3 when given)."""
     W = [s.w_out().cpu() for s in adapter.sites]
     sums = [LayerFitSums() for _ in adapter.sites]
     masks, corpus = MaskStore(), CorpusStats()
@@ -135,7 +147,7 @@ def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: b
         masks.add(lbs)
         corpus.update(batch)
     _per_layer(adapter, batches, lambda lb: LayerFitSums().update(lb, W[lb.index]),
-               lambda i, r: sums.__setitem__(i, sums[i].merge(r)), tile_bytes, "fit", progress, on_batch)
+               lambda i, r: sums.__setitem__(i, sums[i].merge(r)), tile_bytes, "fit", progress, on_batch, cache)
     return sums, masks, corpus
 
 
@@ -153,14 +165,16 @@ def null_pass(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: 
 
 
 def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powers: list, seed: int,
-                 tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False) -> list[LayerSpectra]:
-    """Step 3 over ``batches``: per-layer pooled spectra and Gram sums."""
+                 tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
+                 cache: forward_cache.ForwardCache | None = None) -> list[LayerSpectra]:
+    """Step 3 over ``batches``: per-layer pooled spectra and Gram sums (batches kept in ``cache`` are
+    read from it instead of a second forward pass)."""
     W = [s.w_out().cpu() for s in adapter.sites]
     acc = [LayerSpectra(s.n_heads) for s in adapter.sites]
     _per_layer(adapter, batches,
                lambda lb: layer_batch_spectra(lb, W[lb.index], fits[lb.index], null_fits[lb.index],
                                               powers[lb.index], seed),
-               lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress)
+               lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache)
     return acc
 
 
@@ -222,22 +236,31 @@ class StepResults:
 
 def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: bool = True, mean_ablation: bool = False,
               gradient: bool = True, max_tokens: int = 16384, tile_bytes: int = DEFAULT_TILE_BYTES,
-              progress: bool = False, timings: dict | None = None) -> StepResults:
-    """Steps 2-4 over the shards, merging each step's accumulators before the next step needs them."""
+              progress: bool = False, timings: dict | None = None, reuse_forward: bool | None = None) -> StepResults:
+    """Steps 2-4 over the shards, merging each step's accumulators before the next step needs them.
+
+    ``reuse_forward``: keep the first forward pass' records on disk for step 3 (:mod:`.steps.forward_cache`;
+    ``None``: when the model is on the CPU)."""
     timings = {} if timings is None else timings
-    t0 = time.perf_counter()
-    parts = [fit_pass(adapter, sh.batches, tile_bytes, progress) for sh in shards]
-    fit_sums, corpus = _merge([p[0] for p in parts]), _merge([p[2] for p in parts])
-    fits = [s.fit() for s in fit_sums]
-    dtype = compute_dtype(adapter)
-    null_fits = [s.fit() for s in _merge([null_pass(adapter.sites, p[1], fits, seed, tile_bytes, dtype) for p in parts])]
-    del parts
-    timings["fit"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    powers = [s.head_power() for s in fit_sums]
-    spectra = _merge([spectra_pass(adapter, sh.batches, fits, null_fits, powers, seed, tile_bytes, progress)
-                      for sh in shards])
-    timings["spectra"] = time.perf_counter() - t0
+    cache = forward_cache.ForwardCache() if forward_cache.wanted(adapter, reuse_forward) else None
+    try:
+        t0 = time.perf_counter()
+        parts = [fit_pass(adapter, sh.batches, tile_bytes, progress, cache) for sh in shards]
+        fit_sums, corpus = _merge([p[0] for p in parts]), _merge([p[2] for p in parts])
+        fits = [s.fit() for s in fit_sums]
+        dtype = compute_dtype(adapter)
+        null_fits = [s.fit() for s in _merge([null_pass(adapter.sites, p[1], fits, seed, tile_bytes, dtype)
+                                              for p in parts])]
+        del parts
+        timings["fit"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        powers = [s.head_power() for s in fit_sums]
+        spectra = _merge([spectra_pass(adapter, sh.batches, fits, null_fits, powers, seed, tile_bytes, progress, cache)
+                          for sh in shards])
+        timings["spectra"] = time.perf_counter() - t0
+    finally:
+        if cache is not None:
+            cache.close()
     t0 = time.perf_counter()
     means = [s.context_means() for s in fit_sums]
     rem = _merge([removal_pass(adapter, sh.removal_batches, sh.batches, removal=removal, mean_ablation=mean_ablation,
@@ -265,7 +288,7 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
              mean_ablation: bool = False, gradient: bool = True, threshold: float = sel.DIFFUSE_THRESHOLD,
              min_tokens: int = sel.MIN_TOKENS_FOR_LABEL, seed: int = 0, max_tokens: int = 16384,
              removal_bucket_size: int = 4, tile_bytes: int = DEFAULT_TILE_BYTES, pack: bool | None = None,
-             progress: bool = False, model_name: str | None = None) -> Diagnosis:
+             progress: bool = False, model_name: str | None = None, reuse_forward: bool | None = None) -> Diagnosis:
     """Diagnose every attention head of ``model``.
 
     Parameters
@@ -293,6 +316,9 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         Texts per length bucket in exact removal (at most ``bucket_size``).
     tile_bytes : int
         Budget of one tile of recomputed attention weights (float32 ``(B, H, rows, L)``).
+    reuse_forward : bool, optional
+        Keep what the first forward pass recorded on disk (temporary, removed at the end) and read it
+        back for the spectra instead of a second forward pass. Default: when the model is on the CPU.
 
     Returns
     -------
@@ -310,12 +336,12 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
                          bucket_size=bucket_size, removal=removal, mean_ablation=mean_ablation, gradient=gradient,
                          threshold=threshold, min_tokens=min_tokens, seed=seed, max_tokens=max_tokens,
                          removal_bucket_size=removal_bucket_size, tile_bytes=tile_bytes, pack=pack,
-                         progress=progress, model_name=model_name)
+                         progress=progress, model_name=model_name, reuse_forward=reuse_forward)
 
 
 def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_size, removal, mean_ablation,
               gradient, threshold, min_tokens, seed, max_tokens, removal_bucket_size, tile_bytes, pack, progress,
-              model_name) -> Diagnosis:
+              model_name, reuse_forward) -> Diagnosis:
     t_start = time.perf_counter()
     adapter = adapt(model)
     tmod = adapter.model
@@ -331,7 +357,8 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
     timings: dict[str, float] = {}
     try:
         res = run_steps(adapter, shards, seed=seed, removal=removal, mean_ablation=mean_ablation, gradient=gradient,
-                        max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, timings=timings)
+                        max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, timings=timings,
+                        reuse_forward=reuse_forward)
     finally:
         if was_training:
             tmod.train()

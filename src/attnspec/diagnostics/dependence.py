@@ -29,8 +29,8 @@ __all__ = ["gram_blocks", "cka_matrix", "output_inner", "pair_table_arrays"]
 def gram_blocks(M: torch.Tensor) -> np.ndarray:
     """``sum_b Mcat_b^T Mcat_b`` with ``Mcat = [M_1 .. M_H]``: ``(H*dh, H*dh)`` float64 (accumulate)."""
     B, H, L, dh = M.shape
-    X = M.transpose(1, 2).reshape(B * L, H * dh).double()
-    return (X.T @ X).numpy()
+    X = M.transpose(1, 2).reshape(B * L, H * dh)
+    return (X.T @ X).double().numpy()                       # in M's dtype per batch, summed in float64
 
 
 def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:

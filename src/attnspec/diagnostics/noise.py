@@ -63,6 +63,10 @@ class TextNoise:
         npd = np.float64 if dtype == torch.float64 else np.float32
         return torch.from_numpy(g.standard_normal(shape, dtype=npd)).to(dtype)
 
+    def draw(self, b: int, shape: tuple[int, ...]) -> np.ndarray:
+        """Standard normal float64 ``shape`` from text ``b``'s generator (a draw of any shape)."""
+        return self.gens[b].standard_normal(shape)
+
     def full(self, lead: tuple[int, ...], tail: tuple[int, ...] = (), dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Standard normal ``(B, *lead, L, *tail)``, zero outside the real tokens; text ``b`` draws
         ``(*lead, n_b, *tail)``."""

@@ -21,7 +21,8 @@ import torch
 from ..spectra import gram_eigenvalues
 from .noise import TextNoise
 
-__all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "free_rotation"]
+__all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "layer_eigs_without_each",
+           "free_rotation", "helmert_basis"]
 
 
 def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -67,7 +68,7 @@ def _top(ev: np.ndarray, r: np.ndarray) -> np.ndarray:
 
 def head_eigs(M: torch.Tensor, Ksqrt: torch.Tensor, lengths: np.ndarray, scale: np.ndarray, d_out: int) -> list[np.ndarray]:
     """Pooled spectra of ``Y_h`` per head (list of ``H`` arrays). ``M`` ``(B, H, L, dh)``."""
-    Z = (M @ Ksqrt[None]).double().numpy()
+    Z = (M @ Ksqrt[None].to(M.dtype)).numpy()               # float32 unless the model is float64
     ev = gram_eigenvalues(Z)                                # (B, H, L) ascending
     B, H, L = ev.shape
     r = np.minimum(lengths - 1, M.shape[-1])
@@ -89,6 +90,39 @@ def layer_eigs(Y: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray
     return np.stack([_top(e, r) for e in flat]).reshape(lead + (-1,))
 
 
+def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray:
+    """Pooled spectra of the layer output without each head: ``(H, n)``, row ``h`` for
+    ``Y_{-h} = sum_{g != h} M_g W_O^g`` (same normalization as :func:`layer_eigs`).
+
+    All ``H`` Grams come from one expansion instead of ``H`` products: with ``Y = sum_g M_g W_O^g``
+    and ``T_h = Y W_O^{hT}``, for ``l <= d_out``
+    ``Y_{-h} Y_{-h}^T = Y Y^T - T_h M_h^T - M_h T_h^T + M_h (W_O^h W_O^{hT}) M_h^T`` (``l x l``), and for
+    ``l > d_out`` the ``d_out x d_out`` form ``Y^T Y - W^{hT} M_h^T Y - Y^T M_h W^h + W^{hT} M_h^T M_h W^h``.
+    Computed in ``M``'s dtype (float32 unless the model is float64): the cancellation error is
+    ``eps ||Y||^2``, the same order as the eigensolver's on ``Y_{-h}``. ``M`` ``(B, H, L, dh)``, ``Wh``
+    ``(H, dh, d_out)``.
+    """
+    W = Wh.to(M.dtype)
+    B, H, L, dh = M.shape
+    d_out = W.shape[-1]
+    Y = torch.einsum("bhld,hde->ble", M, W)
+    if L <= d_out:
+        MK = M @ (W @ W.transpose(-1, -2))[None]                 # M_h W^h W^hT: (B, H, L, dh)
+        P = torch.einsum("ble,hde->bhld", Y, W) @ M.transpose(-1, -2)
+        G = (Y @ Y.transpose(-1, -2))[:, None] - P - P.transpose(-1, -2) + MK @ M.transpose(-1, -2)
+    else:                                                        # one head at a time: O(B L d_out) memory
+        YY = Y.transpose(-1, -2) @ Y
+        G = torch.empty(B, H, d_out, d_out, dtype=Y.dtype)
+        for h in range(H):
+            U = M[:, h] @ W[h]
+            P = U.transpose(-1, -2) @ Y
+            G[:, h] = YY - P - P.transpose(-1, -2) + U.transpose(-1, -2) @ U
+    ev = np.linalg.eigvalsh(G.numpy())                           # ascending; the top r_b are kept
+    ev = np.maximum(ev, 0.0) * (lengths[:, None, None] / (d_out * scale))
+    r = np.minimum(lengths - 1, d_out)
+    return np.stack([_top(ev[:, h], r) for h in range(H)])
+
+
 def _frames(G: np.ndarray, tol: float = 1e-8) -> np.ndarray:
     """Orthonormal frames ``G (G^T G)^{-1/2}`` (polar factor), columns ordered by decreasing Gram
     eigenvalue, null directions set to 0. ``G`` ``(..., L, k)``."""
@@ -98,26 +132,56 @@ def _frames(G: np.ndarray, tol: float = 1e-8) -> np.ndarray:
     return (G @ U) * inv[..., None, :]
 
 
-def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
-    """Each head's centered context put in generic position: ``F_h Sigma_h W_h^T``.
+def helmert_basis(n: int) -> np.ndarray:
+    """Orthonormal basis ``(n, n - 1)`` of the sum-zero vectors of ``R^n`` (Helmert): column ``k``
+    is ``(1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1))`` with ``k`` ones."""
+    i, k = np.arange(n)[:, None], np.arange(1, n)[None, :]
+    return np.where(i < k, 1.0, np.where(i == k, -k, 0.0)) / np.sqrt(k * (k + 1.0))
 
-    ``M_h = U_h Sigma_h W_h^T``; ``F_h`` is a Haar-random orthonormal frame (polar factor of a
-    Gaussian matrix) in the centered span of the text's real tokens, independent across heads and
-    texts (the signs of ``W_h``'s columns are fixed, largest entry positive, so that equal inputs up to
-    rounding give equal rotations). Each head keeps its own Gram matrix ``M_h^T M_h`` (hence its spectrum and its coupling to
-    ``W_O^h``); only the alignment of heads in token space, i.e. their dependence, is destroyed.
-    Shape ``(B, H, L, dh)``.
+
+def _haar(Z: np.ndarray) -> np.ndarray:
+    """Haar-distributed orthogonal matrices from iid Gaussian ``Z`` ``(..., m, m)`` (QR, signs of R's
+    diagonal moved into Q)."""
+    Q, R = np.linalg.qr(Z)
+    return Q * np.where(np.diagonal(R, axis1=-2, axis2=-1) < 0, -1.0, 1.0)[..., None, :]
+
+
+def _rotate_text(Mb: np.ndarray, draw) -> np.ndarray:
+    """Free rotation of one text's centered contexts ``Mb`` ``(H, n, dh)`` (real tokens only)."""
+    H, n, dh = Mb.shape
+    m = n - 1
+    if m < 1:
+        return np.zeros_like(Mb)
+    if m <= dh:                                        # token space: O_h = E O0_h E^T, O0_h Haar on R^m
+        E = helmert_basis(n)
+        return E @ (_haar(draw((H, m, m))) @ (E.T @ Mb))
+    lam, W = np.linalg.eigh(np.swapaxes(Mb, -1, -2) @ Mb)          # M_h = U Sigma W^T, rank dh here
+    lam, W = lam[..., ::-1], W[..., ::-1]
+    big = np.take_along_axis(W, np.abs(W).argmax(-2)[..., None, :], axis=-2)
+    W = W * np.where(big < 0, -1.0, 1.0)                 # eigenvector signs fixed: a continuous map of M
+    G = draw((H, n, dh))
+    F = _frames(G - G.mean(-2, keepdims=True))         # Haar dh-frame in the centered span
+    return (F * np.sqrt(np.maximum(lam, 0))[..., None, :]) @ np.swapaxes(W, -1, -2)
+
+
+def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
+    """Each head's centered context moved by an independent Haar rotation of the text's token space:
+    ``M_h -> O_h M_h``, ``O_h`` Haar-orthogonal on the centered span of the text's real tokens.
+
+    ``M_h^T M_h`` is kept (hence each head's spectrum and its coupling to ``W_O^h``); only the alignment
+    of heads in token space, i.e. their dependence, is destroyed. With ``M_h = U_h Sigma_h W_h^T`` the
+    result is ``F_h Sigma_h W_h^T``, ``F_h = O_h U_h`` a Haar frame; it is drawn at the cheaper size:
+    for ``n_b - 1 <= d_head`` as ``O_h = E O0_h E^T`` (``E`` the Helmert basis of the centered span,
+    ``O0_h`` Haar from the QR of a Gaussian ``(n_b-1) x (n_b-1)``), otherwise as the polar factor of a
+    centered Gaussian ``n_b x d_head`` with ``Sigma_h, W_h`` from the ``d_head x d_head`` Gram (the
+    signs of ``W_h``'s columns fixed, largest entry positive, so that the map is continuous in ``M``).
+    Cost per head and text ``O(min(n_b, d_head)^3)``, draws per text (:class:`TextNoise`), so the result
+    depends neither on batching nor on padding. Shape ``(B, H, L, dh)``.
     """
     B, H, L, dh = M.shape
     Mn = M.double().numpy()
-    lam, W = np.linalg.eigh(np.swapaxes(Mn, -1, -2) @ Mn)
-    lam, W = lam[..., ::-1], W[..., ::-1]                   # descending
-    big = np.take_along_axis(W, np.abs(W).argmax(-2)[..., None, :], axis=-2)
-    W = W * np.where(big < 0, -1.0, 1.0)                      # eigenvector signs fixed: a continuous map of M
-    k = np.clip(valid.sum(1).numpy() - 1, 0, dh)            # (B,)
-    keep = (np.arange(dh)[None, :] < k[:, None])            # (B, dh)
-    sig = np.sqrt(np.maximum(lam, 0)) * keep[:, None, :]
-    G = center(noise.full((H,), (dh,), dtype=torch.float64), valid).numpy()
-    F = _frames(G)
-    out = (F * sig[..., None, :]) @ np.swapaxes(W, -1, -2)
-    return torch.from_numpy(np.ascontiguousarray(out)).to(M.dtype)
+    out = np.zeros_like(Mn)
+    for b in range(B):
+        idx = noise.idx[b].numpy()
+        out[b][:, idx] = _rotate_text(Mn[b][:, idx], lambda shape, b=b: noise.draw(b, shape))
+    return torch.from_numpy(out).to(M.dtype)

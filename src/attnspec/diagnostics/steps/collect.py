@@ -23,7 +23,7 @@ import torch
 from ...models import AttentionSite, ModelAdapter, capture
 from ...models.attention_calls import AttentionCall, record_attention_calls
 
-__all__ = ["LayerBatch", "collect", "on_device", "compute_dtype", "DEFAULT_TILE_BYTES"]
+__all__ = ["LayerBatch", "record", "layer_batches", "collect", "on_device", "compute_dtype", "DEFAULT_TILE_BYTES"]
 
 #: Default budget of one tile of attention weights (bytes, float32).
 DEFAULT_TILE_BYTES = 4 * 2 ** 20
@@ -122,30 +122,29 @@ def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, ti
                       _tile_rows(B, site.n_heads, L, tile_bytes), dtype)
 
 
-def _from_capture(i: int, site: AttentionSite, cap, batch: dict, tile_bytes: int, dtype: torch.dtype) -> LayerBatch:
-    A = cap.weights[i].to(device="cpu", dtype=dtype)
+def _from_capture(i: int, site: AttentionSite, rec: dict, batch: dict, tile_bytes: int, dtype: torch.dtype) -> LayerBatch:
+    A = rec["weights"].to(device="cpu", dtype=dtype)
     valid = batch["attention_mask"].bool()
     B, L = valid.shape
     allowed = site.allowed(batch["attention_mask"])
     return LayerBatch(i, site, valid, batch["special"].bool(), batch["order"], allowed,
-                      _real_values(cap.values[i].to(device="cpu", dtype=dtype), valid), lambda rows: A[:, :, rows],
+                      _real_values(rec["values"].to(device="cpu", dtype=dtype), valid), lambda rows: A[:, :, rows],
                       _tile_rows(B, site.n_heads, L, tile_bytes), dtype)
 
 
-def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_BYTES,
-            head_only: bool = True) -> list[LayerBatch]:
-    """Run ``batch`` through the model once (no gradient) and return one :class:`LayerBatch` per layer.
+def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
+    """Run ``batch`` through the model once (no gradient): per layer what the other steps read.
 
-    ``head_only``: skip the LM head when the adapter can (statistics need the attention layers only).
-    The model's outputs are not changed by the recording.
+    Returns one record per attention site: an :class:`AttentionCall` (transformers models, any kernel)
+    or ``{"weights": (B, H, L, L), "values": (B, H_kv, L, d_v)}`` (custom modules, read by hooks).
+    ``head_only``: skip the LM head when the adapter can. The model's outputs are not changed.
     """
     sites = adapter.sites
-    dtype = compute_dtype(adapter)
     run = adapter.run_base if (head_only and adapter.can_reuse) else adapter.run
     if adapter.kind == "generic":
         with torch.no_grad(), capture(sites) as cap:
             run(batch)
-        return [_from_capture(i, s, cap, batch, tile_bytes, dtype) for i, s in enumerate(sites)]
+        return [{"weights": cap.weights[i], "values": cap.values[i]} for i in range(len(sites))]
     calls: dict[int, AttentionCall] = {}
     by_module = {id(s.module): i for i, s in enumerate(sites)}
 
@@ -159,4 +158,18 @@ def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_B
     if missing:
         raise RuntimeError(f"no attention call was recorded for {', '.join(missing[:3])}: this module does not "
                            "dispatch through transformers' attention functions")
-    return [_from_call(i, s, calls[i], batch, tile_bytes, dtype) for i, s in enumerate(sites)]
+    return [calls[i] for i in range(len(sites))]
+
+
+def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes: int = DEFAULT_TILE_BYTES
+                  ) -> list[LayerBatch]:
+    """One :class:`LayerBatch` per layer from the records of :func:`record`."""
+    dtype = compute_dtype(adapter)
+    return [(_from_call if isinstance(r, AttentionCall) else _from_capture)(i, s, r, batch, tile_bytes, dtype)
+            for i, (s, r) in enumerate(zip(adapter.sites, records))]
+
+
+def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_BYTES,
+            head_only: bool = True) -> list[LayerBatch]:
+    """:func:`record` then :func:`layer_batches`: one forward pass, one :class:`LayerBatch` per layer."""
+    return layer_batches(adapter, batch, record(adapter, batch, head_only), tile_bytes)

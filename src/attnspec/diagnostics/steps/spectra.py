@@ -71,14 +71,13 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         B, _, L, _ = Mk.shape
         return Mk.transpose(1, 2).reshape(B, L, H * dh) @ Wh.reshape(H * dh, -1)
 
-    def without_each(Mk: torch.Tensor, Yk: torch.Tensor) -> np.ndarray:   # one head at a time: O(B L d_out)
-        return np.stack([spec.layer_eigs(Yk - Mk[:, h] @ Wh[h], lengths, c_layer) for h in range(H)])
     Y, Yge = out(M["act"]), out(M["ge"])
     Mfree = spec.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, lb.order, valid))
     layer = {"act": spec.layer_eigs(Y, lengths, c_layer), "ge": spec.layer_eigs(Yge, lengths, c_layer),
              "free": spec.layer_eigs(out(Mfree), lengths, c_layer)}
     return {"heads": heads, "layer": layer,
-            "removed": without_each(M["act"], Y), "removed_ge": without_each(M["ge"], Yge),
+            "removed": spec.layer_eigs_without_each(M["act"], Wh, lengths, c_layer),
+            "removed_ge": spec.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer),
             "gram": dep.gram_blocks(M["act"]), "gram_free": dep.gram_blocks(Mfree)}
 
 
