@@ -97,7 +97,7 @@ class PlantSpec:
             raise ValueError(f"head_dim must be even and >= 2, got {self.head_dim}")
         if self.n_selective + 2 * self.n_pairs + self.n_important > self.n_heads:
             raise ValueError("more planted heads per layer than n_heads")
-        if self.n_selective and not set(self.patterns) <= set(PATTERNS) or not self.patterns:
+        if not self.patterns or (self.n_selective and not set(self.patterns) <= set(PATTERNS)):
             raise ValueError(f"patterns must be a non-empty subset of {PATTERNS}, got {self.patterns}")
 
     @property
