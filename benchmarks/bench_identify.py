@@ -14,12 +14,14 @@ C. Goodness of fit against another family: ``--mp-reps`` Marchenko-Pastur spectr
    four-head output family (beta free) with ``--mp-boot`` draws; the rejection rate at 5% (and at 1%
    when ``--mp-boot`` >= 99).
 D. Timing: a joint (beta, psi) fit with a 29-draw softmax bootstrap at l = d = 1000, attention and
-   four-head output, in this process (one BLAS thread); printed beside the time the previous version
-   (commit e75f7bc, surrogate bootstrap, exact laws) took on the same machine.
+   four-head output, in this process (one BLAS thread), wall and CPU seconds (the CPU figure is the one
+   to compare on a shared machine); printed beside the time the previous version (commit e75f7bc,
+   surrogate bootstrap, exact laws) took. With ``--joint-heads 1`` (default) also beta, psi and scale
+   with the head count profiled over {2, 4, 8}.
 
 Usage (full): python benchmarks/bench_identify.py --reps 100 --budget-min 600
-Reduced (~12 min on 2 busy cores): python benchmarks/bench_identify.py --reps 100 --budget-min 7 --boot 19 \
-    --reps-accuracy 3 --mp-reps 4
+Reduced (~12-15 min on 2 cores): python benchmarks/bench_identify.py --budget-min 6 --boot 19 --reps-accuracy 2 \
+    --mp-reps 3 --joint-heads 0
 Repetitions run in ``--jobs`` processes (one BLAS thread each).
 """
 from __future__ import annotations
@@ -40,7 +42,7 @@ import numpy as np  # noqa: E402
 #: Seconds the previous version (commit e75f7bc: surrogate bootstrap, refits on exact laws) took for part D's
 #: joint (beta, psi) fit with B = 29 at l = d = 1000, measured on this machine (2 shared cores, one BLAS thread).
 OLD_JOINT_SECONDS = {"attention": 162.1, "output": None}
-OLD_JOINT_NOTE = {"attention": "", "output": "not finished in 30 min (issue 16: over 10 min)"}
+OLD_JOINT_NOTE = {"attention": "", "output": "over 10 min (issue 16; not re-measured)"}
 
 
 def _config(d: int, beta: float, target: str, gamma: float = 1.0):
@@ -109,6 +111,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mp-reps", type=int, default=10)
     ap.add_argument("--mp-boot", type=int, default=19)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--joint-heads", type=int, default=1, help="part D: also time beta, psi, scale with heads 2,4,8 "
+                                                                  "(0: skip)")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip among A,B,C,D")
     ap.add_argument("--out", type=Path, default=Path("out/bench_identify.json"))
     a = ap.parse_args(argv)
@@ -207,22 +211,32 @@ def main(argv=None) -> int:
         from attnspec.identify import identify
         from attnspec.simulation import simulate
 
-        print("D. joint (beta, psi) fit, softmax spectrum, l = d = 1000, B = 29, one process:")
+        print("D. joint fits, softmax spectrum, l = d = 1000, B = 29, this process (wall and CPU seconds):")
         report["joint"] = {}
-        for t in ("attention", "output"):
+        cases = [("attention", ("beta", "psi"), None), ("output", ("beta", "psi"), None)]
+        if a.joint_heads:
+            cases.append(("output", ("beta", "psi", "scale"), (2, 4, 8)))
+        for t, free, heads in cases:
             cfg = _config(1000, 1.0, t)
             eigs = simulate(cfg, seed=7, models=("softmax",)).softmax
-            t0 = time.perf_counter()
-            res = identify(eigs, cfg, free=("beta", "psi"), n_boot=29, seed=1, model="softmax")
-            sec = time.perf_counter() - t0
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = identify(eigs, cfg, free=free, heads=heads, n_boot=29, seed=1, model="softmax")
+            sec, cpu = time.perf_counter() - t0, time.process_time() - c0
             est = res.estimates
-            old = OLD_JOINT_SECONDS[t]
-            report["joint"][t] = {"seconds": sec, "old_seconds": old, "estimates": est, "timing": res.timing}
-            print(f"   {t:9s}: {sec:6.1f} s (previous version: "
-                  f"{f'{old:.1f} s' if old else OLD_JOINT_NOTE[t]}); beta {est['beta']['estimate']:.4f} "
-                  f"[{est['beta']['ci_low']:.4f}, {est['beta']['ci_high']:.4f}], psi {est['psi']['estimate']:.4f} "
-                  f"[{est['psi']['ci_low']:.4f}, {est['psi']['ci_high']:.4f}] (true 1, {cfg.d_qk[0] / 1000:g}); "
-                  f"{res.timing['law_solves']} law solves", flush=True)
+            name = f"{t}:{','.join(free)}" + (f":heads{','.join(map(str, heads))}" if heads else "")
+            old = OLD_JOINT_SECONDS.get(t) if not heads else None
+            report["joint"][name] = {"seconds": sec, "cpu_seconds": cpu, "old_seconds": old, "estimates": est,
+                                     "heads": res.heads, "timing": res.timing, "load": os.getloadavg()}
+            old_txt = (f"{old:.1f} s" if old else OLD_JOINT_NOTE[t]) if not heads else "not measured"
+            parts = []
+            for k, e in est.items():
+                parts.append(f"{k} {e['estimate']:.4f} [{e['ci_low']:.4f}, {e['ci_high']:.4f}]" if e["identified"]
+                             else f"{k} not identified")
+            if heads:
+                parts.append(f"heads {res.heads['selected']} set {res.heads['confidence_set']}")
+            print(f"   {name}: {sec:6.1f} s wall, {cpu:6.1f} s CPU (previous version: {old_txt}); "
+                  f"{'; '.join(parts)} (true beta 1, psi {cfg.d_qk[0] / 1000:g}, heads {cfg.n_heads}); "
+                  f"{res.timing['law_solves']} law solves, load {os.getloadavg()[0]:.1f}", flush=True)
             save()
     report["load_after"] = os.getloadavg()
     save()

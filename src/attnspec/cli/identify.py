@@ -38,7 +38,7 @@ def register(sub) -> None:
                     "possible Gram spectrum: at least 10 finite eigenvalues, not all zero, none negative beyond "
                     "round-off (1e-6 x the largest). A warning goes to stderr when the fit fails its own "
                     f"goodness-of-fit test (p < 1 - level). beta is limited to [0, {LAW_BETA_MAX:g}] (the law "
-                    "solver's range).",
+                    "solver's range). Method, derivation and measured coverage: docs/identify.md.",
         formatter_class=HelpFormatter)
     p.add_argument("input", type=Path, metavar="INPUT",
                    help="eigenvalues: .npy, .csv/.txt/.tsv/.dat (numbers separated by commas or whitespace; one header "

@@ -232,6 +232,7 @@ class TabulatedBetaFamily(Family):
         table = np.array([inner.quantiles({"beta": b, "scale": 1.0}, self.u) for b in self.betas])
         self._q = CubicSpline(self.betas, table, axis=0)
         self._edge = CubicSpline(self.betas, [inner.right_edge({"beta": b, "scale": 1.0}) for b in self.betas])
+        self.solves = int(nodes)
 
     def describe(self) -> str:
         return f"{self.inner.describe()} (tabulated at {self.betas.size} beta nodes in [{self.betas[0]}, {self.betas[-1]}])"
