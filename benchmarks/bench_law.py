@@ -2,8 +2,9 @@
 
 Targets (issue 3): single head <= 0.3 s, H = 4 <= 1 s, H = 8 <= 2 s. Issue 16: convention B (iid Gaussian
 inputs, every head reads the same X, so identical heads cannot be merged into one block) as fast as convention A,
-<= 0.5 s for H <= 8; the second table prints H = 1, 2, 4, 8 in both conventions beside that goal (before issue 16:
-0.36, 0.64, 2.3 and 12.9 s in convention B). Prints times and ratios; asserts nothing.
+<= 0.5 s for H <= 8; the second table prints H = 1, 2, 4, 8 in both conventions beside that goal, and convention B
+solved without the exchange symmetry of identical heads (the solver before issue 16; ``--no-baseline`` skips it).
+Prints times and ratios; asserts nothing.
 Run with OMP_NUM_THREADS=1 (set below before numpy loads). ``--no-mc`` skips the Monte-Carlo draws.
 """
 import os
@@ -54,6 +55,7 @@ def main():
     ap.add_argument("--d", type=int, default=2000, help="width of the Monte-Carlo draw")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-mc", action="store_true")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the convention-B times without the symmetry")
     args = ap.parse_args()
     from attnspec.simulation import simulate
 
@@ -72,19 +74,16 @@ def main():
     print("times are CPU seconds of this process (time.process_time), best of --reps; pencil = blocks reduced/full")
     print()
     print("convention A (orthonormal rows) vs B (iid Gaussian inputs), d_qk = d_v = d/H, beta = 1; goal B <= 0.5 s")
-    print(f"{'H':>3s} {'A [s]':>7s} {'B [s]':>7s} {'B/A':>5s} {'goal':>6s} {'B unknowns':>10s}")
+    print(f"{'H':>3s} {'A [s]':>7s} {'B [s]':>7s} {'B/A':>5s} {'goal':>6s} {'B no sym [s]':>12s} {'B unknowns':>10s}")
     from attnspec.theory.dyson import DysonSolver
-    times = {}
-    for (inputs, H), cfg in convention_cases(args.d).items():
-        solve_law(cfg)
-        times[inputs, H] = best_of(lambda c=cfg: solve_law(c), args.reps)
     for H in (1, 2, 4, 8):
-        a, b = times["orthonormal", H], times["gaussian", H]
-        cfg = convention_cases(args.d)["gaussian", H]
-        full = DysonSolver(build_pencil(cfg), symmetric=False).nu
-        nu = f"{DysonSolver(build_pencil(cfg)).nu}/{full}"
-        print(f"{H:3d} {a:7.3f} {b:7.3f} {b / a:5.2f} {'ok' if b <= 0.5 else 'MISSED':>6s} {nu:>10s}")
-    print("B unknowns: Newton unknowns with / without the exchange symmetry of identical heads")
+        a_cfg, b_cfg = (convention_cases(args.d)[inputs, H] for inputs in ("orthonormal", "gaussian"))
+        a, b = (best_of(lambda c=c: solve_law(c), args.reps) for c in (a_cfg, b_cfg))
+        before = "" if args.no_baseline else f"{best_of(lambda c=b_cfg: solve_law(c, symmetric=False), 1):12.3f}"
+        nu = f"{DysonSolver(build_pencil(b_cfg)).nu}/{DysonSolver(build_pencil(b_cfg), symmetric=False).nu}"
+        print(f"{H:3d} {a:7.3f} {b:7.3f} {b / a:5.2f} {'ok' if b <= 0.5 else 'MISSED':>6s} {before:>12s} {nu:>10s}")
+    print("B no sym: the same law without the exchange symmetry of identical heads (the solver before issue 16, "
+          "one run); B unknowns: Newton unknowns with / without it")
 
 
 if __name__ == "__main__":

@@ -589,13 +589,15 @@ def pencil_moments(pencil: Pencil, k: int = 4, n_contour: int = 64, tol: float =
 
 
 def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce: bool = True,
-              tol: float = 1e-12, pencil: Pencil | None = None, n_head: int = 12) -> Law:
+              tol: float = 1e-12, pencil: Pencil | None = None, n_head: int = 12, symmetric: bool = True) -> Law:
     """The limiting law of ``config`` (docs/theory.md, "Computing the law: the linear pencil"). Raises
     :class:`LawSolverError` on non-convergence (with the failing points and residuals), ``ValueError`` for
     ``beta = 0``.
 
     ``n_grid``: density grid points (plus a geometric head near 0); ``n_contour``: contour points on the
-    upper half circle; ``reduce``: merge identical uncoupled heads; ``pencil``: use this pencil
+    upper half circle; ``reduce``: merge identical uncoupled heads; ``symmetric``: collapse identical coupled
+    heads by their exchange symmetry (:mod:`.symmetry`; the same law, ``False`` solves the full equation);
+    ``pencil``: use this pencil
     instead (e.g. a hand-built one; ``config`` still supplies the atom and the closed-form checks);
     ``n_head``: Gauss–Legendre nodes of the contour integral for the mass below the grid when the support
     reaches 0 (``checks['head_contour_error']``: its change from ``n_head/2`` nodes). Only the ratios,
@@ -606,7 +608,7 @@ def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce
     if config.beta == 0:
         raise ValueError("beta = 0: the centered output is exactly 0 (law = point mass at 0); nothing to solve")
     pencil = pencil if pencil is not None else build_pencil(config, reduce=reduce)
-    solver = DysonSolver(pencil, tol=tol)
+    solver = DysonSolver(pencil, tol=tol, symmetric=symmetric)
     scale = pencil.norm_bound() ** 2
     atom = closed_forms.atom_at_zero(config)
     right, x_top = _edges(solver, scale)
