@@ -111,6 +111,10 @@ class Identification:
         if self.identifiability:
             for d in self.identifiability["non_identifiable"]:
                 lines.append(f"  non-identifiable direction {d['direction']} (se {d['se']:.3g} in fit coordinates)")
+            if self.identifiability["non_identifiable"]:
+                lines.append(f"  note: the other intervals hold only if the spectrum pins the flagged parameters "
+                             f"({', '.join(self.identifiability['not_identified'])}) near their best fit; fix one of "
+                             "them (leave it out of the free parameters) for intervals that do not depend on it")
         return "\n".join(lines)
 
 
