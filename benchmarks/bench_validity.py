@@ -1,23 +1,26 @@
 """Validity of attnspec's per-head diagnostics on models whose truth is planted.
 
-For each strength and seed, :func:`attnspec.validation.build_planted_model` builds a tiny random BERT
-encoder (2 layers x 12 heads, head width 16) with planted selective heads (three patterns: a fixed
+For each architecture (BERT encoder; GPT-2 causal LM with ``--architectures gpt2``), strength and seed,
+:func:`attnspec.validation.build_planted_model` builds a tiny random model (2 layers x 12 heads, head
+width 16) with planted selective heads (three patterns: a fixed
 relative position, the class tokens [CLS]/[SEP]/./, , the token's own identity), dependent head pairs
 (copied Q/K/V with noise), signal-carrying heads (the other heads' output projections scaled down) and
 a planted inverse temperature for every head. The model is saved with ``save_pretrained``, loaded with
 :func:`attnspec.models.load_model` and diagnosed with :func:`attnspec.diagnose` on the first ``n`` texts
 of the built-in corpus (temperatures were calibrated on its last 64 texts), for each corpus size.
 
-Per planted property, strength and corpus size (seeds pooled): ROC AUC and the false-positive rate at
+Per architecture, planted property, strength and corpus size (seeds pooled): ROC AUC and the false-positive rate at
 90 % true-positive rate of each attnspec diagnostic and each baseline (entropy ratio, Voita confidence,
 score scale, CKA without the null, a correlation of attention maps computed here from the model's eager
 attention weights, first-order importance, energy share), the TPR/FPR of attnspec's own 'selective'
 label, and the error of ``beta_hat`` (and of ``score_scale``) against the planted beta.
 
 Writes ``results.csv``, ``beta.csv``, ``heads.csv``, ``pairs.csv`` and ``results.md`` to ``--out``.
-Deterministic (seeded models, seeded diagnosis). Default budget: 5 strengths x 6 seeds x 3 corpus sizes,
-a few minutes on 2 cores; ``--quick`` is 2 strengths x 2 seeds x 2 corpus sizes.
-Usage: ``python benchmarks/bench_validity.py [--quick] [--strengths 0 0.5 1] [--texts 8 64] [--seeds 3]``.
+Deterministic (seeded models, seeded diagnosis). Default budget: BERT, 5 strengths x 6 seeds x 3 corpus
+sizes, about 5 minutes on 2 cores (each added architecture as much again); ``--quick`` is 2 strengths x
+2 seeds x 2 corpus sizes.
+Usage: ``python benchmarks/bench_validity.py [--quick] [--architectures bert gpt2] [--strengths 0 0.5 1]
+[--texts 8 64] [--seeds 3] [--out DIR]``.
 """
 from __future__ import annotations
 
@@ -34,20 +37,21 @@ import attnspec
 from attnspec.data import builtin_texts
 from attnspec.models import load_model
 from attnspec.validation import PlantSpec, build_planted_model
+from attnspec.validation.architectures import ARCHITECTURES
+from attnspec.validation.patterns import allowed_pairs
 from attnspec.validation.planted import minilm_tokenizer_dir
 from attnspec.validation.scoring import beta_errors, null_beta_hat, score_detectors
 
-BY = ["strength", "n_texts"]
+BY = ["architecture", "strength", "n_texts"]
 
 
-def attention_correlation(path: Path, texts: list[str]) -> pd.DataFrame:
+def attention_correlation(path: Path, texts: list[str], causal: bool) -> pd.DataFrame:
     """Baseline for dependence: Pearson correlation between two heads' centered attention maps
-    ``n_i A_ij - 1`` over all real (query, key) pairs of the texts, per layer and head pair."""
+    ``n_i A_ij - 1`` over all allowed (query, key) pairs of the texts, per layer and head pair."""
     model, tok = load_model(path, attn_implementation="eager")
     enc = tok(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
-    valid = enc["attention_mask"].bool()
-    allowed = valid[:, :, None] & valid[:, None, :]
-    n = valid.sum(1)[:, None, None, None].double()
+    allowed = allowed_pairs(enc["attention_mask"].bool(), causal)
+    n = allowed.sum(-1)[:, None, :, None].double()
     with torch.no_grad():
         attentions = model(**enc, output_attentions=True).attentions
     rows = []
@@ -60,20 +64,22 @@ def attention_correlation(path: Path, texts: list[str]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
-def run_model(strength: float, seed: int, sizes: list[int], spec_kw: dict) -> tuple[list, list, float]:
+def run_model(architecture: str, strength: float, seed: int, sizes: list[int]) -> tuple[list, list, float]:
     """Build one planted model, diagnose it at each corpus size; merged head and pair tables."""
     heads, pairs = [], []
     t0 = time.perf_counter()
+    causal = ARCHITECTURES[architecture].causal
     with tempfile.TemporaryDirectory() as d:
-        pm = build_planted_model(PlantSpec(strength=strength, **spec_kw), seed, d)
+        pm = build_planted_model(PlantSpec(strength=strength, architecture=architecture), seed, d)
         model, tok = load_model(pm.path)
         for n in sizes:
             texts = builtin_texts(n)
             dg = attnspec.diagnose(model, tok, texts, seed=seed)
-            tag = {"strength": strength, "seed": seed, "n_texts": n, "n_tokens": dg.summary["n_tokens"]}
+            tag = {"architecture": architecture, "strength": strength, "seed": seed, "n_texts": n,
+                   "n_tokens": dg.summary["n_tokens"]}
             heads.append(dg.heads.merge(pm.heads, on=["layer", "head"]).assign(**tag))
             pr = dg.pairs.merge(pm.pairs, on=["layer", "head_a", "head_b"])
-            pr = pr.merge(attention_correlation(pm.path, texts), on=["layer", "head_a", "head_b"])
+            pr = pr.merge(attention_correlation(pm.path, texts, causal), on=["layer", "head_a", "head_b"])
             pairs.append(pr.assign(**tag))
     return heads, pairs, time.perf_counter() - t0
 
@@ -99,7 +105,8 @@ def results_table(res: pd.DataFrame) -> pd.DataFrame:
     r["cell"] = [f"{_fmt(a)} / {_fmt(f)}" for a, f in zip(r["auc"], r["fpr_at_tpr90"])]
     r["col"] = [f"s={s:g} n={n}" for s, n in zip(r["strength"], r["n_texts"])]
     order = list(dict.fromkeys(r["col"]))
-    wide = r.pivot_table(index=["property", "unit", "subset", "diagnostic", "kind"], columns="col", values="cell",
+    wide = r.pivot_table(index=["architecture", "property", "unit", "subset", "diagnostic", "kind"], columns="col",
+                         values="cell",
                          aggfunc="first", sort=False)
     return wide[order].reset_index()
 
@@ -109,23 +116,25 @@ def label_table(res: pd.DataFrame) -> pd.DataFrame:
     return lab[["property", "subset", "diagnostic", *BY, "n_pos", "n_neg", "label_tpr", "label_fpr"]]
 
 
-def null_expectations(sizes: list[int], betas) -> pd.DataFrame:
+def null_expectations(architectures: list[str], sizes: list[int], betas) -> pd.DataFrame:
     """``beta_hat`` of a random Gaussian-score head at each planted beta, on the benchmark's text lengths."""
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(minilm_tokenizer_dir(), local_files_only=True)
     lengths = [len(ids) for ids in tok(builtin_texts(max(sizes)), truncation=True, max_length=128)["input_ids"]]
-    return pd.DataFrame([{"n_texts": n, "planted_beta": float(b), "null_beta_hat": null_beta_hat(float(b), lengths[:n])}
-                         for n in sizes for b in betas])
+    return pd.DataFrame([{"architecture": a, "n_texts": n, "planted_beta": float(b),
+                          "null_beta_hat": null_beta_hat(float(b), lengths[:n], causal=ARCHITECTURES[a].causal)}
+                         for a in architectures for n in sizes for b in betas])
 
 
 def beta_table(beta: pd.DataFrame, null: pd.DataFrame) -> pd.DataFrame:
     """Errors pooled over strengths (weighted by heads), with the random-head expectation of beta_hat."""
     b = beta.assign(w_mean=beta["mean"] * beta["n"], w_bias=beta["bias"] * beta["n"], w_mae=beta["mae"] * beta["n"])
-    b = b.groupby(["n_texts", "planted_beta", "estimate"], as_index=False)[["n", "w_mean", "w_bias", "w_mae"]].sum()
+    b = b.groupby(["architecture", "n_texts", "planted_beta", "estimate"], as_index=False)[
+        ["n", "w_mean", "w_bias", "w_mae"]].sum()
     for c in ("mean", "bias", "mae"):
         b[c] = b.pop(f"w_{c}") / b["n"]
     b["rel_mae"] = b["mae"] / b["planted_beta"]
-    b = b.merge(null, on=["n_texts", "planted_beta"], how="left")
+    b = b.merge(null, on=["architecture", "n_texts", "planted_beta"], how="left")
     b.loc[b["estimate"] != "beta_hat", "null_beta_hat"] = np.nan
     return b
 
@@ -147,6 +156,7 @@ def write_markdown(out: Path, res: pd.DataFrame, beta: pd.DataFrame, meta: str) 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--architectures", nargs="+", default=["bert"], choices=sorted(ARCHITECTURES))
     ap.add_argument("--strengths", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0])
     ap.add_argument("--texts", type=int, nargs="+", default=[8, 16, 64], help="corpus sizes (texts)")
     ap.add_argument("--seeds", type=int, default=6, help="planted models per strength (seeds 0..N-1)")
@@ -160,19 +170,21 @@ def main(argv=None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     heads, pairs = [], []
     t0 = time.perf_counter()
-    for s in args.strengths:
-        for seed in range(args.seeds):
-            h, p, dt = run_model(s, seed, args.texts, {})
-            heads += h
-            pairs += p
-            print(f"strength {s:g} seed {seed}: {dt:.1f} s", flush=True)
+    for arch in args.architectures:
+        for s in args.strengths:
+            for seed in range(args.seeds):
+                h, p, dt = run_model(arch, s, seed, args.texts)
+                heads += h
+                pairs += p
+                print(f"{arch} strength {s:g} seed {seed}: {dt:.1f} s", flush=True)
     heads, pairs = pd.concat(heads, ignore_index=True), pd.concat(pairs, ignore_index=True)
     res = score_detectors(heads, pairs, BY)
-    beta = beta_table(beta_errors(heads, BY), null_expectations(args.texts, PlantSpec().betas))
+    beta = beta_table(beta_errors(heads, BY), null_expectations(args.architectures, args.texts, PlantSpec().betas))
     for name, df in (("heads", heads), ("pairs", pairs), ("results", res), ("beta", beta)):
         df.to_csv(args.out / f"{name}.csv", index=False)
     tokens = heads.groupby("n_texts")["n_tokens"].first().to_dict()
-    meta = (f"strengths {args.strengths}, corpus sizes {args.texts} texts ({tokens} real tokens), "
+    meta = (f"architectures {args.architectures}, strengths {args.strengths}, corpus sizes {args.texts} texts "
+            f"({tokens} real tokens), "
             f"{args.seeds} seeds, torch threads {args.threads}, {time.perf_counter() - t0:.0f} s")
     print(write_markdown(args.out, res, beta, meta))
 

@@ -24,8 +24,8 @@ import math
 
 import torch
 
-__all__ = ["PATTERNS", "CLASS_TOKENS", "position_code", "structured_weights", "target_mask", "centered_logits",
-           "score_scale", "target_gain"]
+__all__ = ["PATTERNS", "CLASS_TOKENS", "position_code", "structured_weights", "target_mask", "allowed_pairs",
+           "centered_logits", "score_scale", "target_gain"]
 
 #: Structured attention patterns of selective heads.
 PATTERNS = ("offset", "class", "identity")
@@ -83,34 +83,41 @@ def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: t
     raise ValueError(f"unknown pattern {pattern!r}; expected one of {PATTERNS}")
 
 
-def centered_logits(X: torch.Tensor, valid: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:
-    """Row-centered logits ``q_i . k_j / sqrt(d)`` per head ``(B, H, L, L)``, 0 off valid pairs.
+def allowed_pairs(valid: torch.Tensor, causal: bool) -> torch.Tensor:
+    """``(B, L, L)`` bool: query ``i`` may attend to key ``j`` (both real; ``j <= i`` when causal), for rows
+    with at least two allowed keys (attnspec's fit skips rows with one)."""
+    al = valid[:, :, None] & valid[:, None, :]
+    if causal:
+        al = al & torch.ones(valid.shape[1], valid.shape[1], dtype=torch.bool).tril()
+    return al & (al.sum(-1, keepdim=True) >= 2)
 
-    ``X``: ``(B, L, D)``; ``valid``: ``(B, L)`` bool; ``Wq``, ``Wk``: ``(H, d, D)`` (one block of
-    projection rows per head).
+
+def centered_logits(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:
+    """Row-centered logits ``q_i . k_j / sqrt(d)`` per head ``(B, H, L, L)``, 0 off allowed pairs.
+
+    ``X``: ``(B, L, D)``; ``allowed``: ``(B, L, L)`` bool (:func:`allowed_pairs`); ``Wq``, ``Wk``:
+    ``(H, d, D)`` (one block of projection rows per head).
     """
     q = torch.einsum("bld,hkd->bhlk", X, Wq)
     k = torch.einsum("bld,hkd->bhlk", X, Wk)
     S = q @ k.transpose(-1, -2) / math.sqrt(Wq.shape[1])
-    al = (valid[:, None, :] & valid[:, :, None])[:, None].to(S.dtype)
+    al = allowed[:, None].to(S.dtype)
     n = al.sum(-1, keepdim=True).clamp_min(1)
     return (S - (S * al).sum(-1, keepdim=True) / n) * al
 
 
-def score_scale(X: torch.Tensor, valid: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:
-    """``sqrt(mean S^2)`` of the row-centered logits over valid pairs, per head ``(H,)`` (attnspec's
+def score_scale(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:
+    """``sqrt(mean S^2)`` of the row-centered logits over allowed pairs, per head ``(H,)`` (attnspec's
     ``score_scale`` on these inputs)."""
-    S = centered_logits(X, valid, Wq, Wk)
-    n_pairs = (valid.sum(1).double() ** 2).sum()
-    return (S.pow(2).sum(dim=(0, 2, 3)) / n_pairs).sqrt()
+    S = centered_logits(X, allowed, Wq, Wk)
+    return (S.pow(2).sum(dim=(0, 2, 3)) / allowed.sum()).sqrt()
 
 
-def target_gain(X: torch.Tensor, valid: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor,
+def target_gain(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor,
                 targets: list[torch.Tensor]) -> torch.Tensor:
-    """Per head ``(H,)``: mean logit at its target keys minus mean logit at its other valid keys
+    """Per head ``(H,)``: mean logit at its target keys minus mean logit at its other allowed keys
     (``targets``: one ``(B, L, L)`` mask per head). 0 for a head whose targets never occur."""
-    S = centered_logits(X, valid, Wq, Wk)
-    allowed = valid[:, None, :] & valid[:, :, None]
+    S = centered_logits(X, allowed, Wq, Wk)
     out = torch.zeros(len(targets), dtype=S.dtype)
     for h, tgt in enumerate(targets):
         on, off = allowed & tgt, allowed & ~tgt

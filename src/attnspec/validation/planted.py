@@ -36,8 +36,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .patterns import CLASS_TOKENS, PATTERNS, position_code, score_scale, structured_weights, target_gain, \
-    target_mask
+from .architectures import ARCHITECTURES
+from .patterns import CLASS_TOKENS, PATTERNS, allowed_pairs, position_code, score_scale, structured_weights, \
+    target_gain, target_mask
 
 __all__ = ["PlantSpec", "PlantedModel", "build_planted_model", "calibration_texts", "minilm_tokenizer_dir",
            "ROLES", "OFFSETS"]
@@ -46,6 +47,8 @@ __all__ = ["PlantSpec", "PlantedModel", "build_planted_model", "calibration_text
 ROLES = ("selective", "dependent", "important", "background")
 #: Relative positions an 'offset' head may attend to (query i attends to key i + offset).
 OFFSETS = (-2, -1, 1, 2)
+#: Offsets of a causal model (a query sees only earlier keys).
+CAUSAL_OFFSETS = (-2, -1)
 #: Fixed-point steps that bring a selective head's gain (random part included) to its goal.
 _GAIN_ITERATIONS = 4
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
@@ -75,6 +78,8 @@ class PlantSpec:
         Output scale of non-signal heads at ``strength = 1``.
     amplitude : float
         Amplitude of the position code, constant and class directions (word embeddings: unit variance).
+    architecture : {'bert', 'gpt2'}
+        BERT encoder (bidirectional) or GPT-2 causal LM (offsets then only -1, -2).
     """
 
     strength: float = 1.0
@@ -89,8 +94,11 @@ class PlantSpec:
     max_gain: float = 5.0
     min_out_scale: float = 0.1
     amplitude: float = 4.0
+    architecture: str = "bert"
 
     def __post_init__(self):
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"architecture must be one of {sorted(ARCHITECTURES)}, got {self.architecture!r}")
         if not 0.0 <= self.strength <= 1.0:
             raise ValueError(f"strength must be in [0, 1], got {self.strength}")
         if self.head_dim % 2 or self.head_dim < 2:
@@ -159,17 +167,11 @@ def _roles(spec: PlantSpec, rng: np.random.Generator) -> list[dict]:
             role[[a, b]] = "dependent"
         order = [spec.patterns[i] for i in rng.permutation(len(spec.patterns))]
         pattern = {h: order[i % len(order)] for i, h in enumerate(sel)}
-        offset = {h: int(rng.choice(OFFSETS)) if pattern[h] == "offset" else 0 for h in sel}
+        offsets = CAUSAL_OFFSETS if ARCHITECTURES[spec.architecture].causal else OFFSETS
+        offset = {h: int(rng.choice(offsets)) if pattern[h] == "offset" else 0 for h in sel}
         out.append({"role": role, "pairs": pairs, "important": imp, "pattern": pattern, "offset": offset,
                     "beta": rng.choice(np.asarray(spec.betas, float), size=spec.n_heads)})
     return out
-
-
-def _layer_inputs(model, enc: dict, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Hidden states entering ``layer`` ``(B, L, d)`` (float64) and the padding mask ``(B, L)``."""
-    with torch.no_grad():
-        hs = model(**enc, output_hidden_states=True).hidden_states[layer]
-    return hs.double(), enc["attention_mask"].bool()
 
 
 def _fresh_qkv(spec: PlantSpec, gen: torch.Generator, complement: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -179,7 +181,7 @@ def _fresh_qkv(spec: PlantSpec, gen: torch.Generator, complement: torch.Tensor) 
     return draw() @ complement, draw() @ complement, draw()
 
 
-def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, valid, enc, Wq, Wk) -> np.ndarray:
+def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, allowed, enc, Wq, Wk) -> np.ndarray:
     """Add each selective head's pattern at the calibrated gain (in place); return the final gains."""
     gain = np.zeros(spec.n_heads)
     sel = sorted(roles["pattern"])
@@ -190,14 +192,14 @@ def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, valid, enc, W
     Sq, Sk = torch.stack([u[0] for u in unit]), torch.stack([u[1] for u in unit])
     targets = [target_mask(p, o, enc["input_ids"], geometry["class_ids"]) for p, o in pats]
     goal = spec.strength * spec.max_gain
-    c2 = (goal / target_gain(X, valid, Sq, Sk, targets)).clamp_min(0)
+    c2 = (goal / target_gain(X, allowed, Sq, Sk, targets)).clamp_min(0)
     base_q, base_k = Wq[sel].clone(), Wk[sel].clone()
     for _ in range(_GAIN_ITERATIONS):      # the random part's cross terms shift the gain: fixed point on c^2
         Wq[sel], Wk[sel] = base_q + c2.sqrt()[:, None, None] * Sq, base_k + c2.sqrt()[:, None, None] * Sk
-        measured = target_gain(X, valid, Wq[sel], Wk[sel], targets)
+        measured = target_gain(X, allowed, Wq[sel], Wk[sel], targets)
         c2 = c2 * (goal / measured.clamp_min(1e-3 * goal))
     Wq[sel], Wk[sel] = base_q + c2.sqrt()[:, None, None] * Sq, base_k + c2.sqrt()[:, None, None] * Sk
-    gain[sel] = target_gain(X, valid, Wq[sel], Wk[sel], targets).numpy()
+    gain[sel] = target_gain(X, allowed, Wq[sel], Wk[sel], targets).numpy()
     return gain
 
 
@@ -205,7 +207,9 @@ def _plant_layer(model, layer: int, spec: PlantSpec, roles: dict, enc: dict, geo
                  gen: torch.Generator) -> dict:
     """Write one layer's planted weights; return per-head ``beta``, ``gain`` and ``out_scale``."""
     H, D = spec.n_heads, spec.hidden
-    X, valid = _layer_inputs(model, enc, layer)
+    arch = ARCHITECTURES[spec.architecture]
+    X = arch.layer_input(model, enc, layer)
+    allowed = allowed_pairs(enc["attention_mask"].bool(), arch.causal)
     Wq, Wk, Wv = _fresh_qkv(spec, gen, geometry["complement"])
     Fq, Fk, Fv = _fresh_qkv(spec, gen, geometry["complement"])
     beta, rho = roles["beta"].copy(), spec.strength
@@ -213,20 +217,13 @@ def _plant_layer(model, layer: int, spec: PlantSpec, roles: dict, enc: dict, geo
         for W, F in ((Wq, Fq), (Wk, Fk), (Wv, Fv)):
             W[b] = rho * W[a] + math.sqrt(max(0.0, 1 - rho * rho)) * F[b]
         beta[b] = beta[a]
-    factor = (torch.from_numpy(beta) / score_scale(X, valid, Wq, Wk)).sqrt()[:, None, None]
+    factor = (torch.from_numpy(beta) / score_scale(X, allowed, Wq, Wk)).sqrt()[:, None, None]
     Wq, Wk = Wq * factor, Wk * factor
-    gain = _add_patterns(spec, roles, geometry, X, valid, enc, Wq, Wk)
+    gain = _add_patterns(spec, roles, geometry, X, allowed, enc, Wq, Wk)
     out_scale = np.full(H, 1.0 - spec.strength * (1.0 - spec.min_out_scale))
     out_scale[roles["important"]] = 1.0
     Wo = torch.randn(D, H, spec.head_dim, generator=gen, dtype=torch.float64) / math.sqrt(D)
-    Wo = Wo * torch.from_numpy(out_scale)[None, :, None]
-    blk = model.encoder.layer[layer].attention
-    with torch.no_grad():
-        for lin, W in ((blk.self.query, Wq), (blk.self.key, Wk), (blk.self.value, Wv)):
-            lin.weight.copy_(W.reshape(D, D))
-            lin.bias.zero_()
-        blk.output.dense.weight.copy_(Wo.reshape(D, D))
-        blk.output.dense.bias.zero_()
+    arch.write_layer(model, layer, Wq, Wk, Wv, Wo * torch.from_numpy(out_scale)[None, :, None])
     return {"beta": beta, "gain": gain, "out_scale": out_scale}
 
 
@@ -248,20 +245,23 @@ def _truth_tables(spec: PlantSpec, roles: list[dict], planted: list[dict]) -> tu
 
 
 def _embeddings(model, spec: PlantSpec, tokenizer, gen: torch.Generator) -> dict:
-    """Write word, position and token-type embeddings; return the geometry the patterns read."""
+    """Write word, position and token-type embeddings (without token types, the constant direction goes
+    into every word embedding); return the geometry the patterns read."""
     D, d = spec.hidden, spec.head_dim
     Q = torch.linalg.qr(torch.randn(D, 2 * d + 2, generator=gen, dtype=torch.float64))[0]
     basis, identity = Q[:, :d + 2], Q[:, d + 2:]
     class_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(CLASS_TOKENS)))
-    emb = model.embeddings
+    word, position, token_type = ARCHITECTURES[spec.architecture].embeddings(model)
     with torch.no_grad():
-        words = torch.randn(emb.word_embeddings.weight.shape, generator=gen, dtype=torch.float64)
+        words = torch.randn(word.shape, generator=gen, dtype=torch.float64)
         words[class_ids] += spec.amplitude * basis[:, d]
-        emb.word_embeddings.weight.copy_(words)
-        emb.position_embeddings.weight.copy_(position_code(emb.position_embeddings.weight.shape[0], d,
-                                                           spec.amplitude, basis))
-        emb.token_type_embeddings.weight.zero_()
-        emb.token_type_embeddings.weight[0] = spec.amplitude * basis[:, d + 1]
+        if token_type is None:
+            words += spec.amplitude * basis[:, d + 1]
+        else:
+            token_type.zero_()
+            token_type[0] = spec.amplitude * basis[:, d + 1]
+        word.copy_(words)
+        position.copy_(position_code(position.shape[0], d, spec.amplitude, basis))
     basis = torch.cat([basis[:, :d], basis[:, d + 1:d + 2], basis[:, d:d + 1]], 1)  # position, constant, class
     return {"basis": basis, "identity": identity, "class_ids": class_ids,
             "complement": torch.eye(D, dtype=torch.float64) - basis @ basis.T}
@@ -269,7 +269,7 @@ def _embeddings(model, spec: PlantSpec, tokenizer, gen: torch.Generator) -> dict
 
 def build_planted_model(spec: PlantSpec, seed: int, directory: str | Path,
                         calibration: list[str] | None = None) -> PlantedModel:
-    """Build, calibrate and save a planted tiny BERT encoder (see the module docstring).
+    """Build, calibrate and save a planted tiny BERT encoder or GPT-2 (see the module docstring).
 
     Parameters
     ----------
@@ -290,11 +290,8 @@ def build_planted_model(spec: PlantSpec, seed: int, directory: str | Path,
     tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    D = spec.hidden
-    cfg = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=D, num_hidden_layers=spec.n_layers,
-                                  num_attention_heads=spec.n_heads, intermediate_size=4 * D,
-                                  max_position_embeddings=512, architectures=["BertModel"])
-    model = transformers.BertModel(cfg).eval()
+    model = ARCHITECTURES[spec.architecture].build(spec.hidden, spec.n_layers, spec.n_heads, tokenizer.vocab_size,
+                                                   tokenizer)
     geometry = _embeddings(model, spec, tokenizer, gen)
     roles = _roles(spec, np.random.default_rng(seed))
     enc = tokenizer(calibration if calibration is not None else calibration_texts(), padding=True,

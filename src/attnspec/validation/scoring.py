@@ -159,26 +159,34 @@ def beta_errors(heads: pd.DataFrame, by: list[str], columns=("beta_hat", "score_
     return pd.DataFrame(rows)
 
 
-def null_beta_hat(beta: float, lengths, head_dim: int = 16, seed: int = 0, reps: int = 4) -> float:
+def null_beta_hat(beta: float, lengths, head_dim: int = 16, seed: int = 0, reps: int = 4,
+                  causal: bool = False) -> float:
     """``beta_hat`` that attnspec's fit returns for a random head at inverse temperature ``beta``.
 
     Scores ``Q K^T / sqrt(head_dim)`` with iid standard normal ``Q, K`` for texts of the given
-    ``lengths`` (bidirectional, no padding), row-centered and rescaled so that their pooled root mean
-    square is ``beta``; ``beta_hat = s * sum S y / sum S^2`` with ``y = n A - 1`` (as in
-    :mod:`attnspec.diagnostics.identification`), pooled over texts and ``reps`` draws. The gap to
-    ``beta`` is the finite-length bias of the estimator, not a property of a model.
+    ``lengths`` (no padding; ``causal``: query ``i`` sees keys ``j <= i``), row-centered over the allowed
+    keys and rescaled so that their pooled root mean square is ``beta``; ``beta_hat = s * sum S y / sum S^2``
+    with ``y = n_i A - 1`` over rows with at least two keys (as in
+    :mod:`attnspec.diagnostics.identification`), pooled over texts and ``reps`` draws. The gap to ``beta``
+    is the finite-length bias of the estimator, not a property of a model.
     """
     gen = torch.Generator().manual_seed(seed)
-    scores = []
+    rows = []
     for n in [int(n) for n in lengths for _ in range(reps)]:
         q, k = torch.randn(2, n, head_dim, generator=gen, dtype=torch.float64)
-        S = q @ k.T / np.sqrt(head_dim)
-        scores.append(S - S.mean(1, keepdim=True))
-    s_raw = np.sqrt(sum(float(S.pow(2).sum()) for S in scores) / sum(S.numel() for S in scores))
+        allowed = torch.ones(n, n, dtype=torch.bool)
+        if causal:
+            allowed = allowed.tril()
+        allowed &= allowed.sum(1, keepdim=True) >= 2
+        cnt = allowed.sum(1, keepdim=True).clamp_min(1)
+        S = (q @ k.T / np.sqrt(head_dim)) * allowed
+        rows.append(((S - S.sum(1, keepdim=True) / cnt) * allowed, allowed, cnt))
+    s_raw = np.sqrt(sum(float(S.pow(2).sum()) for S, _, _ in rows) / sum(int(a.sum()) for _, a, _ in rows))
     sxy = sxx = 0.0
-    for S in scores:
+    for S, allowed, cnt in rows:
         S = S * (beta / s_raw)
-        y = S.shape[1] * torch.softmax(S, 1) - 1
+        A = torch.softmax(S.masked_fill(~allowed, -torch.inf), 1).nan_to_num(0.0)
+        y = (cnt * A - 1) * allowed
         sxy += float((S * y).sum())
         sxx += float((S * S).sum())
     return float(sxy / sxx * beta)
