@@ -13,7 +13,7 @@ import attnspec  # noqa: E402
 from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.models import load_model  # noqa: E402
 from attnspec.validation import PlantSpec, build_planted_model, calibration_texts  # noqa: E402
-from attnspec.validation.patterns import CLASS_TOKENS, target_mask  # noqa: E402
+from attnspec.validation.patterns import CLASS_TOKENS, allowed_pairs, target_mask  # noqa: E402
 from attnspec.validation.scoring import roc_auc  # noqa: E402
 
 SPEC = dict(n_layers=2, n_heads=8, head_dim=16, n_selective=3, n_pairs=1, n_important=2)
@@ -32,6 +32,7 @@ def planted(tmp_path_factory):
 
 def _attention(model, tok, texts):
     enc = tok(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    enc = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}   # as attnspec feeds the model
     with torch.no_grad():
         att = model(**enc, output_attentions=True).attentions
     return [a.double() for a in att], enc
@@ -137,3 +138,39 @@ def test_attnspec_ranks_a_planted_class_head_above_random_heads(tmp_path, seed):
     assert roc_auc(h["selection_score"], h["selective"]) == 1.0
     assert (h.loc[h["selective"], "selection"] == "selective").any()
     assert (h.loc[~h["selective"], "selection"] != "selective").all()
+
+
+@pytest.fixture(scope="module")
+def planted_gpt2(tmp_path_factory):
+    pm = build_planted_model(PlantSpec(strength=1.0, architecture="gpt2", **SPEC), seed=5,
+                             directory=tmp_path_factory.mktemp("gpt2"))
+    model, tok = load_model(pm.path, attn_implementation="eager")
+    return pm, model, tok
+
+
+def test_gpt2_planted_model_is_causal_and_calibrated(planted_gpt2):
+    """GPT-2: planted beta is the RMS of the row-centered log-attention over the causal allowed set;
+    copied heads have identical Q/K/V; planted heads attend to their (earlier) targets."""
+    pm, model, tok = planted_gpt2
+    assert set(pm.heads.loc[pm.heads["pattern"] == "offset", "offset"]) <= {-1, -2}
+    att, enc = _attention(model, tok, calibration_texts())
+    allowed = allowed_pairs(enc["attention_mask"].bool(), causal=True)
+    n = allowed.sum(-1, keepdim=True)[:, None].double()
+    al = allowed[:, None]
+    class_ids = torch.tensor(tok.convert_tokens_to_ids(list(CLASS_TOKENS)))
+    for layer, A in enumerate(att):
+        assert float(A.triu(1).abs().max()) == 0.0
+        logA = torch.log(A.clamp_min(1e-300)) * al
+        S = (logA - logA.sum(-1, keepdim=True) / n.clamp_min(1)) * al
+        rms = (S.pow(2).sum(dim=(0, 2, 3)) / allowed.sum()).sqrt().numpy()
+        truth = pm.heads[pm.heads["layer"] == layer]
+        plain = ~truth["selective"].to_numpy()
+        assert np.allclose(rms[plain], truth["planted_beta"].to_numpy()[plain], rtol=2e-3)
+        W = model.transformer.h[layer].attn.c_attn.weight.detach().T.reshape(3, pm.spec.n_heads, pm.spec.head_dim, -1)
+        for row in truth[truth["dependent"]].itertuples():
+            assert torch.allclose(W[:, row.head], W[:, row.partner])
+        for row in truth[truth["selective"]].itertuples():
+            tgt = target_mask(row.pattern, row.offset, enc["input_ids"], class_ids) & allowed
+            mass = (A[:, row.head] * tgt).sum(-1)[allowed.any(-1)].mean()
+            others = [(A[:, h] * tgt).sum(-1)[allowed.any(-1)].mean() for h in truth.loc[plain, "head"]]
+            assert mass > 2 * max(others), (row.pattern, float(mass))   # early rows see few keys: a higher floor
