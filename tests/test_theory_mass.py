@@ -8,7 +8,7 @@ import pytest
 from attnspec.config import MHSAConfig
 from attnspec.theory import build_pencil, solve_law
 from attnspec.theory.dyson import DysonSolver
-from attnspec.theory.law import _cdf_contour, _density, _edges
+from attnspec.theory.edges import _cdf_contour, _density, _edges
 
 # H = 1, tied W_V = W_K, convention B: gamma 0.94, psi = phi = 0.32, omega 0.88, beta 1.1
 GAP = MHSAConfig(d_model=1000, seq_len=940, d_qk=320, d_v=320, d_out=880, beta=1.1, inputs="gaussian",

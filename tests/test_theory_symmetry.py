@@ -7,7 +7,7 @@ from attnspec.config import MHSAConfig
 from attnspec.theory import build_pencil, solve_law
 from attnspec.theory import closed_forms as cf
 from attnspec.theory.dyson import DysonSolver
-from attnspec.theory.law import _edges
+from attnspec.theory.edges import _edges
 from attnspec.theory.symmetry import head_symmetries
 
 

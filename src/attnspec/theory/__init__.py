@@ -5,6 +5,7 @@
 * :mod:`.symmetry` — exchanges of identical heads: one unknown per orbit, inversion by symmetry;
 * :mod:`.law` — :class:`Law` (density, CDF, quantiles, edges, atom, contour moments), :func:`solve_law`,
   :func:`law_distances`;
+* :mod:`.edges`, :mod:`.cells` — the law's edges, support test and contour integrals; its cell masses on the grid;
 * :mod:`.closed_forms` — Marchenko–Pastur, Fuss–Catalan, attention-matrix quartic, first/second moments;
 * :mod:`.figures` — the figures behind the seed's claims (``attnspec figures``).
 
