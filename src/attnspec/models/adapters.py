@@ -179,12 +179,12 @@ def _site(arch: Architecture, layer: nn.Module, i: int, geo: dict, cfg: Any, cau
 def _tail(arch: Architecture, model: nn.Module, base: nn.Module, cfg: Any) -> tuple[str, Callable | None]:
     """Kind and tail ``hidden -> output`` after the last block (final norm, LM head and its soft-capping)."""
     norm = get_path(base, arch.norm) if arch.norm else None
-    lm = getattr(model, arch.lm_head, None) if arch.kind == "causal-lm" else None
+    lm = get_path(model, arch.lm_head) if arch.kind == "causal-lm" else None
     softcap = getattr(cfg, "final_logit_softcapping", None)
     if lm is None:   # a base model (LlamaModel, GPT2Model, BertModel): representation shift of its output
-        if base is not model:
-            return "encoder", None
-        return "encoder", (lambda h: norm(h)) if norm is not None else (lambda h: h)
+        # exact removal with block reuse compares the last block's output; a final norm after it would be
+        # skipped, so such models (and models with another head) use full forward passes (tail None)
+        return "encoder", (lambda h: h) if base is model and norm is None else None
 
     def tail(h):
         logits = lm(norm(h) if norm is not None else h)

@@ -108,7 +108,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("gpt-neox", "GPT-NeoX, Pythia", ("gpt_neox",), ("gpt_neox",), "layers", "attention",
                  "attention.query_key_value", "attention.query_key_value", "attention.query_key_value",
                  "attention.dense", ("num_attention_heads",), None, "RoPE (partial, rotary_pct)", _SDPA, "none",
-                 "causal", kind="causal-lm", norm="final_layer_norm", lm_head="embed_out"),
+                 "causal", kind="causal-lm", norm="final_layer_norm", lm_head="embed_out|lm_head"),
     Architecture("llama", "Llama, Mistral, Qwen2/3, Gemma 1-3, OLMo 1-2, Phi", _LLAMA_TYPES, _DECODER_BASE,
                  "layers", "self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                  "self_attn.o_proj|self_attn.dense", ("num_attention_heads",), ("num_key_value_heads",),

