@@ -1,8 +1,9 @@
-"""Tiny random BERT encoders with planted, known attention-head properties.
+"""Tiny random BERT encoders and GPT-2 causal LMs with planted, known attention-head properties.
 
-:func:`build_planted_model` writes a randomly initialized ``BertModel`` (with MiniLM's tokenizer) to a
-directory with ``save_pretrained``, so that :func:`attnspec.models.load_model` loads it and
-:func:`attnspec.diagnose` runs on it exactly as on a user's model. Each layer's heads get disjoint
+:func:`build_planted_model` writes a randomly initialized ``BertModel`` or ``GPT2LMHeadModel``
+(:mod:`.architectures`, with MiniLM's tokenizer) to a directory with ``save_pretrained``, so that
+:func:`attnspec.models.load_model` loads it and :func:`attnspec.diagnose` runs on it exactly as on a
+user's model. Each layer's heads get disjoint
 roles, drawn per seed:
 
 * **selective** (``n_selective`` per layer): a structured pattern (:data:`.patterns.PATTERNS`:
