@@ -197,6 +197,8 @@ def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
     cfg = getattr(model.config, "text_config", None) or model.config
     sites = [_site(arch, layer, i, geo, cfg, arch.kind == "causal-lm") for i, layer in enumerate(layers)]
     kind, tail = _tail(arch, model, base, cfg)
+    if arch.no_reuse and getattr(cfg, arch.no_reuse, None):   # e.g. DeBERTa's convolution after the first layer
+        tail = None
     family = getattr(cfg, "model_type", None) if arch.family == "llama" else arch.family
     return ModelAdapter(model, sites, kind, tail, family=family or arch.family, base=base, blocks_broadcast=arch.broadcast,
                         decoder=arch.kind == "causal-lm", architecture=arch)

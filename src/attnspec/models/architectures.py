@@ -68,6 +68,7 @@ class Architecture:
     lm_head: str = "lm_head"
     strict: bool = False          # claimed by model_type only, never by structure alone
     broadcast: bool = True        # blocks broadcast over a leading replica axis (ModelAdapter.blocks_broadcast)
+    no_reuse: str | None = None   # config key that, when set, puts work between blocks: full forwards only
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,12 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  "attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
                  ("num_attention_heads",), None, "absolute + relative bias (T5 buckets, shared by layers)", _SDPA,
                  "none", "bidirectional", capture="hooked:mpnet", strict=True),
+    Architecture("deberta-v2", "DeBERTa-v2, DeBERTa-v3", ("deberta-v2",), ("deberta",), "encoder.layer",
+                 "attention.self", "attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj",
+                 "attention.output.dense", ("num_attention_heads",), None,
+                 "relative: disentangled content-to-position + position-to-content bias (log buckets)",
+                 "1/sqrt(d_head * (1 + number of pos_att_type terms))", "none", "bidirectional",
+                 capture="hooked:deberta-v2", strict=True, no_reuse="conv_kernel_size"),
     Architecture("distilbert", "DistilBERT", ("distilbert",), ("distilbert",), "transformer.layer", "attention",
                  "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", ("n_heads",), None,
                  "absolute (embeddings)", _SDPA, "none", "bidirectional"),
@@ -133,8 +140,8 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("albert", "ALBERT", ("albert",), "one attention module is shared by every layer (num_hidden_layers "
             "applications of the same weights); attnspec maps one module to one layer, so its per-layer heads "
             "cannot be told apart yet"),
-    Refusal("deberta", "DeBERTa, DeBERTa-v2/v3", ("deberta", "deberta-v2"), "disentangled relative attention "
-            "(content-to-position and position-to-content terms computed inside the module) is not recorded yet"),
+    Refusal("deberta", "DeBERTa (v1)", ("deberta",), "its fused in_proj with separate q/v biases and its relative "
+            "attention are not recorded yet (DeBERTa-v2/v3 are supported)"),
     Refusal("t5", "T5, mT5, Flan-T5, UMT5", ("t5", "mt5", "umt5", "longt5"), "encoder-decoder: decoder cross-attention "
             "and the two stacks are not separated yet (encoder-only diagnosis is planned)"),
     Refusal("bart", "BART, mBART, Pegasus, Marian", ("bart", "mbart", "pegasus", "marian", "blenderbot", "m2m_100"),

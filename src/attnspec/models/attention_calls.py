@@ -102,7 +102,7 @@ def allowed_from_mask(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causa
                       window: int | None = None, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean ``(B, Lq, Lk)`` allowed set from the mask an attention function received.
 
-    ``mask``: ``None``, a boolean ``(B or 1, 1 or H, Lq, Lk)`` (True = attend), an additive float mask
+    ``mask``: ``None``, a boolean or integer ``(B or 1, 1 or H, Lq, Lk)`` (True / non-zero = attend), an additive float mask
     of that shape (finite, not ``-inf``/dtype-minimum entries are allowed) or a 2-D ``(B, Lk)`` padding
     mask (1 = real token; FlashAttention). ``None`` and 2-D masks get the causal rule (when ``causal``)
     and ``window`` (keys with ``i - j < window``; ``|i - j| < window`` for bidirectional attention);
@@ -120,8 +120,8 @@ def allowed_from_mask(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causa
             ok &= mask.to("cpu").bool()[:, None, :]
     else:
         m = mask[:, 0].to("cpu")
-        if m.dtype == torch.bool:
-            ok = m.clone()
+        if m.dtype == torch.bool or not m.is_floating_point():   # integer 0/1 masks (DeBERTa): 1 = attend
+            ok = m.bool()
         else:
             ok = m > torch.finfo(m.dtype).min / 2
         ok = ok.expand(B, Lq, Lk).clone()

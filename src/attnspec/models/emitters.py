@@ -64,8 +64,29 @@ def _falcon(mod: nn.Module, args: tuple, kwargs: dict):
     return q, k, v, _arg(args, kwargs, "attention_mask", 2), {"scaling": mod.head_dim ** -0.5, "is_causal": True}
 
 
+def _deberta_v2(mod: nn.Module, args: tuple, kwargs: dict):
+    """DeBERTa-v2/v3 disentangled attention: ``q k^T / sqrt(d s) + c2p + p2c`` with ``s`` one plus the number
+    of relative terms; the relative terms come from the module's own ``disentangled_attention_bias`` on the
+    call's ``relative_pos`` and ``rel_embeddings`` and are passed as the position bias."""
+    h = _arg(args, kwargs, "hidden_states", 0)
+    qs = _arg(args, kwargs, "query_states", 3)
+    H = mod.num_attention_heads
+    q, k, v = (mod.transpose_for_scores(p(x), H) for p, x in ((mod.query_proj, h if qs is None else qs),
+                                                           (mod.key_proj, h), (mod.value_proj, h)))
+    s = 1 + ("c2p" in mod.pos_att_type) + ("p2c" in mod.pos_att_type)
+    bias = None
+    if mod.relative_attention:
+        rel = mod.pos_dropout(_arg(args, kwargs, "rel_embeddings", 5))
+        bias = mod.disentangled_attention_bias(q, k, _arg(args, kwargs, "relative_pos", 4), rel, s)
+    B, d = h.shape[0], q.shape[-1]
+    view = lambda t: t.view(B, H, t.shape[-2], t.shape[-1])  # noqa: E731
+    mask = _arg(args, kwargs, "attention_mask", 1)
+    return (view(q), view(k), view(v), None if mask is None else mask.bool(),
+            {"scaling": (d * s) ** -0.5, "is_causal": False, "position_bias": None if bias is None else view(bias)})
+
+
 #: Emitters by the name after ``'hooked:'`` in the architecture table.
-EMITTERS: dict[str, Callable] = {"mpnet": _mpnet, "falcon": _falcon}
+EMITTERS: dict[str, Callable] = {"mpnet": _mpnet, "falcon": _falcon, "deberta-v2": _deberta_v2}
 
 
 def register(module: nn.Module, name: str) -> None:
