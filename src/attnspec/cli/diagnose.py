@@ -37,7 +37,20 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads, >= 1 (default: torch's choice)")
     p.add_argument("--bucket-size", type=positive_int, default=16, help="texts per length bucket, >= 1")
-    p.add_argument("--no-removal", action="store_true", help="skip exact head removal")
+    p.add_argument("--removal", choices=("auto", "exact", "screened", "first-order", "none"), default="auto",
+                   help="head removal: 'exact' removes every head; 'first-order' estimates every head's effect from one "
+                        "backward pass; 'screened' does both and removes exactly the heads of largest first-order effect "
+                        "plus a random sample of the others (measured rank agreement in summary.json); 'auto': screened "
+                        "above 150 M parameters, else exact")
+    p.add_argument("--removal-positions", type=positive_int, default=None,
+                   help="exact removal scores a seeded sample of this many predicted positions per text (causal LMs, "
+                        ">= 1; default all); standard errors include the sampling spread")
+    p.add_argument("--screen-top", type=nonneg_int, default=None,
+                   help="--removal screened: heads of largest first-order effect removed exactly, >= 0 (default "
+                        "max(8, 5%% of the heads))")
+    p.add_argument("--screen-sample", type=nonneg_int, default=None,
+                   help="--removal screened: randomly sampled other heads removed exactly, >= 0 (default as --screen-top)")
+    p.add_argument("--no-removal", action="store_true", help="same as --removal none")
     p.add_argument("--no-gradient", action="store_true", help="skip Michel et al. gradient importance")
     p.add_argument("--mean-ablation", action="store_true", help="also remove heads by mean ablation")
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every random draw of the diagnosis, >= 0")
@@ -98,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         from .. import zoo
 
         _, diag = zoo.diagnose_checkpoint(args.model, n_trials=args.n_texts or DEFAULT_ZOO_TRIALS,
-                                          removal=not args.no_removal, gradient=not args.no_gradient,
+                                          removal=_removal(args) != "none", gradient=not args.no_gradient,
                                           mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet,
                                           model_name=args.model)
         return _write(diag, args, time.perf_counter() - t0, 0.0)
@@ -117,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     diag = diagnose(adapter, tok, texts, n_texts=args.n_texts, pack=True if args.pack else None,
                     max_length=args.max_length, bucket_size=args.bucket_size,
-                    removal=not args.no_removal, gradient=not args.no_gradient, mean_ablation=args.mean_ablation,
+                    removal=_removal(args), removal_positions=args.removal_positions, screen_top=args.screen_top,
+                    screen_sample=args.screen_sample, gradient=not args.no_gradient, mean_ablation=args.mean_ablation,
                     seed=args.seed, progress=not args.quiet, model_name=args.model)
     t_diag = time.perf_counter() - t1
     if user_texts is None:
@@ -125,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
         diag.summary["corpus"] = CORPUS_SOURCE + (f"; packed into texts of {args.max_length} tokens"
                                                   if (args.pack or causal) else "")
     return _write(diag, args, t_diag, t_load)
+
+
+def _removal(args: argparse.Namespace) -> str:
+    return "none" if args.no_removal else args.removal
 
 
 def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:

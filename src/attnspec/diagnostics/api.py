@@ -30,52 +30,18 @@ import torch
 
 from ..models import adapt, make_batches
 from . import selection as sel
-from .removal import spearman_table
 from .result import Diagnosis
 from .steps import forward_cache
 from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, compute_dtype, layer_batches, record
-from .steps.fit import LayerFitSums, MaskStore, NullFitSums
-from .steps.removal import RemovalSums
+from .steps.fit import CorpusStats, LayerFitSums, MaskStore, NullFitSums
+from .steps.removal import SCREENED_POSITIONS, RemovalSums, resolve_mode, screen_heads
 from .steps.spectra import LayerSpectra, layer_batch_spectra
 from .steps.tables import TableOptions, build_tables
+from .summary import build_summary, removal_summary
 from .texts import resolve_texts
 
 __all__ = ["diagnose", "CorpusStats", "Shard", "make_shards", "StepResults", "run_steps", "tables_and_summary",
-           "fit_pass", "null_pass", "spectra_pass", "removal_pass"]
-
-_NOTE_CAUSAL = ("causal attention: the theory (docs/theory.md) assumes every query sees all l tokens. Here query i "
-                "sees n_i = i keys; the Gaussian equivalent is applied row by row with l -> n_i, and the uniform part "
-                "11^T/n_i no longer vanishes under centering (it becomes a running mean). Read beta_hat, R^2 and "
-                "the baselines as usual; read spectral distances as descriptive, not as tests of the law.")
-_NOTE_WINDOW = ("sliding-window layers: keys farther than the window are masked; the window {w} binds only for "
-                "texts longer than {w} tokens (longest text here: {L}), so {status}.")
-_NOTE_GQA = ("grouped-query attention: query heads of a group share keys and values (column shared_kv in the "
-             "pairs table; layer columns cka_shared_kv_mean / cka_unshared_kv_mean). The theory predicts that "
-             "sharing across heads leaves the spectrum of the sum unchanged: compare free_defect_w1_rel with a "
-             "model without sharing.")
-_NOTE_FEW = ("{n} real tokens is below the minimum of {m} for a selection label: every head is 'undetermined' "
-             "(scores are still reported; more texts give labels).")
-
-
-@dataclass
-class CorpusStats:
-    """Texts, real tokens and the longest text seen (mergeable)."""
-
-    n_texts: int = 0
-    n_tokens: int = 0
-    max_tokens: int = 0
-
-    def update(self, batch: dict) -> "CorpusStats":
-        lengths = batch["attention_mask"].sum(1)
-        self.n_texts += int(lengths.numel())
-        self.n_tokens += int(lengths.sum())
-        self.max_tokens = max(self.max_tokens, int(lengths.max()))
-        return self
-
-    def merge(self, other: "CorpusStats") -> "CorpusStats":
-        return CorpusStats(self.n_texts + other.n_texts, self.n_tokens + other.n_tokens,
-                           max(self.max_tokens, other.max_tokens))
-
+           "fit_pass", "null_pass", "spectra_pass", "first_order_pass", "exact_pass"]
 
 @contextlib.contextmanager
 def _layer_pool(n: int):
@@ -170,7 +136,8 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
     """Step 3 over ``batches``: per-layer pooled spectra and Gram sums (batches kept in ``cache`` are
     read from it instead of a second forward pass)."""
     W = [s.w_out().cpu() for s in adapter.sites]
-    acc = [LayerSpectra(s.n_heads) for s in adapter.sites]
+    store = "float64" if compute_dtype(adapter) == torch.float64 else "float32"
+    acc = [LayerSpectra(s.n_heads, store) for s in adapter.sites]
     _per_layer(adapter, batches,
                lambda lb: layer_batch_spectra(lb, W[lb.index], fits[lb.index], null_fits[lb.index],
                                               powers[lb.index], seed),
@@ -178,19 +145,26 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
     return acc
 
 
-def removal_pass(adapter, rm_batches, grad_batches, *, removal: bool, mean_ablation: bool, gradient: bool,
-                 means, max_tokens: int, seed: int, progress: bool = False) -> RemovalSums:
-    """Step 4: exact removal over ``rm_batches`` and gradient importance over ``grad_batches``."""
+def first_order_pass(adapter, grad_batches, seed: int, progress: bool = False) -> RemovalSums:
+    """Step 4a: Michel importance and first-order removal effects over ``grad_batches`` (one forward and
+    one backward pass per batch)."""
     from tqdm.auto import tqdm
     acc = RemovalSums()
-    if removal:
-        total = sum(s.n_heads for s in adapter.sites) * len(rm_batches) * (2 if mean_ablation else 1)
-        with tqdm(total=total, desc="head removal", disable=not progress, leave=False) as bar:
-            acc.add_removal(adapter, rm_batches, mean_ablation, means, max_tokens, progress=bar.update)
-    if gradient:
-        for batch in tqdm(grad_batches, desc="gradient", disable=not progress, leave=False):
-            acc.add_importance(adapter, batch, seed)
+    for batch in tqdm(grad_batches, desc="first order", disable=not progress, leave=False):
+        acc.add_first_order(adapter, batch, seed)
     return acc
+
+
+def exact_pass(adapter, rm_batches, *, mean_ablation: bool, means, max_tokens: int, seed: int,
+               positions: int | None = None, heads_of: dict | None = None, progress: bool = False) -> RemovalSums:
+    """Step 4b: exact removal of ``heads_of`` (default every head) over ``rm_batches``, on ``positions``
+    sampled positions per text (default all)."""
+    from tqdm.auto import tqdm
+    n = sum(len(v) for v in heads_of.values()) if heads_of is not None else sum(s.n_heads for s in adapter.sites)
+    total = n * len(rm_batches) * (2 if mean_ablation else 1)
+    with tqdm(total=total, desc="head removal", disable=not progress, leave=False) as bar:
+        return RemovalSums().add_removal(adapter, rm_batches, mean_ablation, means, max_tokens, progress=bar.update,
+                                         positions=positions, seed=seed, heads_of=heads_of)
 
 
 @dataclass
@@ -232,15 +206,21 @@ class StepResults:
     spectra: list
     removal: RemovalSums
     corpus: CorpusStats
+    removal_mode: str = "exact"
+    screen_code: Any = None       # screened mode: (n_layers, H_max) 2 top, 1 sampled, 0 first order only
+    removal_positions: int | None = None
 
 
-def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: bool = True, mean_ablation: bool = False,
-              gradient: bool = True, max_tokens: int = 16384, tile_bytes: int = DEFAULT_TILE_BYTES,
-              progress: bool = False, timings: dict | None = None, reuse_forward: bool | None = None) -> StepResults:
+def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str | bool = "exact",
+              mean_ablation: bool = False, gradient: bool = True, max_tokens: int = 16384,
+              tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False, timings: dict | None = None,
+              reuse_forward: bool | None = None, removal_positions: int | None = None, screen_top: int | None = None,
+              screen_sample: int | None = None) -> StepResults:
     """Steps 2-4 over the shards, merging each step's accumulators before the next step needs them.
 
     ``reuse_forward``: keep the first forward pass' records on disk for step 3 (:mod:`.steps.forward_cache`;
-    ``None``: when the model is on the CPU)."""
+    ``None``: when the model is on the CPU). ``removal``: one of :data:`.steps.removal.MODES` or 'auto'."""
+    mode = resolve_mode(removal, adapter)
     timings = {} if timings is None else timings
     cache = forward_cache.ForwardCache() if forward_cache.wanted(adapter, reuse_forward) else None
     try:
@@ -262,12 +242,21 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: bool 
         if cache is not None:
             cache.close()
     t0 = time.perf_counter()
-    means = [s.context_means() for s in fit_sums]
-    rem = _merge([removal_pass(adapter, sh.removal_batches, sh.batches, removal=removal, mean_ablation=mean_ablation,
-                               gradient=gradient, means=means, max_tokens=max_tokens, seed=seed, progress=progress)
-                  for sh in shards])
+    rem, code, positions = RemovalSums(), None, None
+    if gradient or mode in ("screened", "first-order"):
+        rem = _merge([first_order_pass(adapter, sh.batches, seed, progress) for sh in shards])
+    heads_of = None
+    if mode == "screened":
+        heads_of, code = screen_heads(rem.first_order.mean(), [s.n_heads for s in adapter.sites], screen_top,
+                                      screen_sample, seed)
+    if mode in ("exact", "screened"):
+        positions = SCREENED_POSITIONS if (mode == "screened" and removal_positions is None) else removal_positions
+        means = [s.context_means() for s in fit_sums]
+        rem = rem.merge(_merge([exact_pass(adapter, sh.removal_batches, mean_ablation=mean_ablation, means=means,
+                                           max_tokens=max_tokens, seed=seed, positions=positions,
+                                           heads_of=heads_of, progress=progress) for sh in shards]))
     timings["removal"] = time.perf_counter() - t0
-    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus)
+    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, mode, code, positions)
 
 
 def _one_blas_thread():
@@ -284,11 +273,13 @@ def _is_tokenizer(obj: Any) -> bool:
 
 
 def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] | str | None = None, *,
-             n_texts: int | None = None, max_length: int = 128, bucket_size: int = 16, removal: bool = True,
+             n_texts: int | None = None, max_length: int = 128, bucket_size: int = 16, removal: str | bool = "auto",
              mean_ablation: bool = False, gradient: bool = True, threshold: float = sel.DIFFUSE_THRESHOLD,
              min_tokens: int = sel.MIN_TOKENS_FOR_LABEL, seed: int = 0, max_tokens: int = 16384,
              removal_bucket_size: int = 4, tile_bytes: int = DEFAULT_TILE_BYTES, pack: bool | None = None,
-             progress: bool = False, model_name: str | None = None, reuse_forward: bool | None = None) -> Diagnosis:
+             progress: bool = False, model_name: str | None = None, reuse_forward: bool | None = None,
+             removal_positions: int | None = None, screen_top: int | None = None, screen_sample: int | None = None
+             ) -> Diagnosis:
     """Diagnose every attention head of ``model``.
 
     Parameters
@@ -302,8 +293,21 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     texts : list of str or 'builtin' or None
         Texts (policy in :mod:`attnspec.diagnostics.texts`: ``'builtin'``/``None`` takes ``n_texts``
         texts of the built-in corpus, packed to ``max_length`` tokens for causal LMs unless ``pack``).
-    removal, mean_ablation, gradient : bool
-        Run exact head removal (zero ablation), also mean ablation, and Michel et al. importance.
+    removal : {'auto', 'exact', 'screened', 'first-order', 'none'} or bool
+        Head removal (:mod:`.steps.removal`): ``'exact'`` removes every head (zero ablation, one suffix
+        forward per head block); ``'first-order'`` estimates every head's effect from one backward pass;
+        ``'screened'`` does both, removing exactly the ``screen_top`` heads of largest first-order effect
+        and a seeded random ``screen_sample`` of the others (column ``removal_estimate``: exact where
+        measured, else first order; the summary gives the measured rank agreement). ``'auto'`` (default):
+        ``'screened'`` above 150 M parameters, else ``'exact'``. True/False mean 'exact'/'none'.
+    removal_positions : int, optional
+        Score a seeded sample of this many predicted positions per text in exact removal (causal LMs;
+        default all, 32 in 'screened' mode). Standard errors (``*_se`` columns) include the sampling spread.
+    screen_top, screen_sample : int, optional
+        Heads removed exactly in 'screened' mode (default ``max(8, 5 %)`` of the heads each).
+    mean_ablation, gradient : bool
+        Also mean ablation in exact removal; Michel et al. importance (always computed when removal
+        is 'screened' or 'first-order').
     threshold : float
         Selection-score threshold below which a head is flagged diffuse (default ``log 2``).
     min_tokens : int
@@ -328,22 +332,25 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     """
     for name, v, lo in (("max_length", max_length, 2), ("bucket_size", bucket_size, 1),
                         ("removal_bucket_size", removal_bucket_size, 1), ("max_tokens", max_tokens, 1),
-                        ("tile_bytes", tile_bytes, 1), ("min_tokens", min_tokens, 0)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                        ("tile_bytes", tile_bytes, 1), ("min_tokens", min_tokens, 0),
+                        ("removal_positions", removal_positions, 1), ("screen_top", screen_top, 0),
+                        ("screen_sample", screen_sample, 0)):
+        if (v is not None or name in ("max_length", "bucket_size", "removal_bucket_size", "max_tokens", "tile_bytes",
+                                      "min_tokens")) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    with _one_blas_thread():
-        return _diagnose(model, tokenizer_or_inputs, texts, n_texts=n_texts, max_length=max_length,
-                         bucket_size=bucket_size, removal=removal, mean_ablation=mean_ablation, gradient=gradient,
-                         threshold=threshold, min_tokens=min_tokens, seed=seed, max_tokens=max_tokens,
-                         removal_bucket_size=removal_bucket_size, tile_bytes=tile_bytes, pack=pack,
-                         progress=progress, model_name=model_name, reuse_forward=reuse_forward)
-
-
-def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_size, removal, mean_ablation,
-              gradient, threshold, min_tokens, seed, max_tokens, removal_bucket_size, tile_bytes, pack, progress,
-              model_name, reuse_forward) -> Diagnosis:
-    t_start = time.perf_counter()
     adapter = adapt(model)
+    steps = dict(seed=seed, removal=resolve_mode(removal, adapter), mean_ablation=mean_ablation, gradient=gradient,
+                 max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, reuse_forward=reuse_forward,
+                 removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample)
+    with _one_blas_thread():
+        return _diagnose(adapter, tokenizer_or_inputs, texts, steps, n_texts=n_texts, max_length=max_length,
+                         bucket_size=bucket_size, threshold=threshold, min_tokens=min_tokens,
+                         removal_bucket_size=removal_bucket_size, pack=pack, model_name=model_name)
+
+
+def _diagnose(adapter, tokenizer_or_inputs, texts, steps: dict, *, n_texts, max_length, bucket_size, threshold,
+              min_tokens, removal_bucket_size, pack, model_name) -> Diagnosis:
+    t_start = time.perf_counter()
     tmod = adapter.model
     was_training = tmod.training
     tmod.eval()
@@ -356,17 +363,15 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
         shards = [Shard(batches, batches)]
     timings: dict[str, float] = {}
     try:
-        res = run_steps(adapter, shards, seed=seed, removal=removal, mean_ablation=mean_ablation, gradient=gradient,
-                        max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, timings=timings,
-                        reuse_forward=reuse_forward)
+        res = run_steps(adapter, shards, timings=timings, **steps)
     finally:
         if was_training:
             tmod.train()
-    heads, layers, pairs, summary = tables_and_summary(adapter, res, removal=removal, mean_ablation=mean_ablation,
-                                                       gradient=gradient, threshold=threshold, min_tokens=min_tokens,
-                                                       timings=timings, source=source, max_length=max_length,
-                                                       bucket_size=bucket_size, seed=seed,
-                                                       model_name=model_name or type(tmod).__name__)
+    heads, layers, pairs, summary = tables_and_summary(adapter, res, mean_ablation=steps["mean_ablation"],
+                                                       gradient=steps["gradient"], threshold=threshold,
+                                                       min_tokens=min_tokens, timings=timings, source=source,
+                                                       max_length=max_length, bucket_size=bucket_size,
+                                                       seed=steps["seed"], model_name=model_name or type(tmod).__name__)
     timings["total"] = time.perf_counter() - t_start
     summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
     store = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"), "free_sum": sp.of_layer("free")}
@@ -374,56 +379,18 @@ def _diagnose(model, tokenizer_or_inputs, texts, *, n_texts, max_length, bucket_
     return Diagnosis(heads=heads, layers=layers, pairs=pairs, spectra=store, summary=summary)
 
 
-def tables_and_summary(adapter, res: StepResults, *, removal, mean_ablation, gradient, threshold, min_tokens, timings,
+def tables_and_summary(adapter, res: StepResults, *, mean_ablation, gradient, threshold, min_tokens, timings,
                        source, max_length, bucket_size, seed, model_name):
-    """Step 5: ``(heads, layers, pairs, summary)`` from the merged step results."""
+    """Step 5: ``(heads, layers, pairs, summary)`` from the merged step results (removal mode: ``res``'s)."""
     t0 = time.perf_counter()
     effect_name = "loss_increase" if adapter.kind == "causal-lm" else "embedding_shift"
-    opt = TableOptions(removal=removal, mean_ablation=mean_ablation, gradient=gradient, threshold=threshold,
+    opt = TableOptions(removal=res.removal_mode, mean_ablation=mean_ablation, gradient=gradient, threshold=threshold,
                        min_tokens=min_tokens, effect_name=effect_name)
     sites = adapter.sites
     W = [s.w_out().cpu() for s in sites]
     heads, layers, pairs = build_tables(sites, res.fit_sums, res.fits, res.spectra, res.removal, W,
                                         res.corpus.n_texts, res.corpus.max_tokens, opt)
     timings["tables"] = time.perf_counter() - t0
-    summary = _summary(adapter, heads, res.corpus, opt, timings, source, max_length, bucket_size, seed, model_name)
+    summary = build_summary(adapter, heads, res.corpus, opt, timings, source, max_length, bucket_size, seed, model_name)
+    summary["removal"] = removal_summary(heads, res.removal_mode, res.screen_code, res.removal_positions)
     return heads, layers, pairs, summary
-
-
-def _notes(sites, corpus: CorpusStats, min_tokens: int) -> list[str]:
-    notes = []
-    if any(s.causal for s in sites):
-        notes.append(_NOTE_CAUSAL)
-    L = corpus.max_tokens
-    for w in sorted({s.window for s in sites if s.window is not None}):
-        notes.append(_NOTE_WINDOW.format(w=w, L=L, status="it does not change any statistic here" if w >= L
-                                         else "those layers attend to a band, and the full-attention theory does not apply to them"))
-    if any(s.n_kv_heads < s.n_heads for s in sites):
-        notes.append(_NOTE_GQA)
-    if corpus.n_tokens < min_tokens:
-        notes.append(_NOTE_FEW.format(n=corpus.n_tokens, m=min_tokens))
-    return notes
-
-
-def _summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timings, source, max_length, bucket_size,
-             seed, model_name) -> dict:
-    sites = adapter.sites
-    counts = {f"n_{k}": int((heads["selection"] == k).sum()) for k in sel.LABELS}
-    summary = {
-        "model": model_name, "family": adapter.family, "kind": adapter.kind,
-        "attn_implementation": getattr(getattr(adapter.model, "config", None), "_attn_implementation", None),
-        "n_layers": len(sites), "n_heads": int(sum(s.n_heads for s in sites)), "n_texts": corpus.n_texts,
-        "n_tokens": corpus.n_tokens, "max_tokens_per_text": corpus.max_tokens, "texts": source,
-        "max_length": max_length, "bucket_size": bucket_size,
-        "removal_effect": opt.effect_name if opt.removal else None, "activation_reuse": bool(adapter.can_reuse),
-        "selection_threshold": opt.threshold, "beta_max_diffuse": sel.BETA_MAX_DIFFUSE,
-        "min_tokens_for_label": opt.min_tokens, **counts,
-        "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)},
-        "spearman": spearman_table(heads), "notes": _notes(sites, corpus, opt.min_tokens),
-        "seed": seed, "timings_s": {k: round(v, 3) for k, v in timings.items()},
-        "torch_threads": torch.get_num_threads(),
-    }
-    if source == "builtin":
-        from ..data import CORPUS_SOURCE
-        summary["corpus"] = CORPUS_SOURCE
-    return summary

@@ -56,6 +56,15 @@ COLUMNS: dict[str, dict[str, str]] = {
         "loss_increase": "removal_effect of a causal LM (nats per predicted token).",
         "embedding_shift": "removal_effect of an encoder (mean 1 - cos of the pooled embedding).",
         "removal_effect_mean": "(b) The same with the head's context replaced by its mean over real tokens (mean ablation).",
+        "removal_effect_se": ("Standard error of removal_effect over texts (texts as clusters, so the spread over sampled "
+                              "positions within a text is included); NaN for heads not removed exactly."),
+        "removal_effect_mean_se": "Standard error of removal_effect_mean.",
+        "removal_first_order": ("(d) First-order removal effect from one backward pass: -dNLL/dxi_h per predicted token "
+                                "(causal LM) or (1/2)(probe derivative)^2 per text (encoder), same units as removal_effect."),
+        "removal_first_order_se": "Standard error of removal_first_order over texts.",
+        "removal_estimate": ("Best available removal effect: removal_effect where the head was removed exactly, else "
+                             "removal_first_order (modes 'screened' and 'first-order')."),
+        "removal_source": "Where removal_estimate comes from: 'exact' or 'first-order'.",
         "michel_importance": ("(c) Michel et al. (2019) E_x |dL/dxi_h| from one backward pass, normalized per layer "
                               "(l2); for encoders L is a random projection of the pooled embedding."),
         "michel_importance_raw": "(c) michel_importance before the per-layer normalization (comparable across layers).",

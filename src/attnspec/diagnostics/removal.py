@@ -48,7 +48,8 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def spearman_table(heads: pd.DataFrame, cols=("removal_spec_shift", "removal_effect", "michel_importance_raw")) -> dict:
+def spearman_table(heads: pd.DataFrame, cols=("removal_spec_shift", "removal_effect", "removal_first_order",
+                                                "michel_importance_raw")) -> dict:
     """Spearman correlations between the removal columns present (pairs named ``a~b``)."""
     out = {}
     cols = [c for c in cols if c in heads and heads[c].notna().sum() > 2]

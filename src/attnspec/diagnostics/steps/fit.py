@@ -25,7 +25,7 @@ from .. import spectral as spec
 from ..noise import Draw, TextNoise
 from .collect import LayerBatch
 
-__all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "null_tile_weights"]
+__all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "CorpusStats", "null_tile_weights"]
 
 
 def _add(a: dict | None, b: dict) -> dict:
@@ -138,3 +138,23 @@ class NullFitSums:
 
     def fit(self) -> dict[str, np.ndarray]:
         return ident.fit(self.scores)
+
+
+@dataclass
+class CorpusStats:
+    """Texts, real tokens and the longest text seen (mergeable)."""
+
+    n_texts: int = 0
+    n_tokens: int = 0
+    max_tokens: int = 0
+
+    def update(self, batch: dict) -> "CorpusStats":
+        lengths = batch["attention_mask"].sum(1)
+        self.n_texts += int(lengths.numel())
+        self.n_tokens += int(lengths.sum())
+        self.max_tokens = max(self.max_tokens, int(lengths.max()))
+        return self
+
+    def merge(self, other: "CorpusStats") -> "CorpusStats":
+        return CorpusStats(self.n_texts + other.n_texts, self.n_tokens + other.n_tokens,
+                           max(self.max_tokens, other.max_tokens))

@@ -1,62 +1,160 @@
-"""Step 4, removal and importance: exact head removal and Michel et al. gradient importance, as sums.
+"""Step 4, removal and importance: exact head removal, first-order effects and Michel et al. importance, as sums.
 
-Exact removal (:func:`attnspec.models.ablation.removal_effects`) returns, per (layer, head), the summed
-effect over texts (or predicted tokens) and its normalizer; gradient importance the summed
-``|dL_b / d xi_h|`` over texts. Both are sums, so :class:`RemovalSums` merges by addition and the
-mean effect is ``effect / count``.
+Every removal column is a ratio estimate ``R_h = sum_b e_{b,h} / sum_b n_b`` over texts ``b`` (``e`` the
+text's effect: change of its summed NLL over ``n_b`` scored positions, or ``1 - cos`` with ``n_b = 1``).
+:class:`RatioSums` keeps ``sum e, sum n, sum e^2, sum e n, sum n^2`` and the number of texts ``m`` per head,
+so it merges by addition, and the standard error is the texts-as-clusters (delta-method) one
+
+    SE(R_h)^2 = sum_b (e_{b,h} - R_h n_b)^2 / (m (m - 1) nbar^2),   nbar = sum_b n_b / m,
+
+which accounts for the spread over texts and, within a text, over its (sampled) positions.
+:class:`RemovalSums` holds the exact effects (zero and mean ablation), the first-order effects and the
+Michel importance of every head.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from ...models import ModelAdapter, michel_importance
-from ...models.ablation import removal_effects
+from ...models import ModelAdapter
+from ...models.ablation import first_order, iter_removal_effects
 
-__all__ = ["RemovalSums"]
+__all__ = ["RatioSums", "RemovalSums"]
+
+
+@dataclass
+class RatioSums:
+    """Mergeable sums of a per-head ratio estimate (arrays ``(n_layers, H_max)``; 0 until updated)."""
+
+    e: np.ndarray | float = 0.0
+    n: np.ndarray | float = 0.0
+    e2: np.ndarray | float = 0.0
+    en: np.ndarray | float = 0.0
+    n2: np.ndarray | float = 0.0
+    m: np.ndarray | float = 0.0
+
+    def update(self, e: np.ndarray, n: np.ndarray) -> "RatioSums":
+        """Add per-text effects ``e`` ``(n_layers, H, B)`` (NaN: head not measured) with normalizers ``n`` ``(B,)``."""
+        ok = np.isfinite(e)
+        e0, nb = np.where(ok, e, 0.0), ok * n
+        self.e, self.n = self.e + e0.sum(-1), self.n + nb.sum(-1)
+        self.e2, self.en, self.n2 = self.e2 + (e0 ** 2).sum(-1), self.en + (e0 * nb).sum(-1), self.n2 + (nb ** 2).sum(-1)
+        self.m = self.m + ok.sum(-1)
+        return self
+
+    def merge(self, other: "RatioSums") -> "RatioSums":
+        return RatioSums(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    @property
+    def measured(self) -> np.ndarray:
+        """Heads with at least one measured text."""
+        return np.asarray(self.m) > 0
+
+    def mean(self) -> np.ndarray:
+        """``R_h`` (NaN where not measured)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.measured, np.asarray(self.e, float) / np.asarray(self.n, float), np.nan)
+
+    def se(self) -> np.ndarray:
+        """Standard error of ``R_h`` (NaN with fewer than two texts)."""
+        R, m = self.mean(), np.asarray(self.m, float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ss = np.maximum(self.e2 - 2 * R * self.en + R ** 2 * self.n2, 0.0)
+            nbar = np.asarray(self.n, float) / m
+            return np.where(m >= 2, np.sqrt(ss / (m * (m - 1))) / nbar, np.nan)
 
 
 @dataclass
 class RemovalSums:
-    """Mergeable sums of step 4 (arrays ``(n_layers, H_max)``; 0 until updated)."""
+    """Mergeable sums of step 4: exact (zero / mean ablation) and first-order effects, Michel importance."""
 
-    effect: np.ndarray | float = 0.0
-    count: np.ndarray | float = 0.0
-    effect_mean: np.ndarray | float = 0.0
-    count_mean: np.ndarray | float = 0.0
+    exact: RatioSums = field(default_factory=RatioSums)
+    exact_mean: RatioSums = field(default_factory=RatioSums)
+    first_order: RatioSums = field(default_factory=RatioSums)
     michel: np.ndarray | float = 0.0
     michel_texts: int = 0
 
     def add_removal(self, adapter: ModelAdapter, batches: Sequence[dict], mean_ablation: bool,
-                    means: Sequence[torch.Tensor] | None, max_tokens: int, progress: Callable | None = None
-                    ) -> "RemovalSums":
-        """Exact removal (zero, and mean ablation when asked) over ``batches``."""
-        e, c = removal_effects(adapter, batches, max_tokens=max_tokens, progress=progress)
-        self.effect, self.count = self.effect + e, self.count + c
+                    means: Sequence[torch.Tensor] | None, max_tokens: int, progress: Callable | None = None,
+                    positions: int | None = None, seed: int = 0, heads_of: dict | None = None) -> "RemovalSums":
+        """Exact removal (zero, and mean ablation when asked) of ``heads_of`` (default all) over ``batches``."""
+        kw = dict(max_tokens=max_tokens, progress=progress, positions=positions, seed=seed, heads_of=heads_of)
+        for e, n in iter_removal_effects(adapter, batches, **kw):
+            self.exact.update(e, n)
         if mean_ablation:
-            e, c = removal_effects(adapter, batches, mode="mean", means=means, max_tokens=max_tokens,
-                                   progress=progress)
-            self.effect_mean, self.count_mean = self.effect_mean + e, self.count_mean + c
+            for e, n in iter_removal_effects(adapter, batches, mode="mean", means=means, **kw):
+                self.exact_mean.update(e, n)
         return self
 
-    def add_importance(self, adapter: ModelAdapter, batch: dict, seed: int) -> "RemovalSums":
-        """Michel et al. importance of one batch (summed over its texts)."""
-        self.michel = self.michel + np.nan_to_num(michel_importance(adapter, batch, seed=seed))
+    def add_first_order(self, adapter: ModelAdapter, batch: dict, seed: int) -> "RemovalSums":
+        """Michel importance and first-order effects of one batch."""
+        michel, fo, n = first_order(adapter, batch, seed=seed)
+        self.michel = self.michel + np.nan_to_num(michel)
         self.michel_texts += int(batch["attention_mask"].shape[0])
+        self.first_order.update(fo, n)
         return self
 
     def merge(self, other: "RemovalSums") -> "RemovalSums":
-        return RemovalSums(self.effect + other.effect, self.count + other.count,
-                           self.effect_mean + other.effect_mean, self.count_mean + other.count_mean,
-                           self.michel + other.michel, self.michel_texts + other.michel_texts)
+        return RemovalSums(self.exact.merge(other.exact), self.exact_mean.merge(other.exact_mean),
+                           self.first_order.merge(other.first_order), self.michel + other.michel,
+                           self.michel_texts + other.michel_texts)
 
     def mean_effect(self, mean_ablation: bool = False) -> np.ndarray:
-        e, c = (self.effect_mean, self.count_mean) if mean_ablation else (self.effect, self.count)
-        return np.asarray(e, dtype=float) / np.maximum(np.asarray(c, dtype=float), 1)
+        return (self.exact_mean if mean_ablation else self.exact).mean()
 
     def importance(self) -> np.ndarray:
         """Mean ``|dL/dxi_h|`` per text."""
         return np.asarray(self.michel, dtype=float) / max(self.michel_texts, 1)
+
+
+#: Removal modes (``--removal``).
+MODES = ("exact", "screened", "first-order", "none")
+#: Above this many parameters ``removal="auto"`` screens (first order for all heads, exact for some).
+SCREEN_ABOVE_PARAMS = 150_000_000
+#: Predicted positions per text scored by exact removal in 'screened' mode unless given.
+SCREENED_POSITIONS = 32
+
+
+def resolve_mode(removal: str | bool, adapter: ModelAdapter) -> str:
+    """``removal`` as one of :data:`MODES`: True -> 'exact', False -> 'none', 'auto' -> 'screened' for
+    models above :data:`SCREEN_ABOVE_PARAMS` parameters with first-order support, else 'exact'."""
+    if removal is True or removal is False:
+        return "exact" if removal else "none"
+    if removal == "auto":
+        n = sum(p.numel() for p in adapter.model.parameters())
+        return "screened" if n > SCREEN_ABOVE_PARAMS else "exact"
+    if removal not in MODES:
+        raise ValueError(f"removal must be one of {', '.join(MODES + ('auto',))}, got {removal!r}")
+    return removal
+
+
+def screen_heads(first_order_effect: np.ndarray, n_heads: Sequence[int], top: int | None, sample: int | None,
+                 seed: int) -> tuple[dict[int, list[int]], np.ndarray]:
+    """Heads to remove exactly in 'screened' mode: the ``top`` heads of largest ``|first-order effect|``
+    and a seeded random ``sample`` of the others (so that the first-order ranking's agreement with exact
+    removal is measured on heads it did not pick). Defaults: ``max(8, 5 %)`` of the heads each.
+
+    Returns ``layer -> heads`` and a ``(n_layers, H_max)`` code array: 2 top, 1 sampled, 0 not removed.
+    """
+    from ...seeding import seed_of
+    valid = np.arange(first_order_effect.shape[1])[None] < np.asarray(n_heads)[:, None]
+    flat = np.flatnonzero(valid.ravel())
+    N = flat.size
+    default = min(N, max(8, int(np.ceil(0.05 * N))))
+    top = default if top is None else min(top, N)
+    sample = default if sample is None else sample
+    score = np.abs(np.nan_to_num(first_order_effect.ravel()[flat], nan=-np.inf))
+    order = flat[np.argsort(-score, kind="stable")]
+    rest = order[top:]
+    rng = np.random.default_rng(seed_of(seed, 12))
+    picked = rng.choice(rest, size=min(sample, rest.size), replace=False) if rest.size else rest
+    code = np.zeros(first_order_effect.shape, int)
+    code.ravel()[order[:top]] = 2
+    code.ravel()[picked] = 1
+    heads_of: dict[int, list[int]] = {}
+    for i, h in zip(*np.nonzero(code)):
+        heads_of.setdefault(int(i), []).append(int(h))
+    return heads_of, code

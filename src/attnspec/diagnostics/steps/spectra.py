@@ -83,9 +83,11 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
 
 @dataclass
 class LayerSpectra:
-    """Mergeable pooled spectra and Gram sums of one layer (see module docstring)."""
+    """Mergeable pooled spectra and Gram sums of one layer (see module docstring). Eigenvalues are kept in
+    ``store_dtype`` (float32 for float32 models: the eigensolver's precision, half the memory)."""
 
     n_heads: int
+    store_dtype: str = "float64"
     heads: dict = field(default_factory=dict)       # key -> [per head: list of arrays]
     layer: dict = field(default_factory=dict)       # key -> list of arrays
     removed: list = field(default_factory=list)     # per head: list of arrays
@@ -102,20 +104,21 @@ class LayerSpectra:
 
     def update(self, r: dict) -> "LayerSpectra":
         """Add the result of :func:`layer_batch_spectra`."""
+        keep = lambda e: np.asarray(e, dtype=self.store_dtype)  # noqa: E731
         for k in HEAD_SPECTRA:
             for h, e in enumerate(r["heads"][k]):
-                self.heads[k][h].append(e)
+                self.heads[k][h].append(keep(e))
         for k in LAYER_SPECTRA:
-            self.layer[k].append(r["layer"][k])
+            self.layer[k].append(keep(r["layer"][k]))
         for h in range(self.n_heads):
-            self.removed[h].append(r["removed"][h])
-            self.removed_ge[h].append(r["removed_ge"][h])
+            self.removed[h].append(keep(r["removed"][h]))
+            self.removed_ge[h].append(keep(r["removed_ge"][h]))
         self.gram = self.gram + r["gram"]
         self.gram_free = self.gram_free + r["gram_free"]
         return self
 
     def merge(self, other: "LayerSpectra") -> "LayerSpectra":
-        out = LayerSpectra(self.n_heads)
+        out = LayerSpectra(self.n_heads, self.store_dtype)
         for k in HEAD_SPECTRA:
             out.heads[k] = [a + b for a, b in zip(self.heads[k], other.heads[k])]
         for k in LAYER_SPECTRA:
@@ -127,7 +130,7 @@ class LayerSpectra:
 
     @staticmethod
     def _cat(arrays: list) -> np.ndarray:
-        return np.sort(np.concatenate(arrays)) if arrays else np.zeros(0)
+        return np.sort(np.concatenate(arrays).astype(np.float64)) if arrays else np.zeros(0)
 
     def head(self, key: str, h: int) -> np.ndarray:
         """Pooled eigenvalues of head ``h`` for ``key`` (sorted)."""

@@ -25,7 +25,7 @@ __all__ = ["TableOptions", "build_tables", "attention_kind"]
 class TableOptions:
     """What the tables contain: removal columns, gradient importance, labels."""
 
-    removal: bool = True
+    removal: str = "exact"            # exact | screened | first-order | none
     mean_ablation: bool = False
     gradient: bool = True
     threshold: float = sel.DIFFUSE_THRESHOLD
@@ -114,32 +114,46 @@ def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner) -> list[dict]:
             for a, b, x1, x2, x3, x4 in zip(g, hh, ck, ck0, corr, shared)]
 
 
+def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -> dict[str, np.ndarray]:
+    """Step 4's head columns, each ``(n_layers, H_max)``: exact effects and their standard errors where
+    measured, first-order effects, the best available estimate and its source, Michel importance."""
+    cols: dict[str, np.ndarray] = {}
+    exact = opt.removal in ("exact", "screened")
+    fo = opt.removal in ("screened", "first-order")
+    if exact:
+        cols["removal_effect"] = cols[opt.effect_name] = removal.exact.mean()
+        cols["removal_effect_se"] = removal.exact.se()
+        if opt.mean_ablation:
+            cols["removal_effect_mean"] = removal.exact_mean.mean()
+            cols["removal_effect_mean_se"] = removal.exact_mean.se()
+    if fo:
+        cols["removal_first_order"] = removal.first_order.mean()
+        cols["removal_first_order_se"] = removal.first_order.se()
+        measured = removal.exact.measured if exact else np.zeros(cols["removal_first_order"].shape, bool)
+        cols["removal_estimate"] = np.where(measured, removal.exact.mean(), cols["removal_first_order"])
+        cols["removal_source"] = np.where(measured, "exact", "first-order")
+    if opt.gradient or fo:
+        mich = removal.importance()
+        mich = np.where(np.arange(mich.shape[1])[None] < H_of[:, None], mich, np.nan)
+        cols["michel_importance"] = normalize_per_layer(mich)
+        cols["michel_importance_raw"] = mich
+    return cols
+
+
 def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits: list[dict],
                  spectra: list[LayerSpectra], removal: RemovalSums, W: list, n_texts: int, L_max: int,
                  opt: TableOptions) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``(heads, layers, pairs)`` (columns in :mod:`..columns`)."""
     rows, lrows, prows = [], [], []
     H_of = np.array([s.n_heads for s in sites])
-    if opt.removal:
-        eff = removal.mean_effect()
-        eff_mean = removal.mean_effect(mean_ablation=True) if opt.mean_ablation else None
-    if opt.gradient:
-        mich = removal.importance()
-        mich = np.where(np.arange(mich.shape[1])[None] < H_of[:, None], mich, np.nan)
-        mich_norm = normalize_per_layer(mich)
+    cols = removal_columns(removal, opt, H_of)
     for i, site in enumerate(sites):
         sp = spectra[i]
         cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_matrix(sp.gram_free, site.n_heads)
         inner = dep.output_inner(sp.gram, W[i].double().numpy(), site.n_heads)
         hr = _head_rows(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, n_texts, opt)
         for h, row in enumerate(hr):
-            if opt.removal:
-                row["removal_effect"] = row[opt.effect_name] = float(eff[i, h])
-                if opt.mean_ablation:
-                    row["removal_effect_mean"] = float(eff_mean[i, h])
-            if opt.gradient:
-                row["michel_importance"] = float(mich_norm[i, h])
-                row["michel_importance_raw"] = float(mich[i, h])
+            row.update({k: (v[i, h] if isinstance(v[i, h], str) else float(v[i, h])) for k, v in cols.items()})
         rows += hr
         lrows.append(_layer_row(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, hr, L_max))
         prows += _pair_rows(i, site, cka, cka0, inner)

