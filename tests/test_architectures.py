@@ -50,6 +50,11 @@ def _supported():
         "deberta-v2-conv": (tr.DebertaV2Model, tr.DebertaV2Config(relative_attention=True, pos_att_type=["c2p"],
                                                                   conv_kernel_size=3, position_biased_input=False,
                                                                   **S)),
+        "t5-encoder": (tr.T5ForConditionalGeneration, tr.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                                                  num_heads=4, decoder_start_token_id=0)),
+        "bart-encoder": (tr.BartForConditionalGeneration, tr.BartConfig(
+            vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128)),
         "distilbert": (tr.DistilBertModel, tr.DistilBertConfig(vocab_size=V, dim=32, hidden_dim=64, n_heads=4,
                                                                 n_layers=2, max_position_embeddings=128)),
         "gpt2": (tr.GPT2LMHeadModel, tr.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=128)),
@@ -80,10 +85,9 @@ CLI_CASES = [pytest.param(n, marks=pytest.mark.slow) if n in _VARIANTS else n fo
 REFUSED_CASES = {
     "albert": lambda: tr.AlbertModel(tr.AlbertConfig(embedding_size=16, **S)),
     "deberta": lambda: tr.DebertaModel(tr.DebertaConfig(relative_attention=True, pos_att_type=["p2c", "c2p"], **S)),
-    "t5": lambda: tr.T5Model(tr.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)),
-    "bart": lambda: tr.BartModel(tr.BartConfig(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
-                                               encoder_attention_heads=4, decoder_attention_heads=4,
-                                               encoder_ffn_dim=64, decoder_ffn_dim=64)),
+    "seq2seq": lambda: tr.PegasusModel(tr.PegasusConfig(vocab_size=V, d_model=32, encoder_layers=1, decoder_layers=1,
+                                                        encoder_attention_heads=4, decoder_attention_heads=4,
+                                                        encoder_ffn_dim=64, decoder_ffn_dim=64)),
     "vision": lambda: tr.ViTModel(tr.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                                intermediate_size=64, image_size=16, patch_size=8)),
 }
@@ -137,7 +141,7 @@ def test_attention_equals_eager_weights(saved, name):
     kw = {"use_cache": False} if ad.decoder else {}
     with torch.no_grad(), record_attention_calls(lambda c: calls.__setitem__(index[id(c.module)], c),
                                                  valid=batch["attention_mask"]):
-        out = model(**_model_inputs(model, batch), output_attentions=True, **kw)
+        out = ad.model(**_model_inputs(model, batch), output_attentions=True, **kw)   # encoder stack of a seq2seq
     eager = out.attentions
     assert len(eager) == len(ad.sites) == len(calls)
     valid = batch["attention_mask"].bool()
@@ -240,3 +244,14 @@ def test_table_lists_every_family():
     # no model type is claimed twice
     types = [t for a in ARCHITECTURES for t in a.model_types] + [t for r in REFUSED for t in r.model_types]
     assert len(types) == len(set(types))
+
+
+@pytest.mark.parametrize("name", ["t5-encoder", "bart-encoder"])
+def test_encoder_decoder_diagnoses_its_encoder_only(saved, name):
+    """Encoder self-attention is diagnosed; the decoder (self- and cross-attention) is left out, and says so."""
+    _, model, _, _ = saved(name)
+    ad = adapt(model)
+    enc = model.get_encoder()
+    assert ad.model is enc and ad.family == name and len(ad.sites) == 2
+    assert all(s.module in set(enc.modules()) for s in ad.sites)
+    assert "decoder not diagnosed" in ad.architecture.examples

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .architectures import ARCHITECTURES, Architecture, ArchitectureError, detect, get_path, resolve
+from .architectures import (ARCHITECTURES, Architecture, ArchitectureError, detect, get_path, resolve,
+                            stack_of)
 from .emitters import register
 from .protocol import AttentionSite, CustomAttention
 
@@ -193,6 +194,7 @@ def _tail(arch: Architecture, model: nn.Module, base: nn.Module, cfg: Any) -> tu
 
 
 def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
+    model = stack_of(arch, model)     # encoder-decoders: the encoder stack is the diagnosed model
     base, layers, geo = resolve(arch, model)
     cfg = getattr(model.config, "text_config", None) or model.config
     sites = [_site(arch, layer, i, geo, cfg, arch.kind == "causal-lm") for i, layer in enumerate(layers)]

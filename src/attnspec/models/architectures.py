@@ -29,7 +29,7 @@ from torch import nn
 
 from .loading import ModelLoadError
 
-__all__ = ["Architecture", "Refusal", "ArchitectureError", "ARCHITECTURES", "REFUSED", "detect", "resolve",
+__all__ = ["Architecture", "Refusal", "ArchitectureError", "ARCHITECTURES", "REFUSED", "detect", "resolve", "stack_of",
            "architectures_table", "format_architectures", "get_path"]
 
 
@@ -69,6 +69,7 @@ class Architecture:
     strict: bool = False          # claimed by model_type only, never by structure alone
     broadcast: bool = True        # blocks broadcast over a leading replica axis (ModelAdapter.blocks_broadcast)
     no_reuse: str | None = None   # config key that, when set, puts work between blocks: full forwards only
+    stack: str | None = None      # encoder-decoders: the sub-module diagnosed as the model (its encoder)
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,15 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  "relative: disentangled content-to-position + position-to-content bias (log buckets)",
                  "1/sqrt(d_head * (1 + number of pos_att_type terms))", "none", "bidirectional",
                  capture="hooked:deberta-v2", strict=True, no_reuse="conv_kernel_size"),
+    Architecture("t5-encoder", "T5, mT5, Flan-T5 (encoder self-attention; decoder not diagnosed)", ("t5", "mt5"),
+                 (), "block", "layer.0.SelfAttention", "layer.0.SelfAttention.q", "layer.0.SelfAttention.k",
+                 "layer.0.SelfAttention.v", "layer.0.SelfAttention.o", ("num_heads",), None,
+                 "relative bias (log buckets, computed by the first layer, shared)", "1 (no 1/sqrt(d_head))", "none",
+                 "bidirectional", norm="final_layer_norm", strict=True, stack="encoder"),
+    Architecture("bart-encoder", "BART, mBART (encoder self-attention; decoder not diagnosed)", ("bart", "mbart"),
+                 (), "layers", "self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                 "self_attn.out_proj", ("encoder_attention_heads",), None, "absolute (learned)", _SDPA, "none",
+                 "bidirectional", norm="layer_norm", strict=True, stack="model.encoder|encoder"),
     Architecture("distilbert", "DistilBERT", ("distilbert",), ("distilbert",), "transformer.layer", "attention",
                  "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", ("n_heads",), None,
                  "absolute (embeddings)", _SDPA, "none", "bidirectional"),
@@ -142,10 +152,9 @@ REFUSED: tuple[Refusal, ...] = (
             "cannot be told apart yet"),
     Refusal("deberta", "DeBERTa (v1)", ("deberta",), "its fused in_proj with separate q/v biases and its relative "
             "attention are not recorded yet (DeBERTa-v2/v3 are supported)"),
-    Refusal("t5", "T5, mT5, Flan-T5, UMT5", ("t5", "mt5", "umt5", "longt5"), "encoder-decoder: decoder cross-attention "
-            "and the two stacks are not separated yet (encoder-only diagnosis is planned)"),
-    Refusal("bart", "BART, mBART, Pegasus, Marian", ("bart", "mbart", "pegasus", "marian", "blenderbot", "m2m_100"),
-            "encoder-decoder: decoder cross-attention and the two stacks are not separated yet"),
+    Refusal("seq2seq", "UMT5, LongT5, Pegasus, Marian, Blenderbot, M2M-100", ("umt5", "longt5", "pegasus", "marian",
+            "blenderbot", "m2m_100"), "encoder-decoder families not verified yet (T5, mT5, BART and mBART encoders "
+            "are supported)"),
     Refusal("vision", "ViT, DeiT, DINOv2, BEiT, Swin, CLIP vision", ("vit", "deit", "dinov2", "dinov2_with_registers",
             "beit", "swin", "clip", "clip_vision_model", "siglip", "siglip_vision_model"),
             "image inputs: attnspec diagnoses token sequences from texts only (no --images yet)"),
@@ -203,6 +212,13 @@ def _missing(arch: Architecture, model: nn.Module) -> str | None:
     return None
 
 
+def stack_of(arch: Architecture, model: nn.Module) -> nn.Module | None:
+    """The module diagnosed as the model: ``model`` itself, or for encoder-decoders its encoder stack."""
+    if arch.stack is None or _base_and_layers(arch, model)[0] is not None:
+        return model
+    return get_path(model, arch.stack)
+
+
 def _refusal(model_type: str | None) -> Refusal | None:
     return next((r for r in REFUSED if model_type in r.model_types), None)
 
@@ -224,7 +240,8 @@ def detect(model: nn.Module) -> Architecture | None:
                                 f"which attnspec refuses: {ref.reason}. See attnspec diagnose --list-architectures.")
     claimed = [a for a in ARCHITECTURES if mtype in a.model_types]
     for arch in claimed:
-        why = _missing(arch, model)
+        target = stack_of(arch, model)
+        why = _missing(arch, target) if target is not None else f"it has no {arch.stack!r} stack"
         if why is None:
             return arch
         raise ArchitectureError(f"{name} (model_type {mtype!r}) claims the {arch.family} family but {why}: "
