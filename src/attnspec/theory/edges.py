@@ -47,6 +47,29 @@ def _solve_points(solver: DysonSolver, x: np.ndarray, y: np.ndarray, scale: floa
     return _solve_g(solver, x, y, scale)
 
 
+
+def _solve_grid(solver: DysonSolver, x: np.ndarray, y: np.ndarray, scale: float, delta: float,
+                stride: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """``(g, u)`` at grid points ``x + i y`` (``x`` ascending): every ``stride``-th point (and the last) by
+    continuation (:func:`_solve_points`), the others by Newton warm-started from their two solved neighbours
+    (:meth:`DysonSolver.warm_near_axis`, accepted only when ``g`` stays within the neighbours' spread), the rest
+    by continuation too."""
+    n = x.size
+    if n < 8 * stride:
+        return _solve_points(solver, x, y, scale, delta)
+    coarse = np.zeros(n, dtype=bool)
+    coarse[::stride] = True
+    coarse[-1] = True
+    g, u = np.empty(n, dtype=complex), np.empty((n, solver.nu), dtype=complex)
+    g[coarse], u[coarse] = _solve_points(solver, x[coarse], y[coarse], scale, delta)
+    rest = np.flatnonzero(~coarse)
+    u0, gref, gtol = _warm_start(x[rest], x[coarse], u[coarse], g[coarse])
+    gr, ur, ok = solver.warm_near_axis(x[rest], y[rest], u0, gref, gtol)
+    if not ok.all():
+        gr[~ok], ur[~ok] = _solve_points(solver, x[rest][~ok], y[rest][~ok], scale, delta)
+    g[rest], u[rest] = gr, ur
+    return g, u
+
 def _density(solver: DysonSolver, x: np.ndarray, scale: float, delta: float, atom: float = 0.0,
              return_u: bool = False):
     """``rho(x) = -Im [g(z) - atom/z]/pi`` at ``z = x + i y``, ``y = min(delta, 1e-7 x)`` (the atom's

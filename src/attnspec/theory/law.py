@@ -42,7 +42,8 @@ from ..spectra import ks_to_cdf, split_outliers, wasserstein1_to_cdf
 from . import closed_forms
 from .cells import _grid, _head, _refine
 from .dyson import DysonSolver
-from .edges import _Y_REL, _contour_moments, _contour_nodes, _edges, _left_edge, _reaches_zero, _rho, _solve_points
+from .edges import (_Y_REL, _contour_moments, _contour_nodes, _edges, _left_edge, _reaches_zero, _rho, _solve_grid,
+                    _solve_points)
 from .pencil import Pencil, build_pencil
 
 __all__ = ["Law", "solve_law", "law_distances", "pencil_moments"]
@@ -203,10 +204,12 @@ def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce
     x = grid[inner]
     y = np.minimum(1e-9 * right, _Y_REL * x)
     n = x.size
-    if left is None:    # with the grid, the nodes of the contour integral for F(grid[0]) (n_head, n_head/2 nodes)
+    g, u = _solve_grid(solver, x, y, right, 1e-9 * right)
+    if left is None:    # the nodes of the contour integral for F(grid[0]) (n_head, n_head/2 nodes)
         (z1, w1), (z2, w2) = _contour_nodes(grid[0], n_head), _contour_nodes(grid[0], n_head // 2)
-        x, y = np.concatenate([x, z1.real, z2.real]), np.concatenate([y, z1.imag, z2.imag])
-    g, u = _solve_points(solver, x, y, right, 1e-9 * right)
+        gh, _ = _solve_points(solver, np.concatenate([z1.real, z2.real]), np.concatenate([z1.imag, z2.imag]),
+                              right, 1e-9 * right)
+        g = np.concatenate([g, gh])
     rho[inner], U[inner], Gs[inner] = _rho(g[:n], x[:n], y[:n], atom), u[:n], g[:n]
     lo = 0.0 if left is None else left
     grid, rho, masses = _refine(solver, grid, rho, U, Gs, right, lo, left is not None, atom)
