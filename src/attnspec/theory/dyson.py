@@ -8,8 +8,11 @@ solves, in the limit ``d -> inf``,
 
 with ``Lambda(w) = w`` on the two output blocks and ``0`` elsewhere. ``G`` is complex symmetric and
 its support is confined to the connected components of the *closure* pattern (start from ``A_0`` and the
-diagonal, add every ``eta[a, b]`` that reads an entry inside a component, repeat), so ``G`` is
-inverted component by component and only the entries that ``eta`` reads are unknowns.
+diagonal, add every ``eta[a, b]`` that reads an entry inside a component, repeat; :func:`.pencil.closure`),
+so ``G`` is inverted component by component and only the entries that ``eta`` reads are unknowns. Identical
+heads that the equation couples (convention B) are exchanged by symmetries of the equation
+(:mod:`attnspec.theory.symmetry`): then one unknown per orbit, one stored value per orbit of ``G``'s entries,
+and the components they span inverted by symmetry, so the cost does not grow with the number of such heads.
 
 The unknowns ``u`` solve ``F(u) = u - G(u)[reads] = 0``; the Jacobian is ``I - J`` with
 ``J[j, k] = sum_{t: reads k} coef_t G[c_j, a_t] G[b_t, d_j]`` (from ``dG = G d(eta) G``). All spectral
@@ -48,8 +51,9 @@ class LawSolverError(RuntimeError):
 class DysonSolver:
     """Vectorized Newton solver for one pencil's Dyson equation (see module docstring).
 
-    Internally ``G`` is stored compactly: only the entries inside the components of its support,
-    as an array ``(n_points, K + 1)`` whose last column is the constant 0 (entries outside).
+    Internally ``G`` is stored compactly: only the entries inside the components of its support (one per
+    orbit of head exchanges), as an array ``(n_points, K + 1)`` whose last column is the constant 0 (entries
+    outside). ``symmetric=False`` ignores the exchanges and solves the full equation (for checks).
     """
 
     def __init__(self, pencil: Pencil, tol: float = 1e-12, maxit: int = 40, max_depth: int = 12,
