@@ -1,0 +1,568 @@
+"""``diagnose_on_cluster()``: the diagnosis pipeline of :mod:`.api` run over a Dask cluster.
+
+The steps and their mergeable accumulators are those of :func:`attnspec.diagnostics.api.run_steps`;
+only where they run changes:
+
+* the **model** is named, not shipped: every worker process loads it once from a :class:`ModelSpec`
+  (a built-in name or a local path, plus :func:`attnspec.models.load_model` keyword arguments such as
+  ``dtype`` or ``device``) and keeps it for later tasks and later diagnoses of the same model;
+* the **texts** are resolved and length-bucketed once, on a worker (the client needs neither the
+  model nor its tokenizer), exactly as a single-process diagnosis buckets them; the batches are then
+  dealt out to tasks in contiguous groups. Each batch is computed as in one process, so the tables
+  equal a single-process run's up to the order of float64 sums (far below 1e-9);
+* the **client** merges each step's accumulators and computes the fits the next step needs:
+  fit (one task per group) -> merged fits -> null fits (per group, where the group's masks are) ->
+  spectra (per group, preferably on the worker that kept the group's forward records on disk) ->
+  removal and gradient importance (one task per group of the finer removal batches); the tables
+  are built by one last task on a worker (the client never loads the model);
+* a **worker that dies** (killed, out of memory, node lost) costs only the tasks it was running or
+  holding: the scheduler reruns them elsewhere (``distributed.scheduler.allowed-failures`` deaths per
+  task, 3 by default) and the result equals an uninterrupted run's, since every task is a pure
+  function of its batches, the merged fits and the seed.
+
+Task keys start with ``attnspec-prepare``, ``attnspec-fit``, ``attnspec-null``, ``attnspec-spectra``,
+``attnspec-removal`` and ``attnspec-tables`` (the dashboard groups them by step).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import os
+import threading
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from . import selection as sel
+from .result import Diagnosis
+from .steps.collect import DEFAULT_TILE_BYTES
+
+__all__ = ["ModelSpec", "diagnose_on_cluster", "model_loads_in_this_process"]
+
+log = logging.getLogger(__name__)
+
+#: Groups of batches per worker thread (more groups: finer load balance and a smaller loss when a
+#: worker dies; each group costs one task and one accumulator transfer).
+GROUPS_PER_THREAD = 4
+
+
+# --------------------------------------------------------------------------------------------- model
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a worker needs to load the model itself: ``load_model(name_or_path, **load_kwargs)``.
+
+    Parameters
+    ----------
+    name_or_path : str
+        A built-in name (``'minilm'``, ``'gemma3-270m'``, ...) or a path that exists on every worker.
+    load_kwargs : tuple of (str, value) pairs
+        Keyword arguments of :func:`attnspec.models.load_model` (``device``, ``dtype``, ``device_map``,
+        ``attn_implementation``), sorted; build it with :meth:`of`.
+    """
+
+    name_or_path: str
+    load_kwargs: tuple = field(default=())
+
+    @classmethod
+    def of(cls, model: Any, load_kwargs: dict | None = None) -> "ModelSpec":
+        """A spec from a name, a path or a spec; any other object raises :class:`TypeError`."""
+        if isinstance(model, ModelSpec):
+            return model if not load_kwargs else cls(model.name_or_path, _sorted_items({**dict(model.load_kwargs),
+                                                                                       **load_kwargs}))
+        if isinstance(model, (str, os.PathLike)):
+            return cls(os.fspath(model), _sorted_items(load_kwargs or {}))
+        raise TypeError(f"a diagnosis on a cluster loads the model on every worker, so it needs the model's name or "
+                        f"path, not a {type(model).__name__} object: pass a built-in name such as 'minilm' or a local "
+                        "model directory/GGUF file that every worker can read, with load_kwargs={'dtype': ..., "
+                        "'device': ...} for attnspec.models.load_model")
+
+    def load(self) -> tuple[Any, Any]:
+        """``(adapter, tokenizer)`` of this process, loaded on first use (see :func:`_loaded`)."""
+        return _loaded(self)
+
+
+def _sorted_items(kw: dict) -> tuple:
+    from ..models.loading import load_model
+    allowed = set(inspect.signature(load_model).parameters) - {"name_or_path", "verbose"}
+    bad = sorted(set(kw) - allowed)
+    if bad:
+        raise TypeError(f"load_kwargs {bad} are not arguments of attnspec.models.load_model "
+                        f"(expected some of {sorted(allowed)})")
+    return tuple(sorted(kw.items()))
+
+
+_MODEL_LOCK = threading.Lock()
+_MODEL: dict = {}          # at most one model per process: {spec: (adapter, tokenizer)}
+_LOADS: list = []          # specs loaded in this process, in order (see model_loads_in_this_process)
+
+
+def _loaded(spec: ModelSpec) -> tuple[Any, Any]:
+    """The process' model for ``spec``: loaded once, kept until another spec is asked for."""
+    with _MODEL_LOCK:
+        if spec not in _MODEL:
+            from ..models import adapt, load_model
+            _MODEL.clear()                      # one model per worker: a new spec replaces the old one
+            model, tok = load_model(spec.name_or_path, **dict(spec.load_kwargs))
+            model.eval()
+            _MODEL[spec] = (adapt(model), tok)
+            _LOADS.append(spec)
+        return _MODEL[spec]
+
+
+def model_loads_in_this_process() -> list[ModelSpec]:
+    """The specs this process has loaded, in order (a worker loads a model once: run it with
+    ``client.run(model_loads_in_this_process)`` to check)."""
+    return list(_LOADS)
+
+
+# --------------------------------------------------------------------------------------- worker side
+
+_CACHES: dict = {}         # run id -> this worker's ForwardCache of the groups it fitted
+_CACHE_LOCK = threading.Lock()
+
+
+def _here() -> str:
+    try:
+        from distributed import get_worker
+        return get_worker().address
+    except (ImportError, ValueError):
+        return ""
+
+
+def _worker_cache(run_id: str, adapter, reuse_forward: bool | None, create: bool):
+    """This worker's forward cache of run ``run_id`` (created on demand by the fit tasks), or ``None``."""
+    from .steps import forward_cache
+    if not forward_cache.wanted(adapter, reuse_forward):
+        return None
+    with _CACHE_LOCK:
+        if run_id not in _CACHES and create:
+            try:
+                from distributed import get_worker
+                directory = get_worker().local_directory    # removed with the worker's scratch space
+            except (ImportError, ValueError):
+                directory = None
+            _CACHES[run_id] = forward_cache.ForwardCache(directory=directory)
+        return _CACHES.get(run_id)
+
+
+def _drop_cache(run_id: str) -> bool:
+    """Remove this worker's forward cache of run ``run_id`` (run on every worker at the end)."""
+    with _CACHE_LOCK:
+        cache = _CACHES.pop(run_id, None)
+    if cache is not None:
+        cache.close()
+    return cache is not None
+
+
+def _in_task(spec: ModelSpec, torch_threads: int | None, fn: Callable, *args, **kwargs):
+    """Run ``fn(adapter, *args, **kwargs)`` with the process' model, single-threaded BLAS for numpy
+    (as :func:`attnspec.diagnose`) and ``torch_threads`` torch threads when given."""
+    import torch
+
+    from .api import _one_blas_thread
+    if torch_threads:
+        torch.set_num_threads(int(torch_threads))
+    adapter, _ = spec.load()
+    with _one_blas_thread():
+        return fn(adapter, *args, **kwargs)
+
+
+def _prepare(spec: ModelSpec, texts, opts: dict) -> dict:
+    """Resolve and length-bucket the texts as a one-process diagnosis does (on a worker: the tokenizer
+    is the model's), and what the client needs to know of the model (heads per layer, removal mode)."""
+    from .api import make_shards
+    from .steps.removal import resolve_mode
+    from .texts import resolve_texts
+    adapter, tok = spec.load()
+    texts, source = resolve_texts(texts, tok, adapter.kind, opts["n_texts"], opts["max_length"], opts["pack"])
+    shard = make_shards(tok, texts, 1, opts["max_length"], opts["bucket_size"], opts["removal_bucket_size"],
+                        **_accepted(make_shards, opts["extra"]))[0]
+    return {"batches": shard.batches, "removal_batches": shard.removal_batches, "source": source,
+            "model_name": opts["model_name"] or type(adapter.model).__name__,
+            "n_heads": [s.n_heads for s in adapter.sites], "mode": resolve_mode(opts["removal"], adapter)}
+
+
+def _fit(adapter, run_id: str, batches: list, opts: dict) -> tuple:
+    from .api import fit_pass
+    cache = _worker_cache(run_id, adapter, opts["reuse_forward"], create=True)
+    sums, masks, corpus = fit_pass(adapter, batches, opts["tile_bytes"], False, cache)
+    return sums, masks, corpus, _here()
+
+
+def _null(adapter, fit_part: tuple, fits: list, opts: dict) -> list:
+    from .api import null_pass
+    from .steps.collect import compute_dtype
+    return null_pass(adapter.sites, fit_part[1], fits, opts["seed"], opts["tile_bytes"], compute_dtype(adapter))
+
+
+def _spectra(adapter, run_id: str, batches: list, fits: list, null_fits: list, powers: list, opts: dict) -> tuple:
+    from .api import spectra_pass
+    cache = _worker_cache(run_id, adapter, opts["reuse_forward"], create=False)
+    hit = cache is not None and all(tuple(b["order"]) in cache.paths for b in batches)
+    out = spectra_pass(adapter, batches, fits, null_fits, powers, opts["seed"], opts["tile_bytes"], False, cache)
+    return out, hit
+
+
+def _first_order(adapter, grad_batches: list, opts: dict):
+    from .api import first_order_pass
+    return first_order_pass(adapter, grad_batches, opts["seed"], **_accepted(first_order_pass, opts["extra"]))
+
+
+def _exact(adapter, rm_batches: list, means: list, heads_of: dict | None, opts: dict):
+    from .api import exact_pass
+    return exact_pass(adapter, rm_batches, mean_ablation=opts["mean_ablation"], means=means,
+                      max_tokens=opts["max_tokens"], seed=opts["seed"], positions=opts["removal_positions"],
+                      heads_of=heads_of, **_accepted(exact_pass, opts["extra"]))
+
+
+def _tables(adapter, res, opts: dict, source: str, model_name: str, timings: dict) -> tuple:
+    from .api import tables_and_summary
+    kw = dict(mean_ablation=opts["mean_ablation"], gradient=opts["gradient"], threshold=opts["threshold"],
+              min_tokens=opts["min_tokens"], timings=timings, source=source, max_length=opts["max_length"],
+              bucket_size=opts["bucket_size"], seed=opts["seed"], model_name=model_name)
+    kw.update(_accepted(tables_and_summary, dict(opts["extra"], removal_positions=opts["removal_positions"])))
+    heads, layers, pairs, summary = tables_and_summary(adapter, res, **kw)
+    store = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"), "free_sum": sp.of_layer("free")}
+             for i, sp in enumerate(res.spectra)}
+    return heads, layers, pairs, summary, store
+
+
+# --------------------------------------------------------------------------------------- client side
+
+def _accepted(fn: Callable, extra: dict) -> dict:
+    """The entries of ``extra`` that are keyword arguments of ``fn``."""
+    params = inspect.signature(fn).parameters
+    return {k: v for k, v in extra.items() if k in params}
+
+
+def _fold(parts: list) -> Any:
+    """Merge accumulators (or lists of per-layer accumulators) left to right."""
+    if isinstance(parts[0], list):
+        return [_fold([p[i] for p in parts]) for i in range(len(parts[0]))]
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.merge(p)
+    return out
+
+
+def _split(items: Sequence, cost: Sequence[float], n: int) -> list[list]:
+    """``items`` cut into at most ``n`` contiguous non-empty parts of about equal total ``cost``."""
+    if not items:
+        return []
+    if n >= len(items):
+        return [[it] for it in items]
+    n = max(1, n)
+    total, out, cur, acc = float(sum(cost)), [], [], 0.0
+    for it, c in zip(items, cost):
+        cur.append(it)
+        acc += c
+        if acc * n >= total * (len(out) + 1) and len(out) < n - 1:
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _groups(batches: Sequence[dict], n: int) -> list[list[dict]]:
+    """``batches`` in at most ``n`` contiguous groups of about equal padded size (``B x L``)."""
+    return _split(batches, [int(b["attention_mask"].numel()) for b in batches], n)
+
+
+def _removal_jobs(rm_batches: list, n_heads: list, heads_of: dict | None, n: int, max_tokens: int) -> list:
+    """``(batches, heads_of)`` of the exact-removal tasks, about ``n`` of them.
+
+    With at least ``n`` removal batches: groups of batches, every chosen head. With fewer (a large model
+    on few texts): one batch per task and the batch's chosen heads split into ``(layer, head block)``
+    units, a block being the ``K`` heads that one suffix forward pass removes together (so every pass
+    is the one-process pass), units grouped by cost (suffix depth x heads)."""
+    if len(rm_batches) >= n:
+        return [(g, heads_of) for g in _groups(rm_batches, n)]
+    per, jobs = -(-n // len(rm_batches)), []
+    for b in rm_batches:
+        B, L = b["attention_mask"].shape
+        units = []
+        for i, H in enumerate(n_heads):
+            chosen = list(range(H)) if heads_of is None else sorted(heads_of.get(i, ()))
+            K = max(1, min(H, max_tokens // max(1, int(B) * int(L))))
+            units += [(i, chosen[h:h + K]) for h in range(0, len(chosen), K)]
+        for part in _split(units, [len(hs) * (len(n_heads) - i) for i, hs in units], per):
+            ho: dict = {}
+            for i, hs in part:
+                ho.setdefault(i, []).extend(hs)
+            jobs.append(([b], ho))
+    return jobs
+
+
+@dataclass
+class _Run:
+    """One diagnosis on a client: its id, model, options and the task bookkeeping."""
+
+    client: Any
+    spec: ModelSpec
+    opts: dict
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+    counts: dict = field(default_factory=dict)
+
+    def submit(self, step: str, k: int, fn: Callable, *args, **kw):
+        self.counts[step] = self.counts.get(step, 0) + 1
+        return self.client.submit(_in_task, self.spec, self.opts["torch_threads"], fn, *args,
+                                  key=f"attnspec-{step}-{k}-{self.run_id}", pure=False, **kw)
+
+    def gather(self, futures: list, desc: str) -> list:
+        """Results in submission order (a progress bar over completions when asked)."""
+        if self.opts["progress"]:
+            from distributed import as_completed
+            from tqdm.auto import tqdm
+            for _ in tqdm(as_completed(futures), total=len(futures), desc=desc, leave=False):
+                pass
+        return self.client.gather(futures)
+
+
+def _threads(client) -> int:
+    """Worker threads of the cluster now."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return max(1, sum(int(w.get("nthreads", 1)) for w in info.values()))
+
+
+def _fit_steps(run: _Run, groups: list) -> tuple:
+    """Fit and null passes: merged fit sums, fits, null fits, corpus counts, fit workers per group."""
+    futs = [run.submit("fit", k, _fit, run.run_id, g, run.opts) for k, g in enumerate(groups)]
+    parts = run.gather(futs, "fit")
+    fit_sums, corpus = _fold([p[0] for p in parts]), _fold([p[2] for p in parts])
+    fits = [s.fit() for s in fit_sums]
+    nulls = [run.submit("null", k, _null, f, fits, run.opts) for k, f in enumerate(futs)]   # where the masks are
+    null_fits = [s.fit() for s in _fold(run.gather(nulls, "null fit"))]
+    del futs, nulls
+    return fit_sums, fits, null_fits, corpus, [p[3] for p in parts]
+
+
+def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: list, where: list) -> list:
+    """Spectra per group, on the worker that fitted the group when it is still there (its forward
+    records are on that worker's disk; anywhere else the group's forward pass is simply rerun)."""
+    futs = [run.submit("spectra", k, _spectra, run.run_id, g, fits, null_fits, powers, run.opts,
+                       **(dict(workers=[w], allow_other_workers=True) if w else {}))
+            for k, (g, w) in enumerate(zip(groups, where))]
+    parts = run.gather(futs, "spectra")
+    run.counts["spectra_cache_hits"] = sum(bool(p[1]) for p in parts)
+    return _fold([p[0] for p in parts])
+
+
+def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int) -> tuple:
+    """Step 4 as :func:`attnspec.diagnostics.api.run_steps`: first-order tasks over the statistics'
+    groups, then (``'screened'``: after choosing the heads on the client; ``'exact'``: at the same time)
+    exact removal tasks. Returns ``(RemovalSums, mode, screen code)``."""
+    from .steps.removal import RemovalSums, screen_heads
+    o, mode = run.opts, prep["mode"]
+    fo = [run.submit("first-order", k, _first_order, g, o) for k, g in enumerate(groups)] \
+        if o["gradient"] or mode in ("screened", "first-order") else []
+    rem, code, heads_of, ex = RemovalSums(), None, None, []
+    if mode == "screened":
+        rem = _fold(run.gather(fo, "first order"))
+        heads_of, code = screen_heads(rem.first_order.mean(), prep["n_heads"], o["screen_top"], o["screen_sample"],
+                                      o["seed"])
+    if mode in ("exact", "screened"):
+        means = [s.context_means() for s in fit_sums]
+        jobs = _removal_jobs(prep["removal_batches"], prep["n_heads"], heads_of, n, o["max_tokens"])
+        ex = [run.submit("removal", k, _exact, b, means, h, o) for k, (b, h) in enumerate(jobs)]
+    if mode != "screened" and fo:
+        rem = _fold(run.gather(fo, "first order"))
+    if ex:
+        rem = rem.merge(_fold(run.gather(ex, "head removal")))
+    return rem, mode, code
+
+
+def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
+    """Steps 2-4 on the cluster (as :func:`attnspec.diagnostics.api.run_steps`)."""
+    from .api import StepResults
+    n = run.opts["n_shards"] or GROUPS_PER_THREAD * n_threads
+    groups = _groups(prep["batches"], n)
+    t0 = time.perf_counter()
+    fit_sums, fits, null_fits, corpus, where = _fit_steps(run, groups)
+    timings["fit"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    powers = [s.head_power() for s in fit_sums]
+    spectra = _spectra_step(run, groups, fits, null_fits, powers, where)
+    timings["spectra"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rem, mode, code = _removal_step(run, prep, groups, fit_sums, n)
+    timings["removal"] = time.perf_counter() - t0
+    run.counts["fit_workers"] = len({w for w in where if w})
+    res = dict(fit_sums=fit_sums, fits=fits, null_fits=null_fits, spectra=spectra, removal=rem, corpus=corpus,
+               removal_mode=mode, screen_code=code, removal_positions=run.opts["removal_positions"])
+    names = {f.name for f in dataclasses.fields(StepResults)}
+    return StepResults(**{k: v for k, v in res.items() if k in names})
+
+
+def _load_only(adapter) -> None:
+    """A task that only makes its worker load the model (see :func:`_warm_up`)."""
+
+
+def _warm_up(run: _Run) -> list:
+    """One model-loading task per worker now (preferred there, allowed elsewhere: never stuck on a worker
+    that leaves), so that the model loads everywhere at once rather than in the first tasks."""
+    workers = sorted(run.client.scheduler_info(n_workers=-1)["workers"])
+    return [run.client.submit(_in_task, run.spec, None, _load_only, key=f"attnspec-load-{k}-{run.run_id}",
+                              pure=False, workers=[w], allow_other_workers=True) for k, w in enumerate(workers)]
+
+
+def _diagnose(run: _Run, texts) -> Diagnosis:
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    n_threads = _threads(run.client)
+    warm = _warm_up(run)                  # every worker loads the model while one prepares the texts
+    t0 = time.perf_counter()
+    prep = run.client.submit(_prepare, run.spec, texts, run.opts, key=f"attnspec-prepare-0-{run.run_id}",
+                             pure=False).result()
+    timings["prepare"] = time.perf_counter() - t0
+    try:
+        res = _run_steps(run, prep, n_threads, timings)
+    finally:
+        run.client.run(_drop_cache, run.run_id, on_error="ignore")
+        del warm
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():      # the merged spectra go to one worker for the tables, once
+        warnings.filterwarnings("ignore", message="Sending large graph")
+        heads, layers, pairs, summary, store = run.submit(
+            "tables", 0, _tables, res, run.opts, prep["source"], prep["model_name"], dict(timings)).result()
+    timings["tables"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_start
+    summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+    summary["cluster"] = {"scheduler": run.client.scheduler.address, "threads": n_threads,
+                          "tasks": dict(run.counts), "model_spec": {"name_or_path": run.spec.name_or_path,
+                                                                    **{k: str(v) for k, v in run.spec.load_kwargs}}}
+    return Diagnosis(heads=heads, layers=layers, pairs=pairs, spectra=store, summary=summary)
+
+
+# ------------------------------------------------------------------------------------------ public
+
+_INT_OPTIONS = (("max_length", 2), ("bucket_size", 1), ("removal_bucket_size", 1), ("max_tokens", 1),
+                ("tile_bytes", 1), ("min_tokens", 0))
+_OPTIONAL_INT_OPTIONS = (("removal_positions", 1), ("screen_top", 0), ("screen_sample", 0), ("n_shards", 1),
+                         ("torch_threads", 1))
+
+
+#: Arguments of the step functions that this module sets itself (not accepted as ``**options``).
+_SET_HERE = {"adapter", "tokenizer", "texts", "n_shards", "batches", "grad_batches", "rm_batches", "res", "progress",
+             "timings", "means", "heads_of", "positions", "seed", "mean_ablation", "max_tokens", "gradient",
+             "threshold", "min_tokens", "source", "max_length", "bucket_size", "removal_bucket_size", "model_name",
+             "removal_positions"}
+
+
+def _check(opts: dict) -> None:
+    """The checks of :func:`attnspec.diagnose` on the options, before any cluster is touched."""
+    for name, lo in _INT_OPTIONS + _OPTIONAL_INT_OPTIONS:
+        v = opts[name]
+        if (v is not None or (name, lo) in _INT_OPTIONS) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
+            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    from .steps.removal import MODES
+    if opts["removal"] not in (True, False, "auto") + tuple(MODES):
+        raise ValueError(f"removal must be one of {', '.join(MODES + ('auto',))}, got {opts['removal']!r}")
+    from . import api
+    fns = [getattr(api, f) for f in ("make_shards", "first_order_pass", "exact_pass", "tables_and_summary")]
+    known = set().union(*(inspect.signature(f).parameters for f in fns)) - _SET_HERE
+    unknown = sorted(set(opts["extra"]) - known)
+    if unknown:
+        raise TypeError(f"diagnose_on_cluster() got unexpected keyword arguments {unknown}")
+
+
+def _connect(client, n_workers: int | None, cluster_kwargs: dict | None):
+    """``(client, owned)``: the given client, a client of the scheduler at the given address, or of a
+    new LocalCluster (``n_workers`` processes, one thread each); ``owned`` are what to close."""
+    from distributed import Client, LocalCluster
+    if client is not None and not isinstance(client, str):
+        if n_workers is not None:
+            raise ValueError("pass either client (an existing cluster) or n_workers (a new LocalCluster), not both")
+        return client, []
+    if isinstance(client, str):
+        c = Client(client)
+        return c, [c]
+    kw = dict(n_workers=n_workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+              dashboard_address=None, silence_logs=logging.ERROR)
+    kw.update(cluster_kwargs or {})
+    cluster = LocalCluster(**kw)
+    c = Client(cluster)
+    return c, [c, cluster]
+
+
+def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[str] | str | None = None,
+                        client: Any = None, *, n_workers: int | None = None, load_kwargs: dict | None = None,
+                        n_texts: int | None = None, max_length: int = 128, bucket_size: int = 16,
+                        removal: str | bool = "auto", mean_ablation: bool = False, gradient: bool = True,
+                        threshold: float = sel.DIFFUSE_THRESHOLD, min_tokens: int = sel.MIN_TOKENS_FOR_LABEL,
+                        seed: int = 0, max_tokens: int = 16384, removal_bucket_size: int = 4,
+                        tile_bytes: int = DEFAULT_TILE_BYTES, pack: bool | None = None, progress: bool = False,
+                        model_name: str | None = None, reuse_forward: bool | None = None,
+                        removal_positions: int | None = None, screen_top: int | None = None,
+                        screen_sample: int | None = None, n_shards: int | None = None, torch_threads: int | None = None,
+                        cluster_kwargs: dict | None = None, **options) -> Diagnosis:
+    """Diagnose every attention head of a named model on a Dask cluster (see module docstring).
+
+    Parameters
+    ----------
+    model : str, path or ModelSpec
+        A built-in name (``'minilm'``, ``'gemma3-270m'``, ``'qwen2.5-0.5b'``) or a model directory or
+        GGUF file readable by every worker. Model objects are refused (workers load the model).
+    texts : list of str or 'builtin' or None
+        As :func:`attnspec.diagnose` (resolved on a worker with the model's tokenizer).
+    client : distributed.Client or str or None
+        An existing client (left open), a scheduler address such as ``'tcp://10.0.0.5:8786'`` (a
+        client is opened and closed here), or ``None``: a new :class:`distributed.LocalCluster` of
+        ``n_workers`` processes with one thread each (closed at the end).
+    n_workers : int, optional
+        Workers of the LocalCluster started when ``client`` is ``None`` (default: the CPU count).
+    load_kwargs : dict, optional
+        Keyword arguments of :func:`attnspec.models.load_model` on the workers, e.g.
+        ``{'dtype': 'bfloat16', 'device': 'cuda'}``.
+    n_texts, max_length, bucket_size, removal, mean_ablation, gradient, threshold, min_tokens, seed, \
+max_tokens, removal_bucket_size, tile_bytes, pack, model_name, reuse_forward, removal_positions, \
+screen_top, screen_sample
+        As :func:`attnspec.diagnose`. ``reuse_forward`` keeps each worker's forward records in the
+        worker's local directory for the spectra of the same texts. Exact removal is split over tasks
+        by groups of removal batches, or, with fewer removal batches than tasks wanted, by (layer, head
+        block) within each batch; ``'screened'`` chooses its heads on the client from the merged
+        first-order effects of the whole corpus.
+    progress : bool
+        Progress bars over each step's tasks (on the client).
+    n_shards : int, optional
+        Groups of length buckets per step (default: 4 per worker thread, at most one per bucket).
+    torch_threads : int, optional
+        ``torch.set_num_threads`` in every task (Dask's nanny starts workers with one BLAS/OpenMP
+        thread: give the cores per worker process here when a worker has several).
+    cluster_kwargs : dict, optional
+        Extra arguments of the LocalCluster started when ``client`` is ``None``.
+    **options
+        Further keyword arguments of :func:`attnspec.diagnostics.api.make_shards`,
+        :func:`~attnspec.diagnostics.api.first_order_pass`, :func:`~attnspec.diagnostics.api.exact_pass`
+        or :func:`~attnspec.diagnostics.api.tables_and_summary`, passed to those that take them.
+
+    Returns
+    -------
+    Diagnosis
+        The tables of :func:`attnspec.diagnose` on the same texts (equal to 1e-9); ``summary['cluster']``
+        names the scheduler, the worker threads and the tasks run per step.
+
+    Raises
+    ------
+    TypeError
+        For a model object (pass its name or path) or an unknown keyword argument.
+    """
+    spec = ModelSpec.of(model, load_kwargs)
+    opts = dict(n_texts=n_texts, max_length=max_length, bucket_size=bucket_size, removal=removal,
+                mean_ablation=mean_ablation, gradient=gradient, threshold=threshold, min_tokens=min_tokens, seed=seed,
+                max_tokens=max_tokens, removal_bucket_size=removal_bucket_size, tile_bytes=tile_bytes, pack=pack,
+                progress=progress, model_name=model_name, reuse_forward=reuse_forward,
+                removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample, n_shards=n_shards,
+                torch_threads=torch_threads, extra=dict(options))
+    _check(opts)
+    c, owned = _connect(client, n_workers, cluster_kwargs)
+    try:
+        c.wait_for_workers(1)
+        return _diagnose(_Run(c, spec, opts), texts)
+    finally:
+        for obj in owned:
+            obj.close()
