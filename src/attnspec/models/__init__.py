@@ -15,10 +15,10 @@ from .loading import BUILTIN_MODELS, ModelLoadError, cache_dir, load_model
 from .protocol import AttentionSite, CustomAttention
 from .hooks import Capture, HeadEdit, ablate, capture, gate
 from .ablation import FunctionalMetric, exact_removal, michel_importance, naive_removal, run_blocks
-from .inputs import make_batches
+from .inputs import generated_images, image_inputs, make_batches
 from .geometry import config_of
 
 __all__ = ["AdapterError", "ModelAdapter", "adapt", "BUILTIN_MODELS", "ModelLoadError", "cache_dir", "load_model",
            "AttentionSite", "CustomAttention", "Capture", "HeadEdit", "ablate", "capture", "gate",
            "FunctionalMetric", "exact_removal", "michel_importance", "naive_removal", "run_blocks",
-           "make_batches", "config_of"]
+           "make_batches", "image_inputs", "generated_images", "config_of"]

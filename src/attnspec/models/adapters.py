@@ -95,6 +95,9 @@ class ModelAdapter:
 
     def _ids(self, batch: dict) -> dict:
         d = self.device
+        if "pixel_values" in batch:   # vision transformers: every token is real, no mask argument
+            p = next(self.model.parameters())
+            return {"pixel_values": batch["pixel_values"].to(device=d, dtype=p.dtype)}
         return {"input_ids": batch["input_ids"].to(d), "attention_mask": batch["attention_mask"].to(d)}
 
     def run(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -115,6 +115,12 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  (), "layers", "self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                  "self_attn.out_proj", ("encoder_attention_heads",), None, "absolute (learned)", _SDPA, "none",
                  "bidirectional", norm="layer_norm", strict=True, stack="model.encoder|encoder"),
+    Architecture("vit", "ViT, DeiT, DINOv2 (image inputs: attnspec.models.image_inputs)",
+                 ("vit", "deit", "dinov2", "dinov2_with_registers"), ("vit", "deit", "dinov2"), "layers|encoder.layer",
+                 "attention", "attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.o_proj",
+                 ("num_attention_heads",), None,
+                 "absolute (patch positions; CLS, distillation and register tokens first)", _SDPA, "none",
+                 "bidirectional, no padding", norm="layernorm", strict=True),
     Architecture("distilbert", "DistilBERT", ("distilbert",), ("distilbert",), "transformer.layer", "attention",
                  "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", ("n_heads",), None,
                  "absolute (embeddings)", _SDPA, "none", "bidirectional"),
@@ -155,9 +161,9 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("seq2seq", "UMT5, LongT5, Pegasus, Marian, Blenderbot, M2M-100", ("umt5", "longt5", "pegasus", "marian",
             "blenderbot", "m2m_100"), "encoder-decoder families not verified yet (T5, mT5, BART and mBART encoders "
             "are supported)"),
-    Refusal("vision", "ViT, DeiT, DINOv2, BEiT, Swin, CLIP vision", ("vit", "deit", "dinov2", "dinov2_with_registers",
-            "beit", "swin", "clip", "clip_vision_model", "siglip", "siglip_vision_model"),
-            "image inputs: attnspec diagnoses token sequences from texts only (no --images yet)"),
+    Refusal("vision-other", "BEiT, Swin, CLIP/SigLIP vision", ("beit", "swin", "clip", "clip_vision_model", "siglip",
+            "siglip_vision_model"), "relative position tables (BEiT), windowed shifted attention (Swin) or a "
+            "joint text-image model (CLIP/SigLIP): not verified yet (ViT, DeiT and DINOv2 are supported)"),
     Refusal("alibi", "BLOOM, MPT, Falcon with ALiBi", ("bloom", "mpt"), "ALiBi biases are added inside the "
             "module and not recorded yet"),
     Refusal("xlnet", "XLNet, Transformer-XL, Reformer, Longformer, BigBird", ("xlnet", "transfo-xl", "reformer",

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["make_batches"]
+__all__ = ["make_batches", "image_inputs", "generated_images"]
 
 
 def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, max_length: int = 128,
@@ -35,6 +35,16 @@ def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, m
         mask = torch.ones(x.shape[:2], dtype=torch.long) if mask is None else mask.long()
         return [{"args": tuple(obj["args"]), "kwargs": dict(obj.get("kwargs", {})), "attention_mask": mask,
                  "special": torch.zeros(mask.shape, dtype=torch.bool), "order": list(range(mask.shape[0]))}]
+    if isinstance(obj, dict) and "pixel_values" in obj:   # images (vision transformers): see image_inputs
+        x = obj["pixel_values"]
+        if "attention_mask" not in obj:
+            raise ValueError("image inputs need an attention_mask over the model's tokens: build them with "
+                             "attnspec.models.image_inputs(model, pixel_values)")
+        mask = torch.as_tensor(obj["attention_mask"]).long()
+        special = torch.as_tensor(obj.get("special_tokens_mask", torch.zeros_like(mask))).bool()
+        return [{"pixel_values": x[s:s + bucket_size], "attention_mask": mask[s:s + bucket_size],
+                 "special": special[s:s + bucket_size], "order": list(range(s, min(len(x), s + bucket_size)))}
+                for s in range(0, len(x), bucket_size)]
     if hasattr(obj, "keys") and "input_ids" in obj:  # a BatchEncoding / dict of token ids
         ids = torch.as_tensor(obj["input_ids"])
         mask = torch.as_tensor(obj.get("attention_mask", torch.ones_like(ids)))
@@ -67,3 +77,57 @@ def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, m
         batches.append({"input_ids": ids, "attention_mask": mask, "special": special,
                         "order": [first_id + i for i in idx]})
     return batches
+
+
+def image_inputs(model: Any, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Inputs for :func:`attnspec.diagnose` from images ``(N, C, H, W)`` for a vision transformer.
+
+    The token count comes from one call of the model's own embeddings on the first image (class token,
+    distillation or register tokens, then patches); those leading tokens are marked special (excluded as
+    queries from the confidence baseline, like [CLS] in texts). Every token is real: ``attention_mask`` is
+    all ones.
+    """
+    m = getattr(model, "model", model)
+    emb = None
+    for cand in (m, getattr(m, "vit", None), getattr(m, "deit", None), getattr(m, "dinov2", None)):
+        emb = getattr(cand, "embeddings", None) if cand is not None else None
+        if emb is not None:
+            break
+    if emb is None:
+        raise ValueError(f"{type(m).__name__}: no embeddings module to count image tokens with")
+    x = torch.as_tensor(pixel_values)
+    p = next(m.parameters())
+    with torch.no_grad():
+        L = emb(x[:1].to(device=p.device, dtype=p.dtype)).shape[1]
+    cfg = getattr(m, "config", None)
+    patch = getattr(cfg, "patch_size", None)
+    n_patches = (x.shape[-2] // patch) * (x.shape[-1] // patch) if patch else L - 1
+    special = torch.zeros(x.shape[0], L, dtype=torch.bool)
+    special[:, :max(0, L - n_patches)] = True
+    return {"pixel_values": x, "attention_mask": torch.ones(x.shape[0], L, dtype=torch.long),
+            "special_tokens_mask": special}
+
+
+def generated_images(n: int, size: int = 224, channels: int = 3, seed: int = 0) -> torch.Tensor:
+    """``n`` deterministic synthetic images ``(n, channels, size, size)``, roughly standardized.
+
+    Each image is a sum of a few oriented sinusoidal gratings, a soft disc and a colour gradient with
+    seeded random parameters (``torch.Generator``): structured enough for attention to have something to
+    select, reproducible without any downloaded data set.
+    """
+    g = torch.Generator().manual_seed(seed)
+    t = torch.linspace(-1, 1, size)
+    yy, xx = torch.meshgrid(t, t, indexing="ij")
+    out = torch.empty(n, channels, size, size)
+    for k in range(n):
+        img = torch.zeros(channels, size, size)
+        for _ in range(3):
+            theta, freq, phase = torch.rand(3, generator=g) * torch.tensor([3.1416, 12.0, 6.2832])
+            amp = torch.rand(channels, 1, 1, generator=g)
+            img += amp * torch.sin(freq * (xx * torch.cos(theta) + yy * torch.sin(theta)) + phase)
+        cx, cy, r = torch.rand(3, generator=g) * torch.tensor([1.6, 1.6, 0.5]) - torch.tensor([0.8, 0.8, -0.1])
+        disc = torch.sigmoid((r - ((xx - cx) ** 2 + (yy - cy) ** 2).sqrt()) * 20)
+        img += disc * (torch.rand(channels, 1, 1, generator=g) * 2 - 1) + (torch.rand(channels, 1, 1, generator=g)
+                                                                             * xx + yy * 0.3)
+        out[k] = (img - img.mean()) / img.std().clamp_min(1e-6)
+    return out
