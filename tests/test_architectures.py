@@ -44,6 +44,9 @@ def _supported():
         "roberta": (tr.RobertaModel, tr.RobertaConfig(**S, pad_token_id=1)),
         "xlm-roberta": (tr.XLMRobertaModel, tr.XLMRobertaConfig(**S, pad_token_id=1)),
         "electra": (tr.ElectraModel, tr.ElectraConfig(embedding_size=16, **S)),
+        "albert": (tr.AlbertModel, tr.AlbertConfig(embedding_size=16, **S)),
+        "albert-groups": (tr.AlbertModel, tr.AlbertConfig(embedding_size=16, **dict(S, num_hidden_layers=4),
+                                                          num_hidden_groups=2)),
         "mpnet": (tr.MPNetModel, tr.MPNetConfig(**S)),
         "deberta-v2": (tr.DebertaV2Model, tr.DebertaV2Config(relative_attention=True, pos_att_type=["p2c", "c2p"],
                                                              position_buckets=16, max_relative_positions=32, **S)),
@@ -78,7 +81,7 @@ def _supported():
 
 #: Variants of a family already covered by another entry: their CLI run is marked slow (the attention and
 #: removal checks, a second or less each, always run).
-_VARIANTS = {"deberta-v2-conv", "roberta", "xlm-roberta", "electra", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "olmo",
+_VARIANTS = {"albert-groups", "deberta-v2-conv", "roberta", "xlm-roberta", "electra", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "olmo",
              "phi"}
 #: Vision transformers: image inputs (attnspec.models.image_inputs on generated images), no tokenizer, no CLI yet.
 VISION = {
@@ -94,7 +97,6 @@ SUPPORTED = list(_supported())
 ALL = SUPPORTED + list(VISION)
 CLI_CASES = [pytest.param(n, marks=pytest.mark.slow) if n in _VARIANTS else n for n in SUPPORTED]
 REFUSED_CASES = {
-    "albert": lambda: tr.AlbertModel(tr.AlbertConfig(embedding_size=16, **S)),
     "deberta": lambda: tr.DebertaModel(tr.DebertaConfig(relative_attention=True, pos_att_type=["p2c", "c2p"], **S)),
     "seq2seq": lambda: tr.PegasusModel(tr.PegasusConfig(vocab_size=V, d_model=32, encoder_layers=1, decoder_layers=1,
                                                         encoder_attention_heads=4, decoder_attention_heads=4,
@@ -142,7 +144,7 @@ def test_cli_heads_table(saved, name, tmp_path):
     assert rc == 0
     heads = pd.read_csv(out / "heads.csv")
     H, L = ad.sites[0].n_heads, len(ad.sites)
-    assert len(heads) == H * L == 8
+    assert len(heads) == H * L == 4 * model.config.num_hidden_layers
     numeric = heads.select_dtypes("number")
     assert not numeric.isna().any().any(), numeric.columns[numeric.isna().any()].tolist()
 
@@ -209,9 +211,16 @@ def _metric(ad, batch):
     return effect
 
 
-def _zero(h, dh):
-    """Pre-hook zeroing head ``h``'s slice of the output projection's input, by hand."""
+def _zero(h, site):
+    """Pre-hook zeroing head ``h``'s slice of the output projection's input, by hand; for a projection shared
+    by several layers (ALBERT) only in this site's call."""
+    dh, calls = site.head_dim, [0]
+
     def hook(mod, args):
+        k = calls[0]
+        calls[0] += 1
+        if site.application is not None and k % site.n_applications != site.application:
+            return None
         x = args[0].clone()
         x[..., h * dh:(h + 1) * dh] = 0
         return (x,) + tuple(args[1:])
@@ -229,7 +238,7 @@ def test_removal_equals_zeroing_by_hand(saved, name):
     tol = 5e-7 if ad.kind == "causal-lm" else 1e-7
     for i in range(len(ad.sites)):
         for h in range(ad.sites[i].n_heads):
-            want = effect(ad.sites[i], _zero(h, ad.sites[i].head_dim))
+            want = effect(ad.sites[i], _zero(h, ad.sites[i]))
             assert abs(got[i, h] - want) <= 1e-5 * abs(want) + tol, (i, h, got[i, h], want)
     assert np.abs(got).min() > 1e-8     # every removal changes the output
 
@@ -291,3 +300,14 @@ def test_vision_diagnosis_on_generated_images(saved, name, tmp_path):
     assert len(d.heads) == 8 and not d.heads.select_dtypes("number").isna().any().any()
     d.report(tmp_path / "report.html")
     assert (tmp_path / "report.html").stat().st_size > 1000
+
+
+def test_albert_sites_are_applications_of_shared_layers(saved):
+    """4 layers in 2 groups: 4 sites, each the k-th call of its group's attention, distinct removal effects."""
+    _, model, _, batch = saved("albert-groups")
+    ad = adapt(model)
+    groups = model.encoder.albert_layer_groups
+    assert [(s.application, s.n_applications) for s in ad.sites] == [(0, 2), (1, 2), (0, 2), (1, 2)]
+    assert ad.sites[0].out_proj is ad.sites[1].out_proj is groups[0].albert_layers[0].attention.dense
+    assert ad.sites[2].out_proj is groups[1].albert_layers[0].attention.dense
+    assert len({id(s.module) for s in ad.sites}) == 4 and not ad.can_reuse

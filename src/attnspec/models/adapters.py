@@ -19,7 +19,7 @@ each attention call (:mod:`attnspec.models.attention_calls`) and recomputes the 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -28,6 +28,7 @@ from torch import nn
 
 from .architectures import (ARCHITECTURES, Architecture, ArchitectureError, detect, get_path, resolve,
                             stack_of)
+from .attention_calls import Application, register_applications
 from .emitters import register
 from .protocol import AttentionSite, CustomAttention
 
@@ -196,9 +197,44 @@ def _tail(arch: Architecture, model: nn.Module, base: nn.Module, cfg: Any) -> tu
     return "causal-lm", tail
 
 
+def _shared_layers(arch: Architecture, groups: list, cfg: Any) -> list:
+    """ALBERT's applications in call order: ``(layer, name, application index, applications of its module)``;
+    layer ``i`` runs group ``int(i / (N / G))``, whose inner layers run in turn."""
+    N, G = cfg.num_hidden_layers, len(groups)
+    order = [(g, j) for i in range(N) for g in [int(i / (N / G))] for j in range(len(groups[g].albert_layers))]
+    seen: dict = {}
+    out = []
+    for g, j in order:
+        k = seen.get((g, j), 0)
+        seen[(g, j)] = k + 1
+        out.append((groups[g].albert_layers[j], f"albert_layer_groups.{g}.albert_layers.{j}", k, order.count((g, j))))
+    return out
+
+
+def _albert(model: nn.Module, arch: Architecture, base: nn.Module, groups: list, geo: dict, cfg: Any) -> list:
+    """One site per application of a shared layer; its module is an :class:`Application` stand-in."""
+    sites, apps = [], {}
+    for i, (layer, name, k, n) in enumerate(_shared_layers(arch, groups, cfg)):
+        site = _site(replace(arch, attention="attention", q="attention.query", k="attention.key",
+                             v="attention.value", o="attention.dense"), layer, i, geo, cfg, False)
+        shared = site.module
+        site.module = Application(shared, k)
+        site.name = f"encoder.{name}.attention (application {k + 1} of {n})"
+        site.block, site.mask_kwarg, site.application, site.n_applications = None, None, k, n
+        apps.setdefault(shared, []).append(site.module)
+        sites.append(site)
+    for shared, stand_ins in apps.items():
+        register_applications(shared, stand_ins)
+    return sites
+
+
 def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
     model = stack_of(arch, model)     # encoder-decoders: the encoder stack is the diagnosed model
     base, layers, geo = resolve(arch, model)
+    cfg = getattr(model.config, "text_config", None) or model.config
+    if arch.shared:   # no block re-use: every removal is a full forward pass
+        return ModelAdapter(model, _albert(model, arch, base, layers, geo, cfg), "encoder", None, family=arch.family,
+                            base=base, architecture=arch)
     cfg = getattr(model.config, "text_config", None) or model.config
     sites = [_site(arch, layer, i, geo, cfg, arch.kind == "causal-lm") for i, layer in enumerate(layers)]
     kind, tail = _tail(arch, model, base, cfg)

@@ -70,6 +70,7 @@ class Architecture:
     broadcast: bool = True        # blocks broadcast over a leading replica axis (ModelAdapter.blocks_broadcast)
     no_reuse: str | None = None   # config key that, when set, puts work between blocks: full forwards only
     stack: str | None = None      # encoder-decoders: the sub-module diagnosed as the model (its encoder)
+    shared: bool = False          # layer groups applied several times (ALBERT): one site per application
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,11 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  "attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
                  ("num_attention_heads",), None, "absolute + relative bias (T5 buckets, shared by layers)", _SDPA,
                  "none", "bidirectional", capture="hooked:mpnet", strict=True),
+    Architecture("albert", "ALBERT (layers share their weights)", ("albert",), ("albert",), "encoder.albert_layer_groups",
+                 "albert_layers.0.attention", "albert_layers.0.attention.query", "albert_layers.0.attention.key",
+                 "albert_layers.0.attention.value", "albert_layers.0.attention.dense", ("num_attention_heads",), None,
+                 "absolute (embeddings)", _SDPA, "none", "bidirectional; one module applied by several layers",
+                 strict=True, shared=True),
     Architecture("deberta-v2", "DeBERTa-v2, DeBERTa-v3", ("deberta-v2",), ("deberta",), "encoder.layer",
                  "attention.self", "attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj",
                  "attention.output.dense", ("num_attention_heads",), None,
@@ -153,9 +159,6 @@ ARCHITECTURES: tuple[Architecture, ...] = (
 
 #: Families refused before any work, with the reason.
 REFUSED: tuple[Refusal, ...] = (
-    Refusal("albert", "ALBERT", ("albert",), "one attention module is shared by every layer (num_hidden_layers "
-            "applications of the same weights); attnspec maps one module to one layer, so its per-layer heads "
-            "cannot be told apart yet"),
     Refusal("deberta", "DeBERTa (v1)", ("deberta",), "its fused in_proj with separate q/v biases and its relative "
             "attention are not recorded yet (DeBERTa-v2/v3 are supported)"),
     Refusal("seq2seq", "UMT5, LongT5, Pegasus, Marian, Blenderbot, M2M-100", ("umt5", "longt5", "pegasus", "marian",

@@ -21,6 +21,7 @@ Shapes: ``query`` ``(B, H, L, d)``, ``key`` ``(B, H_kv, L, d)``, ``value`` ``(B,
 """
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -29,7 +30,24 @@ import torch
 
 from .emitters import registered
 
-__all__ = ["AttentionCall", "record_attention_calls", "allowed_from_mask"]
+__all__ = ["AttentionCall", "record_attention_calls", "allowed_from_mask", "Application", "register_applications"]
+
+_APPLICATIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
+
+
+class Application(torch.nn.Module):
+    """Stand-in for the ``index``-th call of an attention module shared by several layers (ALBERT): recorded
+    calls of the shared module are attributed to its applications in call order. Never called itself."""
+
+    def __init__(self, shared: torch.nn.Module, index: int):
+        super().__init__()
+        object.__setattr__(self, "shared", shared)    # not a submodule: parameters stay the model's
+        self.index = index
+
+
+def register_applications(shared: torch.nn.Module, applications: list) -> None:
+    """Attribute the calls of ``shared`` to ``applications`` (in order, cyclically) while recording."""
+    _APPLICATIONS[shared] = list(applications)
 
 
 @dataclass
@@ -160,12 +178,21 @@ def record_attention_calls(on_call: Callable[[AttentionCall], None], valid: torc
     from transformers.modeling_utils import AttentionInterface
 
     original = AttentionInterface.get_interface
+    counts: dict = {}
+
+    def alias(module):
+        apps = _APPLICATIONS.get(module)
+        if not apps:
+            return module
+        k = counts.get(id(module), 0)
+        counts[id(module)] = k + 1
+        return apps[k % len(apps)]
 
     def get_interface(self, attn_implementation, default):
         fn = original(self, attn_implementation, default)
 
         def recorded(module, query, key, value, attention_mask, *args, **kwargs):
-            on_call(_to_call(module, query, key, value, attention_mask, kwargs, valid))
+            on_call(_to_call(alias(module), query, key, value, attention_mask, kwargs, valid))
             return fn(module, query, key, value, attention_mask, *args, **kwargs)
         return recorded
 
@@ -174,7 +201,7 @@ def record_attention_calls(on_call: Callable[[AttentionCall], None], valid: torc
         def pre_hook(mod, args, kwargs, emit=emit):
             with torch.no_grad():
                 q, k, v, mask, kw = emit(mod, args, kwargs)
-            on_call(_to_call(mod, q, k, v, mask, kw, valid))
+            on_call(_to_call(alias(mod), q, k, v, mask, kw, valid))
         handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
     AttentionInterface.get_interface = get_interface
     try:

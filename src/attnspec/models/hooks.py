@@ -132,14 +132,21 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
                     cap.weights[i], cap.values[i], cap.contexts[i] = A.detach(), V.detach(), ctx.detach()
                 handles.append(s.module.register_forward_hook(mha_hook, with_kwargs=True))
             else:
-                def w_hook(mod, args, output, i=i, s=s):
+                wc, vc, cc = [0], [0], [0]    # call counters of shared modules (ALBERT), one per hook
+
+                def w_hook(mod, args, output, i=i, s=s, wc=wc):
+                    if not s.is_mine(wc):
+                        return
                     w = s.weights_pick(output) if keep_weights else None
                     if w is not None:   # eager kernels return the weights; others were recorded by on_call
                         cap.weights[i] = w.detach()
-                def v_hook(mod, args, output, i=i, s=s):
-                    cap.values[i] = s.values_pick(output).detach()
-                def c_hook(mod, args, i=i):
-                    cap.contexts[i] = args[0].detach()
+                def v_hook(mod, args, output, i=i, s=s, vc=vc):
+                    if s.is_mine(vc):
+                        cap.values[i] = s.values_pick(output).detach()
+
+                def c_hook(mod, args, i=i, s=s, cc=cc):
+                    if s.is_mine(cc):
+                        cap.contexts[i] = args[0].detach()
                 handles.append(s.weights_module.register_forward_hook(w_hook))
                 if s.values_module is not None:
                     handles.append(s.values_module.register_forward_hook(v_hook))
@@ -208,7 +215,11 @@ def ablate(site: AttentionSite, edit: HeadEdit, expand: bool = False) -> Iterato
             return _mha_output(mod, edit.apply(ctx, site.n_heads), output)
         h = site.module.register_forward_hook(hook, with_kwargs=True)
     else:
+        count = [0]
+
         def hook(mod, args):
+            if not site.is_mine(count):    # a shared output projection, another layer's call
+                return None
             x = edit.replicas(args[0], site.n_heads) if expand else edit.apply(args[0], site.n_heads)
             return (x,) + tuple(args[1:])
         h = site.out_proj.register_forward_pre_hook(hook)
@@ -234,7 +245,9 @@ def gate(sites: Sequence[AttentionSite], gates: Sequence[torch.Tensor]) -> Itera
                     return _mha_output(mod, scaled(ctx, g, s.n_heads), output)
                 handles.append(s.module.register_forward_hook(hook, with_kwargs=True))
             else:
-                def hook(mod, args, s=s, g=g):
+                def hook(mod, args, s=s, g=g, count=[0]):
+                    if not s.is_mine(count):
+                        return None
                     return (scaled(args[0], g, s.n_heads),) + tuple(args[1:])
                 handles.append(s.out_proj.register_forward_pre_hook(hook))
         yield

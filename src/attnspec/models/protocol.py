@@ -124,6 +124,12 @@ class AttentionSite:
     block : nn.Module or None
         The residual block that contains this layer, called as ``block(hidden, **kwargs)``; enables
         activation reuse in exact ablation. ``None`` falls back to full forward passes.
+    application, n_applications : int or None, int
+        Layers that share one attention module (ALBERT applies the same weights ``n_applications`` times):
+        this site is the ``application``-th call of the shared module in a forward pass. ``module`` is then a
+        per-application stand-in (:class:`attnspec.models.attention_calls.Application`) to which recorded
+        calls are attributed, and hooks on the shared modules act on this site's call only
+        (:meth:`is_mine`). ``None``: an unshared module.
     recompute : callable or None
         For modules whose internals cannot be hooked (``nn.MultiheadAttention``): a function
         ``(module, args, kwargs) -> (A, V)`` recomputing weights and values from the call's inputs.
@@ -149,6 +155,17 @@ class AttentionSite:
     kind: str = "hf"
     mask_kwarg: str | None = None
     causal_inside: bool = False
+    application: int | None = None
+    n_applications: int = 1
+
+    def is_mine(self, counter: list) -> bool:
+        """For a module shared by several layers (ALBERT): count one call in ``counter`` (a one-element list)
+        and say whether it is this site's application; always True for unshared modules."""
+        if self.application is None:
+            return True
+        k = counter[0]
+        counter[0] += 1
+        return k % self.n_applications == self.application
 
     def w_out(self) -> torch.Tensor:
         """``W_O`` as ``(H * d_head, d_out)`` so that the layer output is ``C @ W_O + b``."""
