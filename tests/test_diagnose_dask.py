@@ -134,3 +134,28 @@ def test_worker_killed_mid_run_is_recovered(client, reference, tmp_path):
     client.wait_for_workers(2, timeout=120)          # the nanny restarted the worker
     assert int(pid) not in set(client.run(os.getpid).values())
     _assert_same_tables(d, reference)
+
+
+def test_removal_jobs_cover_every_chosen_head_once_per_batch():
+    """Tasks of exact removal: groups of batches when there are enough, else (layer, head block) units
+    within each batch, the blocks being the heads one suffix pass removes together."""
+    from attnspec.diagnostics.distributed import _removal_jobs
+    batches = [{"attention_mask": torch.ones(4, L, dtype=torch.long), "order": [i]} for i, L in enumerate((10, 20, 40))]
+    n_heads = [12, 12, 8]
+    grouped = _removal_jobs(batches, n_heads, None, 2, 16384)
+    assert [len(b) for b, _ in grouped] == [2, 1] and all(h is None for _, h in grouped)
+    for heads_of, max_tokens in ((None, 100), ({0: [1, 5, 7], 2: [0]}, 40)):
+        jobs = _removal_jobs(batches, n_heads, heads_of, 8, max_tokens)
+        assert len(jobs) > len(batches)
+        for b in batches:
+            got = sorted((i, h) for bs, ho in jobs if bs[0] is b for i, hs in ho.items() for h in hs)
+            want = sorted((i, h) for i, H in enumerate(n_heads) for h in range(H)
+                          if heads_of is None or h in heads_of.get(i, ()))
+            assert got == want
+            K = max(1, max_tokens // (4 * b["attention_mask"].shape[1]))
+            for bs, ho in jobs:             # whole blocks of K consecutive chosen heads per task
+                if bs[0] is b:
+                    for i, hs in ho.items():
+                        chosen = list(range(n_heads[i])) if heads_of is None else sorted(heads_of[i])
+                        starts = [chosen.index(h) for h in hs]
+                        assert starts[0] % K == 0 and (len(hs) % K == 0 or hs[-1] == chosen[-1])

@@ -250,22 +250,21 @@ def _fold(parts: list) -> Any:
 
 
 def _split(items: Sequence, cost: Sequence[float], n: int) -> list[list]:
-    """``items`` cut into at most ``n`` contiguous non-empty parts of about equal total ``cost``."""
-    if not items:
+    """``items`` cut into ``min(n, len(items))`` contiguous non-empty parts, the ``k``-th cut where the
+    running cost comes nearest to ``k / n`` of the total."""
+    m = len(items)
+    if m == 0:
         return []
-    if n >= len(items):
-        return [[it] for it in items]
-    n = max(1, n)
-    total, out, cur, acc = float(sum(cost)), [], [], 0.0
-    for it, c in zip(items, cost):
-        cur.append(it)
-        acc += c
-        if acc * n >= total * (len(out) + 1) and len(out) < n - 1:
-            out.append(cur)
-            cur = []
-    if cur:
-        out.append(cur)
-    return out
+    n = max(1, min(n, m))
+    cum = [0.0]
+    for c in cost:
+        cum.append(cum[-1] + float(c))
+    cuts = [0]
+    for k in range(1, n):
+        target = cum[-1] * k / n
+        cuts.append(min(range(cuts[-1] + 1, m - (n - k) + 1), key=lambda j: abs(cum[j] - target)))
+    cuts.append(m)
+    return [list(items[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 def _groups(batches: Sequence[dict], n: int) -> list[list[dict]]:
