@@ -72,6 +72,8 @@ def _supported():
                                                          final_logit_softcapping=3.0, **DEC)),
         "gemma3": (tr.Gemma3ForCausalLM, tr.Gemma3TextConfig(head_dim=8, sliding_window=6, **DEC)),
         "phi3": (tr.Phi3ForCausalLM, tr.Phi3Config(**DEC)),
+        "qwen3-moe": (tr.Qwen3MoeForCausalLM, tr.Qwen3MoeConfig(num_experts=4, num_experts_per_tok=2,
+                                                               moe_intermediate_size=16, head_dim=8, **DEC)),
         "olmo": (tr.OlmoForCausalLM, tr.OlmoConfig(**DEC)),
         "phi": (tr.PhiForCausalLM, tr.PhiConfig(**S)),
         "falcon": (tr.FalconForCausalLM, tr.FalconConfig(vocab_size=V, hidden_size=32, num_attention_heads=4,
@@ -81,8 +83,8 @@ def _supported():
 
 #: Variants of a family already covered by another entry: their CLI run is marked slow (the attention and
 #: removal checks, a second or less each, always run).
-_VARIANTS = {"albert-groups", "deberta-v2-conv", "roberta", "xlm-roberta", "electra", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "olmo",
-             "phi"}
+_VARIANTS = {"albert-groups", "deberta-v2-conv", "roberta", "xlm-roberta", "electra", "mistral", "qwen2", "qwen3",
+             "gemma", "gemma2", "gemma3", "olmo", "phi", "qwen3-moe"}
 #: Vision transformers: image inputs (attnspec.models.image_inputs on generated images), no tokenizer, no CLI yet.
 VISION = {
     "vit": (tr.ViTModel, tr.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,

@@ -240,7 +240,7 @@ def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
     kind, tail = _tail(arch, model, base, cfg)
     if arch.no_reuse and getattr(cfg, arch.no_reuse, None):   # e.g. DeBERTa's convolution after the first layer
         tail = None
-    family = getattr(cfg, "model_type", None) if arch.family == "llama" else arch.family
+    family = getattr(cfg, "model_type", None) if arch.family in ("llama", "llama-moe") else arch.family
     return ModelAdapter(model, sites, kind, tail, family=family or arch.family, base=base, blocks_broadcast=arch.broadcast,
                         decoder=arch.kind == "causal-lm", architecture=arch)
 

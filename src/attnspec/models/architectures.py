@@ -84,10 +84,10 @@ class Refusal:
 
 
 _BERT_TYPES = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "xlm-roberta-xl", "ernie", "data2vec-text",
-               "roberta-prelayernorm", "bert-generation", "xmod", "markuplm", "layoutlm")
-_LLAMA_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-                "gemma3", "gemma3_text", "olmo", "olmo2", "olmo3", "granite", "cohere", "starcoder2", "smollm3",
-                "glm", "helium", "ministral", "phi")
+               "roberta-prelayernorm")
+_LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text", "olmo", "olmo2",
+                "olmo3", "granite", "cohere", "starcoder2", "smollm3", "glm", "helium", "ministral", "phi")
+_MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe")
 _DECODER_BASE = ("model", "language_model")
 _SDPA = "1/sqrt(d_head)"
 
@@ -145,6 +145,11 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  _SDPA + " (Gemma 2/3: query_pre_attn_scalar^-1/2)", "Gemma 2: attn_logit_softcapping",
                  "causal; sliding window per layer (Mistral, Qwen2, Gemma 2/3 layer_types)", kind="causal-lm",
                  norm="norm|final_layernorm"),
+    Architecture("llama-moe", "Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE (mixture-of-experts MLPs)", _MOE_TYPES,
+                 _DECODER_BASE, "layers", "self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                 "self_attn.o_proj", ("num_attention_heads",), ("num_key_value_heads",), "RoPE", _SDPA, "none",
+                 "causal; sliding window", kind="causal-lm", norm="norm", strict=True,
+                 broadcast=False),   # expert routing reshapes its input: removals stacked on the batch axis
     Architecture("phi3", "Phi-3, Phi-3.5, Phi-4-mini", ("phi3",), _DECODER_BASE, "layers", "self_attn",
                  "self_attn.qkv_proj", "self_attn.qkv_proj", "self_attn.qkv_proj", "self_attn.o_proj",
                  ("num_attention_heads",), ("num_key_value_heads",), "RoPE (LongRoPE scaling)", _SDPA, "none",
