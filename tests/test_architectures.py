@@ -313,3 +313,22 @@ def test_albert_sites_are_applications_of_shared_layers(saved):
     assert ad.sites[0].out_proj is ad.sites[1].out_proj is groups[0].albert_layers[0].attention.dense
     assert ad.sites[2].out_proj is groups[1].albert_layers[0].attention.dense
     assert len({id(s.module) for s in ad.sites}) == 4 and not ad.can_reuse
+
+
+def test_unlisted_model_type_matched_by_structure(saved):
+    """A BERT under a model_type the table does not list: matched by structure, removals not broadcast, and
+    exact removal still equals zeroing by hand."""
+    _, model, _, batch = saved("bert")
+    cfg = model.config
+    old = cfg.model_type
+    try:
+        cfg.model_type = "my-bert"
+        ad = adapt(model)
+        assert ad.family == "bert" and not ad.blocks_broadcast
+        tot, cnt = removal_effects(ad, [batch], max_tokens=10 ** 6)
+        effect = _metric(ad, batch)
+        want = effect(ad.sites[1], _zero(2, ad.sites[1]))
+        assert abs(tot[1, 2] / cnt[1, 2] - want) <= 1e-5 * abs(want) + 1e-7
+    finally:
+        cfg.model_type = old
+    assert adapt(model).blocks_broadcast

@@ -235,13 +235,14 @@ def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
     if arch.shared:   # no block re-use: every removal is a full forward pass
         return ModelAdapter(model, _albert(model, arch, base, layers, geo, cfg), "encoder", None, family=arch.family,
                             base=base, architecture=arch)
-    cfg = getattr(model.config, "text_config", None) or model.config
     sites = [_site(arch, layer, i, geo, cfg, arch.kind == "causal-lm") for i, layer in enumerate(layers)]
     kind, tail = _tail(arch, model, base, cfg)
     if arch.no_reuse and getattr(cfg, arch.no_reuse, None):   # e.g. DeBERTa's convolution after the first layer
         tail = None
     family = getattr(cfg, "model_type", None) if arch.family in ("llama", "llama-moe") else arch.family
-    return ModelAdapter(model, sites, kind, tail, family=family or arch.family, base=base, blocks_broadcast=arch.broadcast,
+    # a model type matched by structure only: its blocks were never checked to broadcast over replicas
+    broadcast = arch.broadcast and getattr(cfg, "model_type", None) in arch.model_types
+    return ModelAdapter(model, sites, kind, tail, family=family or arch.family, base=base, blocks_broadcast=broadcast,
                         decoder=arch.kind == "causal-lm", architecture=arch)
 
 
