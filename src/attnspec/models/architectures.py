@@ -42,8 +42,14 @@ class Architecture:
     """One family: where its attention lives and what its attention computes.
 
     Paths are dotted attribute paths; ``layers`` is relative to the base model, the others to one layer.
-    ``q``/``k``/``v`` may name the same fused module (``qkv``). ``heads``/``kv_heads`` list config keys
-    tried in order (``None`` for ``kv_heads``: no key/value sharing).
+    ``q``/``k``/``v`` may name the same fused module (``qkv``); ``'x|y'`` tries ``x`` then ``y``.
+    ``heads``/``kv_heads`` list config keys tried in order (``None`` for ``kv_heads``: no key/value sharing).
+    ``position``, ``scaling``, ``softcap`` and ``mask`` describe the family for the table (the diagnosis reads
+    the actual values from each recorded call). ``stack`` names the encoder of an encoder-decoder, diagnosed
+    as the model; ``shared`` marks layer groups applied several times (ALBERT: one site per application);
+    ``broadcast`` says whether the blocks broadcast over a leading replica axis in exact removal;
+    ``no_reuse`` names a config key whose presence puts work between blocks (full forwards then);
+    ``strict`` entries are claimed by ``model_type`` only, never by structure alone.
     """
 
     family: str
