@@ -37,6 +37,9 @@ n, L = job["n_texts"], job["max_length"]
 texts = packed_texts(tok, n, L) if causal else builtin_texts(n)
 batches = make_batches(tok, texts, max_length=L, bucket_size=16)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+if job["what"] == "both":               # warm-up: first calls allocate and choose kernels
+    with torch.no_grad():
+        ad.run_base(batches[0])
 out = {"tokens": int(sum(int(b["attention_mask"].sum()) for b in batches)), "rss_loaded_mb": base}
 if job["what"] in ("forward", "both"):
     t = time.perf_counter()
@@ -72,6 +75,8 @@ def main() -> None:
     ap.add_argument("--lengths", default="128,512,2048")
     args = ap.parse_args()
     parts = args.parts.split(",")
+    import os
+    print(f"load average at start: {os.getloadavg()[0]:.1f} (figures are upper bounds on a busy machine)")
     if "speed" in parts:
         print("speed (one-pass diagnosis vs plain forward, same batches):")
         for m in args.models.split(","):

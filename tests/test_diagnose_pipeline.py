@@ -98,7 +98,7 @@ def test_outputs_unchanged_by_recording(family, tok):
 def _run(adapter, tok, texts, n_shards, tile_bytes=32 * 2 ** 20):
     shards = make_shards(tok, texts, n_shards, bucket_size=4, removal_bucket_size=2)
     res = run_steps(adapter, shards, seed=3, mean_ablation=True, tile_bytes=tile_bytes)
-    return tables_and_summary(adapter, res, removal=True, mean_ablation=True, gradient=True, threshold=np.log(2),
+    return tables_and_summary(adapter, res, mean_ablation=True, gradient=True, threshold=np.log(2),
                               min_tokens=0, timings={}, source="user", max_length=128, bucket_size=4, seed=3,
                               model_name="m")
 

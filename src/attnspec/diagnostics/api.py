@@ -245,6 +245,7 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
     rem, code, positions = RemovalSums(), None, None
     if gradient or mode in ("screened", "first-order"):
         rem = _merge([first_order_pass(adapter, sh.batches, seed, progress) for sh in shards])
+        timings["first_order"] = time.perf_counter() - t0
     heads_of = None
     if mode == "screened":
         heads_of, code = screen_heads(rem.first_order.mean(), [s.n_heads for s in adapter.sites], screen_top,

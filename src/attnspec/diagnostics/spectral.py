@@ -123,15 +123,6 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
     return np.stack([_top(ev[:, h], r) for h in range(H)])
 
 
-def _frames(G: np.ndarray, tol: float = 1e-8) -> np.ndarray:
-    """Orthonormal frames ``G (G^T G)^{-1/2}`` (polar factor), columns ordered by decreasing Gram
-    eigenvalue, null directions set to 0. ``G`` ``(..., L, k)``."""
-    lam, U = np.linalg.eigh(np.swapaxes(G, -1, -2) @ G)
-    lam, U = lam[..., ::-1], U[..., ::-1]
-    inv = np.where(lam > tol * lam[..., :1], 1.0 / np.sqrt(np.maximum(lam, 1e-300)), 0.0)
-    return (G @ U) * inv[..., None, :]
-
-
 def helmert_basis(n: int) -> np.ndarray:
     """Orthonormal basis ``(n, n - 1)`` of the sum-zero vectors of ``R^n`` (Helmert): column ``k``
     is ``(1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1))`` with ``k`` ones."""
@@ -139,11 +130,12 @@ def helmert_basis(n: int) -> np.ndarray:
     return np.where(i < k, 1.0, np.where(i == k, -k, 0.0)) / np.sqrt(k * (k + 1.0))
 
 
-def _haar(Z: np.ndarray) -> np.ndarray:
-    """Haar-distributed orthogonal matrices from iid Gaussian ``Z`` ``(..., m, m)`` (QR, signs of R's
-    diagonal moved into Q)."""
-    Q, R = np.linalg.qr(Z)
-    return Q * np.where(np.diagonal(R, axis1=-2, axis2=-1) < 0, -1.0, 1.0)[..., None, :]
+def _sign_fixed_qr(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Reduced QR of ``X`` ``(..., n, k)`` with ``R``'s diagonal made non-negative (unique and continuous
+    in ``X`` at full rank)."""
+    Q, R = torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(X)))
+    s = torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(R.dtype)
+    return (Q * s[..., None, :]).numpy(), (R * s[..., :, None]).numpy()
 
 
 def _rotate_text(Mb: np.ndarray, draw) -> np.ndarray:
@@ -154,14 +146,11 @@ def _rotate_text(Mb: np.ndarray, draw) -> np.ndarray:
         return np.zeros_like(Mb)
     if m <= dh:                                        # token space: O_h = E O0_h E^T, O0_h Haar on R^m
         E = helmert_basis(n)
-        return E @ (_haar(draw((H, m, m))) @ (E.T @ Mb))
-    lam, W = np.linalg.eigh(np.swapaxes(Mb, -1, -2) @ Mb)          # M_h = U Sigma W^T, rank dh here
-    lam, W = lam[..., ::-1], W[..., ::-1]
-    big = np.take_along_axis(W, np.abs(W).argmax(-2)[..., None, :], axis=-2)
-    W = W * np.where(big < 0, -1.0, 1.0)                 # eigenvector signs fixed: a continuous map of M
+        return E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ Mb))
+    R = _sign_fixed_qr(Mb)[1]                          # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
     G = draw((H, n, dh))
-    F = _frames(G - G.mean(-2, keepdims=True))         # Haar dh-frame in the centered span
-    return (F * np.sqrt(np.maximum(lam, 0))[..., None, :]) @ np.swapaxes(W, -1, -2)
+    F = _sign_fixed_qr(G - G.mean(-2, keepdims=True))[0]   # Haar dh-frame in the centered span
+    return F @ R
 
 
 def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
@@ -172,9 +161,10 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     of heads in token space, i.e. their dependence, is destroyed. With ``M_h = U_h Sigma_h W_h^T`` the
     result is ``F_h Sigma_h W_h^T``, ``F_h = O_h U_h`` a Haar frame; it is drawn at the cheaper size:
     for ``n_b - 1 <= d_head`` as ``O_h = E O0_h E^T`` (``E`` the Helmert basis of the centered span,
-    ``O0_h`` Haar from the QR of a Gaussian ``(n_b-1) x (n_b-1)``), otherwise as the polar factor of a
-    centered Gaussian ``n_b x d_head`` with ``Sigma_h, W_h`` from the ``d_head x d_head`` Gram (the
-    signs of ``W_h``'s columns fixed, largest entry positive, so that the map is continuous in ``M``).
+    ``O0_h`` Haar from the QR of a Gaussian ``(n_b-1) x (n_b-1)``), otherwise as ``F_h R_h`` with
+    ``M_h = Q_h R_h`` (``O_h Q_h`` is a Haar frame, drawn as ``F_h``, the Q factor of a centered
+    Gaussian ``n_b x d_head``). QR factors have ``R``'s diagonal non-negative, so that the map is
+    continuous in ``M`` and equal inputs up to rounding give equal rotations.
     Cost per head and text ``O(min(n_b, d_head)^3)``, draws per text (:class:`TextNoise`), so the result
     depends neither on batching nor on padding. Shape ``(B, H, L, dh)``.
     """
