@@ -6,7 +6,9 @@ started (not timed), then the call is timed twice: **cold** (the workers load th
 **warm** (models already loaded). Printed per size: wall time of each call and the steps' times from
 ``summary['timings_s']``; then the speed-up of 2 workers over 1 (cold and warm). The tables of
 the two sizes are compared (they must agree to 1e-9). The load average of the machine is printed
-before and after: on a shared box the speed-up is bounded by the cores actually free.
+before and after, and per call the CPU share of a task (CPU seconds of the worker processes over
+the tasks' wall seconds; 1 when every worker has a core to itself): on a shared box the speed-up is
+bounded by the cores actually free.
 
 Usage: python benchmarks/bench_cluster.py [--n-texts 128] [--workers 1,2] [--no-warm]
 """
@@ -35,8 +37,11 @@ def _run(n_workers: int, texts: list, warm: bool) -> tuple[list[float], object]:
             d = diagnose_on_cluster("minilm", texts, client)
             walls.append(time.perf_counter() - t0)
             steps = {k: v for k, v in d.summary["timings_s"].items() if k != "total"}
+            tt = [v for k, v in d.summary["cluster"]["task_times"].items() if k != "load"]
+            share = sum(v["cpu_s"] for v in tt) / max(sum(v["wall_s"] for v in tt), 1e-9)
             print(f"  {n_workers} worker(s), {label}: {walls[-1]:7.1f} s   steps {steps}   "
-                  f"tasks {d.summary['cluster']['tasks']}   load average {os.getloadavg()[0]:.2f}", flush=True)
+                  f"tasks {d.summary['cluster']['tasks']}   CPU share of a task {share:.2f}   "
+                  f"load average {os.getloadavg()[0]:.2f}", flush=True)
     return walls, d
 
 

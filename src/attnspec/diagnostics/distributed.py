@@ -42,8 +42,6 @@ from .steps.collect import DEFAULT_TILE_BYTES
 
 __all__ = ["ModelSpec", "diagnose_on_cluster", "model_loads_in_this_process"]
 
-log = logging.getLogger(__name__)
-
 #: Groups of batches per worker thread (more groups: finer load balance and a smaller loss when a
 #: worker dies; each group costs one task and one accumulator transfer).
 GROUPS_PER_THREAD = 4
@@ -158,17 +156,33 @@ def _drop_cache(run_id: str) -> bool:
     return cache is not None
 
 
-def _in_task(spec: ModelSpec, torch_threads: int | None, fn: Callable, *args, **kwargs):
+_TIMES: dict = {}          # (run id, step) -> [tasks, wall seconds, CPU seconds] of this process' tasks
+_TIMES_LOCK = threading.Lock()
+
+
+def _in_task(spec: ModelSpec, torch_threads: int | None, tag: tuple, fn: Callable, *args, **kwargs):
     """Run ``fn(adapter, *args, **kwargs)`` with the process' model, single-threaded BLAS for numpy
-    (as :func:`attnspec.diagnose`) and ``torch_threads`` torch threads when given."""
+    (as :func:`attnspec.diagnose`) and ``torch_threads`` torch threads when given; the task's wall and
+    CPU time are added to this process' account under ``tag`` (``(run id, step)``)."""
     import torch
 
     from .api import _one_blas_thread
+    t0, c0 = time.perf_counter(), time.process_time()
     if torch_threads:
         torch.set_num_threads(int(torch_threads))
     adapter, _ = spec.load()
     with _one_blas_thread():
-        return fn(adapter, *args, **kwargs)
+        out = fn(adapter, *args, **kwargs)
+    with _TIMES_LOCK:
+        acc = _TIMES.setdefault(tag, [0, 0.0, 0.0])
+        acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + time.perf_counter() - t0, acc[2] + time.process_time() - c0
+    return out
+
+
+def _pop_times(run_id: str) -> dict:
+    """This process' task account of run ``run_id`` (removed): ``step -> [tasks, wall s, CPU s]``."""
+    with _TIMES_LOCK:
+        return {tag[1]: _TIMES.pop(tag) for tag in [t for t in _TIMES if t[0] == run_id]}
 
 
 def _prepare(spec: ModelSpec, texts, opts: dict) -> dict:
@@ -309,8 +323,21 @@ class _Run:
 
     def submit(self, step: str, k: int, fn: Callable, *args, **kw):
         self.counts[step] = self.counts.get(step, 0) + 1
-        return self.client.submit(_in_task, self.spec, self.opts["torch_threads"], fn, *args,
+        return self.client.submit(_in_task, self.spec, self.opts["torch_threads"], (self.run_id, step), fn, *args,
                                   key=f"attnspec-{step}-{k}-{self.run_id}", pure=False, **kw)
+
+    def task_times(self) -> dict:
+        """``step -> {'tasks', 'wall_s', 'cpu_s'}`` summed over the workers that are still there (CPU
+        over wall below 1: the tasks' threads did not get a whole core)."""
+        out: dict = {}
+        for per_worker in self.client.run(_pop_times, self.run_id, on_error="ignore").values():
+            if not isinstance(per_worker, dict):
+                continue
+            for step, (n, wall, cpu) in per_worker.items():
+                o = out.setdefault(step, {"tasks": 0, "wall_s": 0.0, "cpu_s": 0.0})
+                o["tasks"], o["wall_s"], o["cpu_s"] = o["tasks"] + n, o["wall_s"] + wall, o["cpu_s"] + cpu
+        return {k: {"tasks": v["tasks"], "wall_s": round(v["wall_s"], 3), "cpu_s": round(v["cpu_s"], 3)}
+                for k, v in out.items()}
 
     def gather(self, futures: list, desc: str) -> list:
         """Results in submission order (a progress bar over completions when asked)."""
@@ -405,11 +432,13 @@ def _warm_up(run: _Run) -> list:
     """One model-loading task per worker now (preferred there, allowed elsewhere: never stuck on a worker
     that leaves), so that the model loads everywhere at once rather than in the first tasks."""
     workers = sorted(run.client.scheduler_info(n_workers=-1)["workers"])
-    return [run.client.submit(_in_task, run.spec, None, _load_only, key=f"attnspec-load-{k}-{run.run_id}",
-                              pure=False, workers=[w], allow_other_workers=True) for k, w in enumerate(workers)]
+    return [run.client.submit(_in_task, run.spec, None, (run.run_id, "load"), _load_only, pure=False,
+                              key=f"attnspec-load-{k}-{run.run_id}", workers=[w], allow_other_workers=True)
+            for k, w in enumerate(workers)]
 
 
 def _diagnose(run: _Run, texts) -> Diagnosis:
+    from distributed import wait
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     n_threads = _threads(run.client)
@@ -417,6 +446,7 @@ def _diagnose(run: _Run, texts) -> Diagnosis:
     t0 = time.perf_counter()
     prep = run.client.submit(_prepare, run.spec, texts, run.opts, key=f"attnspec-prepare-0-{run.run_id}",
                              pure=False).result()
+    wait(warm)                            # every worker ready: the first tasks spread over all of them
     timings["prepare"] = time.perf_counter() - t0
     try:
         res = _run_steps(run, prep, n_threads, timings)
@@ -432,8 +462,9 @@ def _diagnose(run: _Run, texts) -> Diagnosis:
     timings["total"] = time.perf_counter() - t_start
     summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
     summary["cluster"] = {"scheduler": run.client.scheduler.address, "threads": n_threads,
-                          "tasks": dict(run.counts), "model_spec": {"name_or_path": run.spec.name_or_path,
-                                                                    **{k: str(v) for k, v in run.spec.load_kwargs}}}
+                          "tasks": dict(run.counts), "task_times": run.task_times(),
+                          "model_spec": {"name_or_path": run.spec.name_or_path,
+                                         **{k: str(v) for k, v in run.spec.load_kwargs}}}
     return Diagnosis(heads=heads, layers=layers, pairs=pairs, spectra=store, summary=summary)
 
 
@@ -543,7 +574,9 @@ screen_top, screen_sample
     -------
     Diagnosis
         The tables of :func:`attnspec.diagnose` on the same texts (equal to 1e-9); ``summary['cluster']``
-        names the scheduler, the worker threads and the tasks run per step.
+        names the scheduler, the worker threads, the tasks run per step and their summed wall and CPU
+        seconds (``task_times``; CPU time of the worker process while the task ran: with one thread
+        per worker, CPU over wall well below 1 means the workers were starved of cores).
 
     Raises
     ------
