@@ -146,6 +146,10 @@ class FunctionalMetric:
                 self.vocab = int(self.tail(hc[:1]).shape[-1])
         return self.vocab
 
+    def _final(self, output: torch.Tensor, from_hidden: bool) -> torch.Tensor:
+        """Encoder output: the last block's hidden states through the tail (e.g. a final norm)."""
+        return self.tail(output) if from_hidden and self.tail is not None else output
+
     def pooled(self, out: torch.Tensor, K: int = 1) -> torch.Tensor:
         """Mean over real tokens: ``(K*B, L, D) -> (K, B, D)``."""
         B = self.mask.shape[0]
@@ -157,13 +161,13 @@ class FunctionalMetric:
         if self.kind == "causal-lm":
             self.ref = self.nll(output)[0] if from_hidden else self._nll_from_logits(output)[0]
         else:
-            self.ref = self.pooled(output)[0]
+            self.ref = self.pooled(self._final(output, from_hidden))[0]
 
     def _nll_from_logits(self, logits: torch.Tensor, K: int = 1) -> torch.Tensor:
         B = self.mask.shape[0]
         lp = torch.nn.functional.cross_entropy(_at_least_float32(logits[:, :-1].reshape(-1, logits.shape[-1])),
                                                self.target.repeat(K, 1).reshape(-1), reduction="none")
-        lp = lp.view(K * B, -1) * self.pred_mask.repeat(K, 1).to(lp.dtype)
+        lp = lp.view(K * B, -1).masked_fill(~self.pred_mask.repeat(K, 1), 0.0)   # NaN at padding stays out
         return lp.sum(1).double().view(K, B)
 
     def effects(self, output: torch.Tensor, K: int, from_hidden: bool) -> np.ndarray:
@@ -172,7 +176,7 @@ class FunctionalMetric:
         if self.kind == "causal-lm":
             nll = self.nll(output, K) if from_hidden else self._nll_from_logits(output, K)
             return (nll - self.ref[None]).cpu().numpy()
-        e = self.pooled(output, K)
+        e = self.pooled(self._final(output, from_hidden), K)
         cos = torch.nn.functional.cosine_similarity(e.double(), self.ref[None].double(), dim=-1)
         return (1 - cos).cpu().numpy()
 
