@@ -226,10 +226,10 @@ def _first_order(adapter, grad_batches: list, opts: dict):
     return first_order_pass(adapter, grad_batches, opts["seed"], **_accepted(first_order_pass, opts["extra"]))
 
 
-def _exact(adapter, rm_batches: list, means: list, heads_of: dict | None, opts: dict):
+def _exact(adapter, rm_batches: list, means: list, heads_of: dict | None, positions: int | None, opts: dict):
     from .api import exact_pass
     return exact_pass(adapter, rm_batches, mean_ablation=opts["mean_ablation"], means=means,
-                      max_tokens=opts["max_tokens"], seed=opts["seed"], positions=opts["removal_positions"],
+                      max_tokens=opts["max_tokens"], seed=opts["seed"], positions=positions,
                       heads_of=heads_of, **_accepted(exact_pass, opts["extra"]))
 
 
@@ -378,28 +378,32 @@ def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: 
     return _fold([p[0] for p in parts])
 
 
-def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int) -> tuple:
+def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, timings: dict) -> tuple:
     """Step 4 as :func:`attnspec.diagnostics.api.run_steps`: first-order tasks over the statistics'
     groups, then (``'screened'``: after choosing the heads on the client; ``'exact'``: at the same time)
-    exact removal tasks. Returns ``(RemovalSums, mode, screen code)``."""
-    from .steps.removal import RemovalSums, screen_heads
-    o, mode = run.opts, prep["mode"]
+    exact removal tasks. Returns ``(RemovalSums, mode, screen code, scored positions per text)``."""
+    from .steps.removal import SCREENED_POSITIONS, RemovalSums, screen_heads
+    o, mode, t0 = run.opts, prep["mode"], time.perf_counter()
     fo = [run.submit("first-order", k, _first_order, g, o) for k, g in enumerate(groups)] \
         if o["gradient"] or mode in ("screened", "first-order") else []
-    rem, code, heads_of, ex = RemovalSums(), None, None, []
+    rem, code, heads_of, ex, positions = RemovalSums(), None, None, [], None
     if mode == "screened":
         rem = _fold(run.gather(fo, "first order"))
+        timings["first_order"] = time.perf_counter() - t0
         heads_of, code = screen_heads(rem.first_order.mean(), prep["n_heads"], o["screen_top"], o["screen_sample"],
                                       o["seed"])
     if mode in ("exact", "screened"):
+        positions = SCREENED_POSITIONS if mode == "screened" and o["removal_positions"] is None \
+            else o["removal_positions"]
         means = [s.context_means() for s in fit_sums]
         jobs = _removal_jobs(prep["removal_batches"], prep["n_heads"], heads_of, n, o["max_tokens"])
-        ex = [run.submit("removal", k, _exact, b, means, h, o) for k, (b, h) in enumerate(jobs)]
+        ex = [run.submit("removal", k, _exact, b, means, h, positions, o) for k, (b, h) in enumerate(jobs)]
     if mode != "screened" and fo:
         rem = _fold(run.gather(fo, "first order"))
+        timings["first_order"] = time.perf_counter() - t0     # with exact removal running alongside
     if ex:
         rem = rem.merge(_fold(run.gather(ex, "head removal")))
-    return rem, mode, code
+    return rem, mode, code, positions
 
 
 def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
@@ -415,11 +419,11 @@ def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
     spectra = _spectra_step(run, groups, fits, null_fits, powers, where)
     timings["spectra"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    rem, mode, code = _removal_step(run, prep, groups, fit_sums, n)
+    rem, mode, code, positions = _removal_step(run, prep, groups, fit_sums, n, timings)
     timings["removal"] = time.perf_counter() - t0
     run.counts["fit_workers"] = len({w for w in where if w})
     res = dict(fit_sums=fit_sums, fits=fits, null_fits=null_fits, spectra=spectra, removal=rem, corpus=corpus,
-               removal_mode=mode, screen_code=code, removal_positions=run.opts["removal_positions"])
+               removal_mode=mode, screen_code=code, removal_positions=positions)
     names = {f.name for f in dataclasses.fields(StepResults)}
     return StepResults(**{k: v for k, v in res.items() if k in names})
 
