@@ -51,3 +51,23 @@ def test_cli_bad_texts(model_dir, tmp_path, capsys):
                "--quiet"])
     assert rc == 2
     assert "--texts" in capsys.readouterr().err
+
+
+def test_list_architectures_needs_no_other_flag(capsys):
+    assert main(["diagnose", "--list-architectures"]) == 0
+    out = capsys.readouterr().out
+    assert "mpnet: MPNet" in out and "[supported]" in out and "[refused" in out
+
+
+def test_removal_modes_on_the_cli(model_dir, tmp_path):
+    """--removal first-order writes first-order columns and no exact ones; --removal-positions 0 is refused."""
+    out = tmp_path / "fo"
+    rc = main(["diagnose", "--model", str(model_dir), "--n-texts", "6", "--out", str(out), "--removal", "first-order",
+               "--quiet"])
+    assert rc == 0
+    import pandas as pd
+    heads = pd.read_csv(out / "heads.csv")
+    assert "removal_first_order" in heads and "removal_effect" not in heads
+    assert (heads["removal_source"] == "first-order").all()
+    assert json.loads((out / "summary.json").read_text())["removal"]["mode"] == "first-order"
+    assert main(["diagnose", "--model", str(model_dir), "--out", str(tmp_path / "x"), "--removal-positions", "0"]) == 2

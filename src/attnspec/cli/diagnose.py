@@ -23,8 +23,11 @@ def register(subparsers) -> None:
                     "summary.json and report.html into --out. Every flag, the texts file, the output directory and "
                     "the model's files are checked before the model is loaded.",
         formatter_class=HelpFormatter)
+    p.add_argument("--list-architectures", action=_ListArchitectures,
+                   help="print the table of supported and refused architecture families, then exit")
     p.add_argument("--model", required=True,
-                   help="'minilm', 'gemma3-270m', a local safetensors/GGUF model path, or an attnspec.zoo checkpoint directory")
+                   help="'minilm', 'mpnet', 'gemma3-270m', 'qwen2.5-0.5b', a local safetensors/GGUF model path, or an "
+                        "attnspec.zoo checkpoint directory")
     p.add_argument("--texts", default="builtin",
                    help="'builtin' (stdlib docstring sentences) or a UTF-8 file, one text per line (blank lines skipped)")
     p.add_argument("--n-texts", type=positive_int, default=None,
@@ -63,6 +66,18 @@ def register(subparsers) -> None:
     p.add_argument("--device-map", choices=("auto",), default=None,
                    help="'auto' spreads a model that does not fit one device over the available ones (accelerate)")
     p.set_defaults(func=run)
+
+
+class _ListArchitectures(argparse.Action):
+    """``--list-architectures``: print the architecture table and exit (no other flag needed)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ..models.architectures import format_architectures
+        print(format_architectures())
+        parser.exit()
 
 
 def _builtin_count() -> int:
