@@ -150,3 +150,14 @@ def test_screened_mode_is_exact_on_its_heads(tok):
     assert (s.heads.loc[~measured, "removal_source"] == "first-order").all()
     assert s.summary["removal"]["spearman_first_order_exact_all"] is not None
     assert (e.heads["removal_effect_se"] > 0).all()
+
+
+def test_base_decoder_removal_is_the_representation_shift(tok):
+    """A decoder without an LM head (LlamaModel): removal effects exist for every head and the summary says
+    they are the representation shift."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, intermediate_size=64)
+    d = diagnose(transformers.LlamaModel(cfg).eval(), tok, builtin_texts(4), min_tokens=0, removal="exact")
+    assert d.heads["removal_effect"].notna().all() and "embedding_shift" in d.heads
+    assert any(n.startswith("LlamaModel has no LM head") for n in d.summary["notes"])

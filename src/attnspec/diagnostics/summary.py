@@ -43,8 +43,14 @@ def removal_summary(heads: pd.DataFrame, mode: str, screen_code, positions: int 
     return out
 
 
-def _notes(sites, corpus: CorpusStats, min_tokens: int) -> list[str]:
+_NOTE_BASE = ("{name} has no LM head (a base model): removal effects are the representation shift (1 - cos of the "
+              "mean-pooled final hidden states), not a loss increase.")
+
+
+def _notes(sites, corpus: CorpusStats, min_tokens: int, adapter=None) -> list[str]:
     notes = []
+    if adapter is not None and adapter.kind == "encoder" and getattr(adapter, "decoder", False):
+        notes.append(_NOTE_BASE.format(name=type(adapter.model).__name__))
     if any(s.causal for s in sites):
         notes.append(_NOTE_CAUSAL)
     L = corpus.max_tokens
@@ -72,7 +78,7 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         "selection_threshold": opt.threshold, "beta_max_diffuse": sel.BETA_MAX_DIFFUSE,
         "min_tokens_for_label": opt.min_tokens, **counts,
         "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)},
-        "spearman": spearman_table(heads), "notes": _notes(sites, corpus, opt.min_tokens),
+        "spearman": spearman_table(heads), "notes": _notes(sites, corpus, opt.min_tokens, adapter),
         "seed": seed, "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "torch_threads": torch.get_num_threads(),
     }
