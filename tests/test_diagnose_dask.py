@@ -36,6 +36,9 @@ def reference():
     return diagnose(model, tok, TEXTS, **OPTS)
 
 
+SCREENED = dict(OPTS, removal="screened", screen_top=5, screen_sample=5)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     import logging
@@ -91,10 +94,14 @@ def test_two_workers_give_the_one_process_tables(client, reference):
 
 
 @pytest.mark.timeout(600)
-def test_scheduler_address(cluster, reference):
-    d = diagnose_on_cluster("minilm", TEXTS, cluster.scheduler_address, **OPTS)
-    _assert_same_tables(d, reference)
+def test_scheduler_address_and_screened_removal(cluster):
+    """A client of the scheduler's address; 'screened' removal (heads chosen on the client from the
+    merged first-order effects, exact removal of those only) against the one-process run."""
+    d = diagnose_on_cluster("minilm", TEXTS, cluster.scheduler_address, **SCREENED)
+    model, tok = load_model("minilm")
+    _assert_same_tables(d, diagnose(model, tok, TEXTS, **SCREENED))
     assert d.summary["cluster"]["scheduler"] == cluster.scheduler_address
+    assert (d.heads["removal_source"] == "exact").sum() == 10           # top 5 and 5 sampled; first order elsewhere
     assert len(cluster.workers) == 2                 # the cluster we did not start is left running
 
 
