@@ -14,11 +14,11 @@ from .adapters import AdapterError, ModelAdapter, adapt
 from .loading import BUILTIN_MODELS, ModelLoadError, cache_dir, load_model
 from .protocol import AttentionSite, CustomAttention
 from .hooks import Capture, HeadEdit, ablate, capture, gate
-from .ablation import FunctionalMetric, exact_removal, michel_importance, naive_removal, run_blocks
+from .ablation import FunctionalMetric, exact_removal, michel_importance, run_blocks
 from .inputs import generated_images, image_inputs, make_batches
 from .geometry import config_of
 
 __all__ = ["AdapterError", "ModelAdapter", "adapt", "BUILTIN_MODELS", "ModelLoadError", "cache_dir", "load_model",
            "AttentionSite", "CustomAttention", "Capture", "HeadEdit", "ablate", "capture", "gate",
-           "FunctionalMetric", "exact_removal", "michel_importance", "naive_removal", "run_blocks",
+           "FunctionalMetric", "exact_removal", "michel_importance", "run_blocks",
            "make_batches", "image_inputs", "generated_images", "config_of"]

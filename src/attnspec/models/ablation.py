@@ -40,7 +40,7 @@ from ..seeding import seed_of
 from .adapters import ModelAdapter
 from .hooks import HeadEdit, ablate, capture, gate
 
-__all__ = ["FunctionalMetric", "exact_removal", "exact_removal_per_text", "naive_removal", "michel_importance",
+__all__ = ["FunctionalMetric", "exact_removal", "exact_removal_per_text", "michel_importance",
            "first_order", "run_blocks", "reference_pass", "removal_effects", "iter_removal_effects", "sample_positions",
            "LOGIT_CHUNK_BYTES"]
 
@@ -286,11 +286,6 @@ def removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: str = 
     for e, c in iter_removal_effects(adapter, batches, mode, means, max_tokens, progress):
         tot, cnt = tot + np.nan_to_num(e).sum(-1), cnt + c.sum()
     return tot, np.broadcast_to(cnt, np.shape(tot)).copy()
-
-
-def naive_removal(adapter: ModelAdapter, batch: dict, metric: FunctionalMetric) -> np.ndarray:
-    """One full forward pass per head on the padded batch (the baseline of ``benchmarks/bench_ablation.py``)."""
-    return exact_removal(adapter, batch, None, metric, reuse=False)[0]
 
 
 def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.ndarray:
