@@ -121,6 +121,32 @@ def model_loads_in_this_process() -> list[ModelSpec]:
 
 _CACHES: dict = {}         # run id -> this worker's ForwardCache of the groups it fitted
 _CACHE_LOCK = threading.Lock()
+#: One task at a time uses the process' model: the diagnosis hooks into the model's modules (recording,
+#: ablation, gates), so two threads running tasks on it at once would see each other's hooks.
+_MODEL_USE = threading.Lock()
+
+
+class _LockedCache:
+    """A :class:`~.steps.forward_cache.ForwardCache` safe for the threads of one worker."""
+
+    def __init__(self, cache):
+        self.cache, self.lock = cache, threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            return self.cache.get(key)
+
+    def put(self, key, records) -> bool:
+        with self.lock:
+            return self.cache.put(key, records)
+
+    def has(self, key) -> bool:
+        with self.lock:
+            return key in self.cache.paths
+
+    def close(self) -> None:
+        with self.lock:
+            self.cache.close()
 
 
 def _here() -> str:
@@ -143,7 +169,7 @@ def _worker_cache(run_id: str, adapter, reuse_forward: bool | None, create: bool
                 directory = get_worker().local_directory    # removed with the worker's scratch space
             except (ImportError, ValueError):
                 directory = None
-            _CACHES[run_id] = forward_cache.ForwardCache(directory=directory)
+            _CACHES[run_id] = _LockedCache(forward_cache.ForwardCache(directory=directory))
         return _CACHES.get(run_id)
 
 
@@ -171,7 +197,7 @@ def _in_task(spec: ModelSpec, torch_threads: int | None, tag: tuple, fn: Callabl
     if torch_threads:
         torch.set_num_threads(int(torch_threads))
     adapter, _ = spec.load()
-    with _one_blas_thread():
+    with _MODEL_USE, _one_blas_thread():
         out = fn(adapter, *args, **kwargs)
     with _TIMES_LOCK:
         acc = _TIMES.setdefault(tag, [0, 0.0, 0.0])
@@ -216,7 +242,7 @@ def _null(adapter, fit_part: tuple, fits: list, opts: dict) -> list:
 def _spectra(adapter, run_id: str, batches: list, fits: list, null_fits: list, powers: list, opts: dict) -> tuple:
     from .api import spectra_pass
     cache = _worker_cache(run_id, adapter, opts["reuse_forward"], create=False)
-    hit = cache is not None and all(tuple(b["order"]) in cache.paths for b in batches)
+    hit = cache is not None and all(cache.has(tuple(b["order"])) for b in batches)
     out = spectra_pass(adapter, batches, fits, null_fits, powers, opts["seed"], opts["tile_bytes"], False, cache)
     return out, hit
 
@@ -566,7 +592,8 @@ screen_top, screen_sample
         Groups of length buckets per step (default: 4 per worker thread, at most one per bucket).
     torch_threads : int, optional
         ``torch.set_num_threads`` in every task (Dask's nanny starts workers with one BLAS/OpenMP
-        thread: give the cores per worker process here when a worker has several).
+        thread: give the cores per worker process here when a worker has several). The tasks of one
+        worker process share its model and run one at a time: use one Dask thread per worker.
     cluster_kwargs : dict, optional
         Extra arguments of the LocalCluster started when ``client`` is ``None``.
     **options
