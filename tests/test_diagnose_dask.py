@@ -166,3 +166,22 @@ def test_removal_jobs_cover_every_chosen_head_once_per_batch():
                         chosen = list(range(n_heads[i])) if heads_of is None else sorted(heads_of[i])
                         starts = [chosen.index(h) for h in hs]
                         assert starts[0] % K == 0 and (len(hs) % K == 0 or hs[-1] == chosen[-1])
+
+
+def test_public_api_and_cli_on_a_cluster(reference, cluster, tmp_path):
+    """``attnspec.diagnose(name, client=address)`` and ``attnspec diagnose --workers 2`` give the
+    one-process tables (numbers to 1e-9; the CLI keeps its default label threshold)."""
+    import pandas as pd
+
+    from attnspec.cli import main
+    d = diagnose("minilm", None, TEXTS, client=cluster.scheduler_address, **OPTS)
+    _assert_same_tables(reference, d)
+    out = tmp_path / "cli"
+    rc = main(["diagnose", "--model", "minilm", "--n-texts", "16", "--max-length", "64", "--bucket-size", "4",
+               "--removal", "exact", "--seed", "3", "--workers", "2", "--threads", "1", "--quiet", "--out", str(out)])
+    assert rc == 0
+    heads = pd.read_csv(out / "heads.csv")
+    ref = reference.heads
+    num = [c for c in ref.select_dtypes("number").columns if c in heads]
+    assert len(num) > 20
+    np.testing.assert_allclose(heads[num].to_numpy(float), ref[num].to_numpy(float), rtol=1e-9, atol=1e-12)

@@ -54,6 +54,13 @@ def register(subparsers) -> None:
     p.add_argument("--screen-sample", type=nonneg_int, default=None,
                    help="--removal screened: randomly sampled other heads removed exactly, >= 0 (default as --screen-top)")
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=positive_int, default=None,
+                       help="run on a local Dask cluster of this many worker processes (1 thread each), >= 1; "
+                            "docs/cluster.md")
+    where.add_argument("--scheduler", default=None,
+                       help="run on an existing Dask cluster at this scheduler address (e.g. tcp://10.0.0.5:8786); "
+                            "every worker must be able to load --model")
     p.add_argument("--no-gradient", action="store_true", help="skip Michel et al. gradient importance")
     p.add_argument("--mean-ablation", action="store_true", help="also remove heads by mean ablation")
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every random draw of the diagnosis, >= 0")
@@ -122,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
+    if (args.workers or args.scheduler) and info["kind"] == "zoo":
+        raise CLIError("--workers/--scheduler", args.workers or args.scheduler,
+                       "does not apply to attnspec.zoo checkpoints; run them in one process")
+    if args.workers or args.scheduler:
+        return _run_on_cluster(args, user_texts)
     if info["kind"] == "zoo":  # an attnspec.zoo EEG model: held-out simulated trials as inputs
         from .. import zoo
 
@@ -154,6 +166,22 @@ def run(args: argparse.Namespace) -> int:
         diag.summary["corpus"] = CORPUS_SOURCE + (f"; packed into texts of {args.max_length} tokens"
                                                   if (args.pack or causal) else "")
     return _write(diag, args, t_diag, t_load)
+
+
+def _run_on_cluster(args: argparse.Namespace, user_texts: list[str] | None) -> int:
+    """The diagnosis on Dask: workers load the model; the client merges and writes the report."""
+    from ..diagnostics.distributed import diagnose_on_cluster
+    t1 = time.perf_counter()
+    diag = diagnose_on_cluster(
+        args.model, "builtin" if user_texts is None else user_texts, args.scheduler,
+        n_workers=None if args.scheduler else args.workers,
+        load_kwargs=dict(device=args.device, dtype=args.dtype, device_map=args.device_map),
+        n_texts=args.n_texts, pack=True if args.pack else None, max_length=args.max_length,
+        bucket_size=args.bucket_size, removal=_removal(args), removal_positions=args.removal_positions,
+        screen_top=args.screen_top, screen_sample=args.screen_sample, gradient=not args.no_gradient,
+        mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet, model_name=args.model,
+        torch_threads=args.threads)
+    return _write(diag, args, time.perf_counter() - t1, 0.0)
 
 
 def _removal(args: argparse.Namespace) -> str:
