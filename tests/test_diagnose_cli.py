@@ -71,3 +71,35 @@ def test_removal_modes_on_the_cli(model_dir, tmp_path):
     assert (heads["removal_source"] == "first-order").all()
     assert json.loads((out / "summary.json").read_text())["removal"]["mode"] == "first-order"
     assert main(["diagnose", "--model", str(model_dir), "--out", str(tmp_path / "x"), "--removal-positions", "0"]) == 2
+
+
+@pytest.fixture(scope="module")
+def vit_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                 image_size=32, patch_size=8)
+    d = tmp_path_factory.mktemp("tinyvit")
+    transformers.ViTModel(cfg).save_pretrained(d, safe_serialization=True)
+    return d
+
+
+def test_cli_diagnoses_a_vision_transformer_on_images(vit_dir, tmp_path):
+    """A ViT directory (no tokenizer) with the built-in images and with a directory of PNGs: 8 head rows each,
+    no NaN; --texts and a missing image directory are refused."""
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    rng = np.random.default_rng(0)
+    for k in range(5):
+        Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(imgs / f"{k}.png")
+    for images in ("builtin", str(imgs)):
+        out = tmp_path / ("out" + str(len(images)))
+        assert main(["diagnose", "--model", str(vit_dir), "--images", images, "--n-texts", "6", "--out", str(out),
+                     "--quiet"]) == 0
+        heads = pd.read_csv(out / "heads.csv")
+        assert len(heads) == 8 and not heads.select_dtypes("number").isna().any().any()
+    assert json.loads((out / "summary.json").read_text())["n_texts"] == 5
+    assert main(["diagnose", "--model", str(vit_dir), "--images", str(tmp_path / "none"), "--out", str(tmp_path / "x")]) == 2
+    assert main(["diagnose", "--model", str(vit_dir), "--texts", str(imgs / "0.png"), "--out", str(tmp_path / "y")]) == 2

@@ -311,13 +311,43 @@ def check_model(flag: str, name: str) -> dict:
             extra = f" (found {', '.join(bad)}: pickled checkpoints are never loaded)" if bad else ""
             raise CLIError(flag, path, f"has config.json but no *.safetensors weights{extra}. {expected}.")
         _, _, _, tok_files = _loader_facts()
-        if tok_files and not (any((path / f).is_file() for f in tok_files) or any(path.glob("*.tiktoken"))):
+        vision = _model_type(path / "config.json") in _vision_types()
+        if vision:
+            info["vision"] = True
+        elif tok_files and not (any((path / f).is_file() for f in tok_files) or any(path.glob("*.tiktoken"))):
             raise CLIError(flag, path, f"has no tokenizer files (none of {', '.join(tok_files)}): copy the model's "
                                        "own tokenizer next to config.json")
         info.update(kind="dir", config=path / "config.json")
     if info["config"] is not None:
         info["max_positions"] = _max_positions(info["config"])
     return info
+
+
+def _model_type(config: Path) -> str | None:
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data.get("model_type") if isinstance(data, dict) else None
+
+
+def _vision_types() -> tuple[str, ...]:
+    from ..models import loading as L
+    return tuple(getattr(L, "VISION_MODEL_TYPES", ()))
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+
+
+def image_files(flag: str, value: str) -> list[Path]:
+    """The image files of directory ``value`` (sorted), or :class:`CLIError`."""
+    d = Path(value).expanduser()
+    if not d.is_dir():
+        raise CLIError(flag, value, "is neither 'builtin' nor a directory")
+    files = sorted(p for p in d.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise CLIError(flag, value, f"holds no image file ({', '.join(IMAGE_SUFFIXES)})")
+    return files
 
 
 def _cache_dir() -> Path:

@@ -6,7 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from ._checks import CLIError, check_model, check_output_dir, int_range, nonneg_int, positive_int, read_text_lines
+from ._checks import (CLIError, check_model, check_output_dir, image_files, int_range, nonneg_int, positive_int,
+                      read_text_lines)
 from ._options import HelpFormatter
 
 ORDER = 30
@@ -35,6 +36,10 @@ def register(subparsers) -> None:
                         "LMs, 32 trials for zoo checkpoints)")
     p.add_argument("--max-length", type=int_range(2), default=128,
                    help="truncate texts to this many tokens, from 2 up to the model's position limit (default 128)")
+    p.add_argument("--images", default=None,
+                   help="vision transformers (ViT, DeiT, DINOv2): 'builtin' (seeded synthetic images, the default for "
+                        "them) or a directory of PNG/JPEG images, resized to the model's image size; --n-texts counts "
+                        "images (default 32)")
     p.add_argument("--pack", action="store_true",
                    help="join built-in sentences into texts of --max-length tokens (default for causal LMs)")
     p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
@@ -104,6 +109,13 @@ def check_args(args: argparse.Namespace) -> tuple[dict, list[str] | None]:
             raise CLIError("--max-length", args.max_length, f"exceeds the model's {mp[0]} positions ({mp[1]} in "
                                                             f"{info['config']}); allowed 2..{mp[0]}")
     texts = None
+    if info.get("vision"):
+        if args.texts != "builtin":
+            raise CLIError("--texts", args.texts, "does not apply to a vision transformer; use --images")
+        if args.images not in (None, "builtin"):
+            image_files("--images", args.images)
+    elif args.images is not None:
+        raise CLIError("--images", args.images, "applies to vision transformers only (ViT, DeiT, DINOv2)")
     if args.texts != "builtin":
         if info["kind"] == "zoo":
             raise CLIError("--texts", args.texts, "does not apply to attnspec.zoo checkpoints (their inputs are "
@@ -151,6 +163,13 @@ def run(args: argparse.Namespace) -> int:
                             device_map=args.device_map)  # ModelLoadError: one line, exit 2 (cli.main)
     t_load = time.perf_counter() - t0
     adapter = adapt(model)
+    if tok is None:   # a vision transformer: images as inputs
+        t1 = time.perf_counter()
+        diag = diagnose(adapter, _images(args, model), removal=_removal(args), gradient=not args.no_gradient,
+                        mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet,
+                        model_name=args.model, bucket_size=args.bucket_size)
+        diag.summary["images"] = args.images or "builtin"
+        return _write(diag, args, time.perf_counter() - t1, t_load)
     causal = adapter.kind == "causal-lm"
     # the one text policy of the library: built-in corpus (packed for causal LMs or --pack) or the file's lines
     texts = "builtin" if user_texts is None else user_texts
@@ -166,6 +185,35 @@ def run(args: argparse.Namespace) -> int:
         diag.summary["corpus"] = CORPUS_SOURCE + (f"; packed into texts of {args.max_length} tokens"
                                                   if (args.pack or causal) else "")
     return _write(diag, args, t_diag, t_load)
+
+
+#: Images diagnosed by default (--n-texts counts images).
+DEFAULT_N_IMAGES = 32
+
+
+def _images(args: argparse.Namespace, model) -> dict:
+    """Inputs of a vision transformer: the built-in synthetic images or the directory's files, resized to the
+    model's image size and normalized with its preprocessor's mean/std (0.5 when it has none)."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from ..models import generated_images, image_inputs
+    cfg = model.config
+    size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
+    n = args.n_texts or DEFAULT_N_IMAGES
+    if args.images in (None, "builtin"):
+        return image_inputs(model, generated_images(n, size, getattr(cfg, "num_channels", 3), seed=args.seed))
+    from PIL import Image
+    files = image_files("--images", args.images)[:n]
+    pre = Path(args.model) / "preprocessor_config.json"
+    meta = json.loads(pre.read_text()) if pre.is_file() else {}
+    mean = torch.tensor(meta.get("image_mean", [0.5] * 3))[:, None, None]
+    std = torch.tensor(meta.get("image_std", [0.5] * 3))[:, None, None]
+    px = [torch.from_numpy(np.asarray(Image.open(f).convert("RGB").resize((size, size), Image.BILINEAR),
+                                      dtype=np.float32) / 255.0).permute(2, 0, 1) for f in files]
+    return image_inputs(model, (torch.stack(px) - mean) / std)
 
 
 def _run_on_cluster(args: argparse.Namespace, user_texts: list[str] | None) -> int:

@@ -72,6 +72,8 @@ _EXPECTED = ("a built-in name ('minilm', 'mpnet', 'gemma3-270m', 'qwen2.5-0.5b')
 #: A loaded tokenizer must cover at least this fraction of ``config.vocab_size``.
 MIN_VOCAB_FRACTION = 0.5
 #: Files any one of which makes a directory hold a tokenizer (besides ``*.tiktoken``).
+#: Vision transformers: loaded without a tokenizer (``load_model`` returns ``(model, None)``).
+VISION_MODEL_TYPES = ("vit", "deit", "dinov2", "dinov2_with_registers")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
                    "spiece.model", "tokenizer.model", "sentencepiece.bpe.model", "spm.model", "bpe.codes")
 
@@ -181,7 +183,8 @@ def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = N
         bad = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".ckpt")]
         extra = f" (found {', '.join(bad)}: pickled checkpoints are never loaded)" if bad else ""
         raise ModelLoadError(f"{path} has no *.safetensors weights{extra}. Expected {_EXPECTED}.")
-    if not _has_tokenizer_files(path):
+    vision = _read_json(path / "config.json").get("model_type") in VISION_MODEL_TYPES
+    if not vision and not _has_tokenizer_files(path):
         raise ModelLoadError(f"{path} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}): copy the model's "
                              "own tokenizer next to config.json (tokenizer.save_pretrained(path)).")
     tr = _hf()
@@ -193,6 +196,10 @@ def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = N
     archs = getattr(config, "architectures", None) or []
     is_lm = causal if causal is not None else any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
     cls = tr.AutoModelForCausalLM if is_lm else tr.AutoModel
+    kw = {"dtype": "float32"} if placement is None else placement
+    if vision:   # images, not texts: no tokenizer (inputs from attnspec.models.image_inputs)
+        return _finish(cls.from_pretrained(path, use_safetensors=True, local_files_only=True, trust_remote_code=False,
+                                           **kw), None)
     try:
         tok = tr.AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - any tokenizer failure is a load failure, with its cause
@@ -200,7 +207,6 @@ def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = N
         raise ModelLoadError(f"{path}: the tokenizer does not load ({msg}); the diagnosis needs the model's own "
                              "tokenizer next to config.json.") from e
     _check_tokenizer(tok, config, path)
-    kw = {"dtype": "float32"} if placement is None else placement
     model = cls.from_pretrained(path, use_safetensors=True, local_files_only=True, trust_remote_code=False, **kw)
     return _finish(model, tok)
 
