@@ -37,8 +37,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-length", type=int_range(2), default=128,
                    help="truncate texts to this many tokens, from 2 up to the model's position limit (default 128)")
     p.add_argument("--images", default=None,
-                   help="vision transformers (ViT, DeiT, DINOv2): 'builtin' (seeded synthetic images, the default for "
-                        "them) or a directory of PNG/JPEG images, resized to the model's image size; --n-texts counts "
+                   help="vision transformers (ViT, DeiT, DINOv2): 'builtin' (seeded synthetic images, used when the flag "
+                        "is absent) or a directory of PNG/JPEG images, resized to the model's image size; --n-texts counts "
                         "images (default 32)")
     p.add_argument("--pack", action="store_true",
                    help="join built-in sentences into texts of --max-length tokens (default for causal LMs)")
