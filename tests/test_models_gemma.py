@@ -39,8 +39,11 @@ def test_diagnosis_small(gemma):
     before = {k: v.clone() for k, v in list(model.state_dict().items())[:20]}
     d = diagnose(model, tok, builtin_texts(2), max_length=16)
     h = d.heads
-    assert len(h) == 72 and "loss_increase" in h
-    assert not h.select_dtypes("number").isna().any().any()
+    assert len(h) == 72 and "loss_increase" in h and d.summary["removal"]["mode"] == "screened"   # 268 M parameters
+    exact_only = ["removal_effect", "loss_increase", "removal_effect_se"]
+    assert not h.drop(columns=exact_only).select_dtypes("number").isna().any().any()
+    assert h["removal_effect"].notna().sum() == d.summary["removal"]["n_exact_heads"] == 16
+    assert h["removal_estimate"].notna().all()
     assert d.pairs["shared_kv"].all()
     assert d.layers["cka_shared_kv_mean"].notna().all()
     assert any("causal" in n for n in d.summary["notes"]) and any("window" in n for n in d.summary["notes"])

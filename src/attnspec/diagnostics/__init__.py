@@ -21,7 +21,7 @@ removal (:mod:`.removal`)
     prediction), ``removal_effect`` = ``loss_increase`` or ``embedding_shift`` (b),
     ``michel_importance`` / ``michel_importance_raw`` (c); Spearman correlations in ``summary``.
 """
-from .api import diagnose
+from .entry import diagnose
 from .result import Diagnosis
 
 __all__ = ["diagnose", "Diagnosis"]

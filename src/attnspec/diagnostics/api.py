@@ -279,8 +279,8 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
              min_tokens: int = sel.MIN_TOKENS_FOR_LABEL, seed: int = 0, max_tokens: int = 16384,
              removal_bucket_size: int = 4, tile_bytes: int = DEFAULT_TILE_BYTES, pack: bool | None = None,
              progress: bool = False, model_name: str | None = None, reuse_forward: bool | None = None,
-             removal_positions: int | None = None, screen_top: int | None = None, screen_sample: int | None = None,
-             client: Any = None, load_kwargs: dict | None = None) -> Diagnosis:
+             removal_positions: int | None = None, screen_top: int | None = None, screen_sample: int | None = None
+             ) -> Diagnosis:
     """Diagnose every attention head of ``model``.
 
     Parameters
@@ -321,10 +321,6 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         Texts per length bucket in exact removal (at most ``bucket_size``).
     tile_bytes : int
         Budget of one tile of recomputed attention weights (float32 ``(B, H, rows, L)``).
-    client : distributed.Client or str, optional
-        Run on a Dask cluster (:func:`attnspec.diagnostics.distributed.diagnose_on_cluster`): a client
-        or a scheduler address. ``model`` must then be a built-in name or a path (every worker loads it
-        once, with ``load_kwargs``) and ``tokenizer_or_inputs`` ``None``.
     reuse_forward : bool, optional
         Keep what the first forward pass recorded on disk (temporary, removed at the end) and read it
         back for the spectra instead of a second forward pass. Default: when the model is on the CPU.
@@ -343,19 +339,6 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         if (v is not None or name in ("max_length", "bucket_size", "removal_bucket_size", "max_tokens", "tile_bytes",
                                       "min_tokens")) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    if client is not None:
-        if tokenizer_or_inputs is not None:
-            raise ValueError("with client=, pass the model as a name or path and tokenizer_or_inputs=None "
-                             "(each worker loads the model and its tokenizer)")
-        from .distributed import diagnose_on_cluster
-        return diagnose_on_cluster(model, texts, client, load_kwargs=load_kwargs, n_texts=n_texts,
-                                   max_length=max_length, bucket_size=bucket_size, removal=removal,
-                                   mean_ablation=mean_ablation, gradient=gradient, threshold=threshold,
-                                   min_tokens=min_tokens, seed=seed, max_tokens=max_tokens,
-                                   removal_bucket_size=removal_bucket_size, tile_bytes=tile_bytes, pack=pack,
-                                   progress=progress, model_name=model_name, reuse_forward=reuse_forward,
-                                   removal_positions=removal_positions, screen_top=screen_top,
-                                   screen_sample=screen_sample)
     adapter = adapt(model)
     steps = dict(seed=seed, removal=resolve_mode(removal, adapter), mean_ablation=mean_ablation, gradient=gradient,
                  max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, reuse_forward=reuse_forward,
