@@ -180,7 +180,7 @@ class ResultStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._wal(timeout)
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA busy_timeout=%d" % int(timeout * 1000))
         with self._tx() as c:
@@ -203,6 +203,19 @@ class ResultStore:
 
         def __exit__(self, exc_type, exc, tb) -> None:
             self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+    def _wal(self, timeout: float) -> None:
+        """Switch to WAL. A second process opening a new database at the same moment can make the switch
+        fail with 'database is locked' before SQLite's busy handler waits, so it is retried until ``timeout``."""
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > end:
+                    raise
+                time.sleep(0.05)
 
     def _tx(self) -> "ResultStore._Tx":
         return ResultStore._Tx(self._conn)
