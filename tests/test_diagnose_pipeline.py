@@ -181,3 +181,14 @@ def test_forward_cache_gives_the_second_pass_bit_identical_inputs(family, tok, t
         x, y = getattr(cached, name), getattr(again, name)
         assert np.array_equal(_numeric(x), _numeric(y), equal_nan=True), name
     assert list(tmp_path.iterdir()) == []
+
+
+def test_layers_with_equal_masks_share_one_tensor(tok):
+    """Gemma 3 with two sliding-window layers and one global layer: two distinct allowed sets are kept per
+    batch, not three (memory B L^2 per distinct mask), and each layer still has its own mask's values."""
+    from attnspec.diagnostics.steps.collect import record
+    adapter = adapt(_tiny("gemma3", "sdpa", tok.vocab_size))
+    batch = make_batches(tok, builtin_texts(4), max_length=32, bucket_size=4)[0]
+    calls = record(adapter, batch)
+    assert calls[0].allowed is calls[1].allowed and calls[2].allowed is not calls[0].allowed
+    assert not torch.equal(calls[0].allowed, calls[2].allowed)               # the window binds at 20+ tokens

@@ -10,7 +10,8 @@ per worker thread. Custom modules and ``nn.MultiheadAttention`` are read through
 
 Peak memory of this step beyond the model's own forward pass, per batch of ``B`` texts padded to
 ``L`` tokens: the recorded queries, keys and values of all layers (``B L (H + 2 H_kv) d`` numbers per
-layer, in the model's dtype), the layer's allowed set (``B L^2`` bytes) and one tile of
+layer, in the model's dtype), the allowed sets (``B L^2`` bytes per distinct mask, shared by the layers
+that have it) and one tile of
 ``B H r L`` float32 weights per worker thread, with ``r = max(1, tile_bytes / (4 B H L))`` rows.
 """
 from __future__ import annotations
@@ -158,7 +159,21 @@ def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
     if missing:
         raise RuntimeError(f"no attention call was recorded for {', '.join(missing[:3])}: this module does not "
                            "dispatch through transformers' attention functions")
-    return [calls[i] for i in range(len(sites))]
+    out = [calls[i] for i in range(len(sites))]
+    _share_equal_masks(out)
+    return out
+
+
+def _share_equal_masks(calls: list[AttentionCall]) -> None:
+    """Layers whose allowed sets are equal share one tensor: ``B L^2`` bytes per distinct mask of the batch
+    (e.g. sliding and global), not per layer."""
+    kept: list[torch.Tensor] = []
+    for c in calls:
+        same = next((k for k in kept if k.shape == c.allowed.shape and torch.equal(k, c.allowed)), None)
+        if same is None:
+            kept.append(c.allowed)
+        else:
+            c.allowed = same
 
 
 def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes: int = DEFAULT_TILE_BYTES
