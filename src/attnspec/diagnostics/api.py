@@ -41,7 +41,7 @@ from .summary import build_summary, removal_summary
 from .texts import resolve_texts
 
 __all__ = ["diagnose", "CorpusStats", "Shard", "make_shards", "StepResults", "run_steps", "tables_and_summary",
-           "fit_pass", "null_pass", "spectra_pass", "first_order_pass", "exact_pass"]
+           "fit_pass", "null_pass", "spectra_pass", "first_order_pass", "exact_pass", "merge_parts"]
 
 @contextlib.contextmanager
 def _layer_pool(n: int):
@@ -186,10 +186,10 @@ def make_shards(tokenizer, texts: Sequence[str], n_shards: int = 1, max_length: 
             for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
-def _merge(parts: list) -> Any:
+def merge_parts(parts: list) -> Any:
     """Merge accumulators (or lists of per-layer accumulators) in order."""
     if isinstance(parts[0], list):
-        return [_merge([p[i] for p in parts]) for i in range(len(parts[0]))]
+        return [merge_parts([p[i] for p in parts]) for i in range(len(parts[0]))]
     out = parts[0]
     for p in parts[1:]:
         out = out.merge(p)
@@ -226,16 +226,16 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
     try:
         t0 = time.perf_counter()
         parts = [fit_pass(adapter, sh.batches, tile_bytes, progress, cache) for sh in shards]
-        fit_sums, corpus = _merge([p[0] for p in parts]), _merge([p[2] for p in parts])
+        fit_sums, corpus = merge_parts([p[0] for p in parts]), merge_parts([p[2] for p in parts])
         fits = [s.fit() for s in fit_sums]
         dtype = compute_dtype(adapter)
-        null_fits = [s.fit() for s in _merge([null_pass(adapter.sites, p[1], fits, seed, tile_bytes, dtype)
+        null_fits = [s.fit() for s in merge_parts([null_pass(adapter.sites, p[1], fits, seed, tile_bytes, dtype)
                                               for p in parts])]
         del parts
         timings["fit"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         powers = [s.head_power() for s in fit_sums]
-        spectra = _merge([spectra_pass(adapter, sh.batches, fits, null_fits, powers, seed, tile_bytes, progress, cache)
+        spectra = merge_parts([spectra_pass(adapter, sh.batches, fits, null_fits, powers, seed, tile_bytes, progress, cache)
                           for sh in shards])
         timings["spectra"] = time.perf_counter() - t0
     finally:
@@ -244,7 +244,7 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
     t0 = time.perf_counter()
     rem, code, positions = RemovalSums(), None, None
     if gradient or mode in ("screened", "first-order"):
-        rem = _merge([first_order_pass(adapter, sh.batches, seed, progress) for sh in shards])
+        rem = merge_parts([first_order_pass(adapter, sh.batches, seed, progress) for sh in shards])
         timings["first_order"] = time.perf_counter() - t0
     heads_of = None
     if mode == "screened":
@@ -253,7 +253,7 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
     if mode in ("exact", "screened"):
         positions = SCREENED_POSITIONS if (mode == "screened" and removal_positions is None) else removal_positions
         means = [s.context_means() for s in fit_sums]
-        rem = rem.merge(_merge([exact_pass(adapter, sh.removal_batches, mean_ablation=mean_ablation, means=means,
+        rem = rem.merge(merge_parts([exact_pass(adapter, sh.removal_batches, mean_ablation=mean_ablation, means=means,
                                            max_tokens=max_tokens, seed=seed, positions=positions,
                                            heads_of=heads_of, progress=progress) for sh in shards]))
     timings["removal"] = time.perf_counter() - t0

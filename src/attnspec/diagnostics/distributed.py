@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import selection as sel
+from .api import merge_parts
 from .result import Diagnosis
 from .steps.collect import DEFAULT_TILE_BYTES
 
@@ -279,16 +280,6 @@ def _accepted(fn: Callable, extra: dict) -> dict:
     return {k: v for k, v in extra.items() if k in params}
 
 
-def _fold(parts: list) -> Any:
-    """Merge accumulators (or lists of per-layer accumulators) left to right."""
-    if isinstance(parts[0], list):
-        return [_fold([p[i] for p in parts]) for i in range(len(parts[0]))]
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.merge(p)
-    return out
-
-
 def _split(items: Sequence, cost: Sequence[float], n: int) -> list[list]:
     """``items`` cut into ``min(n, len(items))`` contiguous non-empty parts, the ``k``-th cut where the
     running cost comes nearest to ``k / n`` of the total."""
@@ -385,10 +376,10 @@ def _fit_steps(run: _Run, groups: list) -> tuple:
     """Fit and null passes: merged fit sums, fits, null fits, corpus counts, fit workers per group."""
     futs = [run.submit("fit", k, _fit, run.run_id, g, run.opts) for k, g in enumerate(groups)]
     parts = run.gather(futs, "fit")
-    fit_sums, corpus = _fold([p[0] for p in parts]), _fold([p[2] for p in parts])
+    fit_sums, corpus = merge_parts([p[0] for p in parts]), merge_parts([p[2] for p in parts])
     fits = [s.fit() for s in fit_sums]
     nulls = [run.submit("null", k, _null, f, fits, run.opts) for k, f in enumerate(futs)]   # where the masks are
-    null_fits = [s.fit() for s in _fold(run.gather(nulls, "null fit"))]
+    null_fits = [s.fit() for s in merge_parts(run.gather(nulls, "null fit"))]
     del futs, nulls
     return fit_sums, fits, null_fits, corpus, [p[3] for p in parts]
 
@@ -401,7 +392,7 @@ def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: 
             for k, (g, w) in enumerate(zip(groups, where))]
     parts = run.gather(futs, "spectra")
     run.counts["spectra_cache_hits"] = sum(bool(p[1]) for p in parts)
-    return _fold([p[0] for p in parts])
+    return merge_parts([p[0] for p in parts])
 
 
 def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, timings: dict) -> tuple:
@@ -414,7 +405,7 @@ def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, t
         if o["gradient"] or mode in ("screened", "first-order") else []
     rem, code, heads_of, ex, positions = RemovalSums(), None, None, [], None
     if mode == "screened":
-        rem = _fold(run.gather(fo, "first order"))
+        rem = merge_parts(run.gather(fo, "first order"))
         timings["first_order"] = time.perf_counter() - t0
         heads_of, code = screen_heads(rem.first_order.mean(), prep["n_heads"], o["screen_top"], o["screen_sample"],
                                       o["seed"])
@@ -425,10 +416,10 @@ def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, t
         jobs = _removal_jobs(prep["removal_batches"], prep["n_heads"], heads_of, n, o["max_tokens"])
         ex = [run.submit("removal", k, _exact, b, means, h, positions, o) for k, (b, h) in enumerate(jobs)]
     if mode != "screened" and fo:
-        rem = _fold(run.gather(fo, "first order"))
+        rem = merge_parts(run.gather(fo, "first order"))
         timings["first_order"] = time.perf_counter() - t0     # with exact removal running alongside
     if ex:
-        rem = rem.merge(_fold(run.gather(ex, "head removal")))
+        rem = rem.merge(merge_parts(run.gather(ex, "head removal")))
     return rem, mode, code, positions
 
 

@@ -208,7 +208,23 @@ class MarchenkoPasturFamily(Family):
         return s
 
 
-class TabulatedBetaFamily(Family):
+class _Tabulated(Family):
+    """A family whose law is read from a table of ``inner``'s laws: simulation, starting points and
+    configurations are ``inner``'s."""
+
+    inner: "MHSAFamily"
+
+    def sample(self, theta, rng, model=None):
+        return self.inner.sample(theta, rng, model=model)
+
+    def start(self, eigs):
+        return self.inner.start(eigs)
+
+    def config(self, theta, d=None):
+        return self.inner.config(theta, d)
+
+
+class TabulatedBetaFamily(_Tabulated):
     """A ``beta`` (optionally ``beta, scale``) family tabulated on a grid of ``beta`` and interpolated.
 
     ``Q_beta(u)`` is precomputed at ``nodes`` values of ``beta`` on a fine ``u`` grid and interpolated
@@ -245,17 +261,9 @@ class TabulatedBetaFamily(Family):
         t = self.full(theta)
         return t.get("scale", 1.0) * float(self._edge(t["beta"]))
 
-    def sample(self, theta, rng, model=None):
-        return self.inner.sample(theta, rng, model=model)
-
-    def start(self, eigs):
-        return self.inner.start(eigs)
-
-    def config(self, theta, d=None):
-        return self.inner.config(theta, d)
 
 
-class TabulatedFamily(Family):
+class TabulatedFamily(_Tabulated):
     """An MHSA family tabulated on a box of its shape parameters and interpolated (warm-started law table).
 
     The shape parameters are the free parameters other than ``scale`` (``beta``, ``psi``, ``phi``); in
@@ -357,11 +365,3 @@ class TabulatedFamily(Family):
                 return True
         return False
 
-    def sample(self, theta, rng, model=None):
-        return self.inner.sample(theta, rng, model=model)
-
-    def start(self, eigs):
-        return self.inner.start(eigs)
-
-    def config(self, theta, d=None):
-        return self.inner.config(theta, d)

@@ -5,8 +5,11 @@ Shared by :mod:`.loading` (GGUF parts) and :mod:`.packaged` (split archives), be
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 __all__ = ["ModelLoadError", "cache_dir"]
 
@@ -43,3 +46,23 @@ def _concat_checked(files, target: Path, sha256: str, what: str) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+@contextmanager
+def published_directory(target: Path) -> Iterator[Path]:
+    """Yield a temporary directory beside ``target``; on a clean exit it becomes ``target`` by one rename
+    (a reader never sees a half-written directory; if another process published ``target`` first, its
+    copy is kept). The temporary directory is removed in every case."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp", dir=target.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, target)
+        except OSError:   # another process won the race
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -53,13 +53,11 @@ load (models without one, e.g. custom modules fed tensors, are passed to ``diagn
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from .files import ModelLoadError, _concat_checked, cache_dir
+from .files import ModelLoadError, _concat_checked, cache_dir, published_directory
 
 __all__ = ["ModelLoadError", "load_model", "cache_dir", "resolve_device", "DEVICES", "DTYPES", "BUILTIN_MODELS",
            "MIN_VOCAB_FRACTION", "TOKENIZER_FILES"]
@@ -235,20 +233,9 @@ def _convert_gguf(file: Path, target: Path) -> None:
                 except AttributeError:
                     pass
     model.config.architectures = [type(model).__name__]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp", dir=target.parent))
-    try:
+    with published_directory(target) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        os.chmod(tmp, 0o755)
-        try:
-            os.rename(tmp, target)
-        except OSError:  # another process won the race
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _cached_gguf(target: Path, assemble, verbose: bool, placement: dict | None):

