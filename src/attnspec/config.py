@@ -29,7 +29,8 @@ from typing import Any, Literal
 
 import tomli_w
 
-__all__ = ["ConfigError", "MHSAConfig", "INPUTS", "VALUES", "TARGETS", "CENTERINGS", "BETA_MAX"]
+__all__ = ["ConfigError", "MHSAConfig", "INPUTS", "VALUES", "TARGETS", "CENTERINGS", "BETA_MAX", "sigma2_of_beta",
+           "alpha2_of_beta", "alpha_of_beta"]
 
 INPUTS = ("orthonormal", "gaussian")
 VALUES = ("independent", "tied-to-keys", "key-dependent")
@@ -40,11 +41,67 @@ BETA_MAX = 25.0
 
 
 class ConfigError(ValueError):
-    """An invalid MHSA configuration. ``parameter``, ``value`` and ``allowed`` say what and why."""
+    """An invalid MHSA configuration. ``parameter``, ``value`` and ``allowed`` say what and why.
+
+    Examples
+    --------
+    >>> err = ConfigError("beta", -1.0, "must lie in [0, 25]")
+    >>> str(err), err.parameter
+    ('invalid beta=-1.0: must lie in [0, 25]', 'beta')
+    """
 
     def __init__(self, parameter: str, value: Any, allowed: str):
         self.parameter, self.value, self.allowed = parameter, value, allowed
         super().__init__(f"invalid {parameter}={value!r}: {allowed}")
+
+
+def sigma2_of_beta(beta: float) -> float:
+    """Total variance ``sigma^2 = e^{beta^2} - 1`` of ``l A_ij`` for softmax attention with ``N(0, 1)`` scores.
+
+    The one definition of this formula in the package (:attr:`MHSAConfig.sigma2`, the closed forms and
+    the identification laws call it). ``|beta|`` must not exceed :data:`BETA_MAX`.
+
+    Examples
+    --------
+    >>> round(sigma2_of_beta(1.0), 6)
+    1.718282
+    """
+    _check_beta(beta)
+    return math.expm1(beta * beta)
+
+
+def alpha2_of_beta(beta: float) -> float:
+    """Nonlinear-remainder variance ``alpha^2 = e^{beta^2} - 1 - beta^2`` of the Gaussian equivalent.
+
+    The surrogate attention is ``(1 1^T + beta S + alpha Z)/l``: ``beta^2`` is the variance carried by the
+    linear part, ``alpha^2`` the rest of :func:`sigma2_of_beta` (``>= 0``, ``beta^4/2`` near 0).
+
+    Examples
+    --------
+    >>> round(alpha2_of_beta(1.0), 6)
+    0.718282
+    >>> alpha2_of_beta(0.0)
+    0.0
+    """
+    _check_beta(beta)
+    return max(math.expm1(beta * beta) - beta * beta, 0.0)
+
+
+def alpha_of_beta(beta: float) -> float:
+    """``alpha = sqrt(e^{beta^2} - 1 - beta^2)``, the scale of the surrogate's independent noise.
+
+    Examples
+    --------
+    >>> round(alpha_of_beta(1.0), 6)
+    0.847515
+    """
+    return math.sqrt(alpha2_of_beta(beta))
+
+
+def _check_beta(beta: float) -> None:
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not abs(beta) <= BETA_MAX:
+        raise ConfigError("beta", beta, f"must be a finite number with |beta| <= {BETA_MAX:g} "
+                                        "(e^(beta^2) must stay finite)")
 
 
 def _is_int(x: Any) -> bool:
@@ -208,6 +265,29 @@ class MHSAConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
 
+    def with_heads(self, heads: int) -> "MHSAConfig":
+        """The same layer split into ``heads`` heads at fixed *total* widths ``sum_h d_qk^h`` and ``sum_h d_v^h``.
+
+        Widths are split evenly (``heads`` must divide both totals). Sharing that divides the new head
+        count is kept; ordinary multi-head attention (``key_groups = H``) stays ordinary.
+
+        Examples
+        --------
+        >>> cfg = MHSAConfig.uniform(64, 64, heads=2)
+        >>> four = cfg.with_heads(4)
+        >>> four.d_qk, four.d_v, four.key_groups
+        ((16, 16, 16, 16), (16, 16, 16, 16), 4)
+        """
+        _check_positive_int("heads", heads)
+        H = self.n_heads
+        for name, total in (("d_qk", sum(self.d_qk)), ("d_v", sum(self.d_v))):
+            if total % heads:
+                raise ConfigError("heads", heads, f"must divide the total {name} width {total} (fixed total width)")
+        kg = self.key_groups if self.key_groups != H else heads
+        vg = self.value_groups if self.value_groups != H else heads
+        return self.replace(d_qk=(sum(self.d_qk) // heads,) * heads, d_v=(sum(self.d_v) // heads,) * heads,
+                            key_groups=kg if heads % kg == 0 else heads, value_groups=vg if heads % vg == 0 else heads)
+
     # ------------------------------------------------------------------ derived quantities
     @property
     def n_heads(self) -> int:
@@ -231,13 +311,13 @@ class MHSAConfig:
 
     @property
     def sigma2(self) -> float:
-        """Total variance ``e^{beta^2} - 1`` of ``l A_ij`` (linear plus nonlinear part)."""
-        return math.expm1(self.beta ** 2)
+        """Total variance ``e^{beta^2} - 1`` of ``l A_ij`` (linear plus nonlinear part): :func:`sigma2_of_beta`."""
+        return sigma2_of_beta(self.beta)
 
     @property
     def alpha2(self) -> float:
-        """Nonlinear-remainder variance ``alpha^2 = e^{beta^2} - 1 - beta^2`` of the Gaussian equivalent."""
-        return math.expm1(self.beta ** 2) - self.beta ** 2
+        """Nonlinear-remainder variance ``alpha^2 = e^{beta^2} - 1 - beta^2``: :func:`alpha2_of_beta`."""
+        return alpha2_of_beta(self.beta)
 
     def key_group(self, h: int) -> int:
         """Index of the ``W_K`` matrix head ``h`` uses."""

@@ -2,28 +2,24 @@
 
 * :func:`attention_law` — the Gaussian-equivalent law of the single-head attention matrix
   ``Y_att = sqrt(l) (A - 1 1^T / l)`` in convention A (docs/theory.md, "Closed forms"): with
-  ``sigma^2 = e^{beta^2} - 1``, ``alpha^2 = sigma^2 - beta^2`` and ``c = psi/gamma``, ``G(w)`` is the root
-  (``~ 1/w`` at infinity, ``Im G < 0`` on the support) of the quartic
-
-      beta^2 alpha^2 G^4 - beta^2 w G^3 + (beta^2 - c sigma^2) G^2 + c w G - c = 0,
-
-  and the density of the eigenvalues ``lambda = w^2`` of ``Y_att Y_att^T`` is
-  ``rho(lambda) = -Im G(sqrt(lambda)) / (pi sqrt(lambda))``. The quartic is solved for all grid points
-  at once (eigenvalues of stacked companion matrices).
+  ``G(w)`` is the root (``~ 1/w`` at infinity, ``Im G < 0`` on the support) of the quartic of
+  :func:`attnspec.theory.closed_forms.attention_quartic_roots`, and the density of the eigenvalues
+  ``lambda = w^2`` of ``Y_att Y_att^T`` is ``rho(lambda) = -Im G(sqrt(lambda)) / (pi sqrt(lambda))``.
 * :func:`marchenko_pastur_law` — eigenvalues of ``sigma^2 W W^T / n`` for ``W`` ``p x n`` iid
   ``N(0,1)``, ratio ``y = p/n <= 1``: ``rho = sqrt((b - x)(x - a)) / (2 pi sigma^2 y x)`` on
   ``[a, b] = sigma^2 (1 -+ sqrt(y))^2``.
 
-Both return a :class:`TabulatedLaw` (grid, density, CDF by quadrature, quantile by inversion).
+Both return a :class:`TabulatedLaw` (grid, density, CDF by quadrature, quantile by inversion), with the
+same reading interface as :class:`attnspec.theory.Law`: ``grid``, ``density``, ``atom_at_zero``,
+``right_edge``, ``mass``, the array ``moments`` (``m_1..m_4``), ``cdf(x)`` and ``quantile(u)``.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..theory.closed_forms import attention_edge
+from ..theory.closed_forms import attention_edge, attention_quartic_roots, marchenko_pastur_edges
 
 __all__ = ["TabulatedLaw", "attention_law", "marchenko_pastur_law"]
 
@@ -32,8 +28,18 @@ __all__ = ["TabulatedLaw", "attention_law", "marchenko_pastur_law"]
 class TabulatedLaw:
     """A law on ``[0, right_edge]`` given on a grid: density, CDF, an atom at zero and the quantile function.
 
-    ``cdf`` includes the atom; ``mass`` is the integral of the tabulated density before normalization
-    (a check on the quadrature: it should be ``1 - atom_at_zero``).
+    ``cdf_values`` includes the atom; ``mass`` is the integral of the tabulated density before
+    normalization (a check on the quadrature: it should be ``1 - atom_at_zero``); ``moments`` are
+    ``m_k = int x^k rho(x) dx`` for ``k = 1..4`` (trapezoid rule on ``grid``; the atom adds nothing),
+    as :attr:`attnspec.theory.Law.moments`.
+
+    Examples
+    --------
+    >>> law = marchenko_pastur_law(1.0)
+    >>> [round(float(m), 2) for m in law.moments[:2]]     # 1 and 2 for the square law
+    [1.0, 2.0]
+    >>> round(float(law.quantile(0.5)), 2), round(float(law.cdf(law.right_edge)), 6)
+    (0.65, 1.0)
     """
 
     grid: np.ndarray
@@ -42,21 +48,20 @@ class TabulatedLaw:
     atom_at_zero: float
     right_edge: float
     mass: float
+    moments: np.ndarray
 
     def cdf(self, x) -> np.ndarray:
+        """``F(x)`` (atom included) by linear interpolation of :attr:`cdf_values`."""
         x = np.asarray(x, dtype=float)
         return np.where(x < 0, 0.0, np.interp(x, self.grid, self.cdf_values, left=self.atom_at_zero, right=1.0))
 
     def quantile(self, u) -> np.ndarray:
+        """``Q(u) = inf {x: F(x) >= u}``: 0 up to the atom, linear inversion of the CDF table above it."""
         u = np.asarray(u, dtype=float)
         # strictly increasing CDF values for inversion (flat parts carry no mass)
         F, idx = np.unique(self.cdf_values, return_index=True)
         q = np.interp(u, F, self.grid[idx])
         return np.where(u <= self.atom_at_zero, 0.0, q)
-
-    def moments(self, k: int = 4) -> np.ndarray:
-        x, r = self.grid, self.density
-        return np.array([np.trapezoid(x ** j * r, x) for j in range(1, k + 1)])
 
 
 def _tabulate(edge: float, density_fn, lower: float = 0.0, n: int = 4000, atom: float | None = None) -> TabulatedLaw:
@@ -69,31 +74,39 @@ def _tabulate(edge: float, density_fn, lower: float = 0.0, n: int = 4000, atom: 
     mass = float(F[-1])
     a = max(0.0, 1.0 - mass) if atom is None else atom
     F = a + (1.0 - a) * F / mass
-    return TabulatedLaw(grid=x, density=rho * (1.0 - a) / mass, cdf_values=F, atom_at_zero=a, right_edge=float(edge),
-                        mass=mass)
+    density = rho * (1.0 - a) / mass
+    moments = np.trapezoid(x[None, :] ** np.arange(1, 5)[:, None] * density, x, axis=1)
+    return TabulatedLaw(grid=x, density=density, cdf_values=F, atom_at_zero=a, right_edge=float(edge), mass=mass,
+                        moments=moments)
 
 
-def _quartic_G(w: np.ndarray, beta: float, c: float) -> np.ndarray:
-    """The root of the quartic with the most negative imaginary part at each real ``w`` (0 if all real)."""
-    s2 = math.expm1(beta ** 2)
-    a2 = s2 - beta ** 2
-    b2 = beta ** 2
-    w = np.asarray(w, dtype=float)
-    coeffs = np.stack([np.full_like(w, b2 * a2), -b2 * w, np.full_like(w, b2 - c * s2), c * w, np.full_like(w, -c)],
-                      axis=-1)
-    # companion matrices of the monic polynomials, eigenvalues = roots
-    lead = coeffs[:, 0:1]
-    mon = coeffs[:, 1:] / lead
-    m = w.size
-    C = np.zeros((m, 4, 4))
-    C[:, 0, :] = -mon
-    C[:, 1, 0] = C[:, 2, 1] = C[:, 3, 2] = 1.0
-    roots = np.linalg.eigvals(C)
-    return roots[np.arange(m), np.argmin(roots.imag, axis=1)]
+def _physical_root(w: np.ndarray, beta: float, c: float) -> np.ndarray:
+    """The root of the attention quartic with the most negative imaginary part at each real ``w``."""
+    roots = attention_quartic_roots(w, beta, c)
+    return roots[np.arange(roots.shape[0]), np.argmin(roots.imag, axis=1)]
 
 
 def attention_law(beta: float, gamma: float = 1.0, psi: float = 1.0, n: int = 4000) -> TabulatedLaw:
-    """Gaussian-equivalent law of the single-head attention matrix (convention A; module docstring)."""
+    """Gaussian-equivalent law of the single-head attention matrix (convention A; module docstring).
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature, ``> 0`` (``beta = 0`` is a point mass at 0).
+    gamma, psi : float
+        ``l/d`` and ``d_qk/d``; the law depends on ``c = psi/gamma`` only, plus an atom
+        ``1 - psi/gamma`` at zero when ``gamma > psi``.
+    n : int
+        Grid points of the table.
+
+    Examples
+    --------
+    >>> law = attention_law(1.0)
+    >>> round(float(law.moments[0]), 2)                 # m1 = e^{beta^2} - 1
+    1.72
+    >>> round(law.right_edge, 4)
+    9.0095
+    """
     if beta <= 0:
         raise ValueError("beta must be > 0 for the attention law (beta = 0 is a point mass at 0)")
     c = psi / gamma
@@ -103,7 +116,7 @@ def attention_law(beta: float, gamma: float = 1.0, psi: float = 1.0, n: int = 40
         out = np.zeros_like(x)
         pos = x > 0
         wv = np.sqrt(x[pos])
-        G = _quartic_G(wv, beta, c)
+        G = _physical_root(wv, beta, c)
         out[pos] = np.maximum(-G.imag, 0.0) / (np.pi * wv)
         return out
 
@@ -111,10 +124,19 @@ def attention_law(beta: float, gamma: float = 1.0, psi: float = 1.0, n: int = 40
 
 
 def marchenko_pastur_law(ratio: float = 1.0, sigma2: float = 1.0, n: int = 4000) -> TabulatedLaw:
-    """Marchenko–Pastur law with ratio ``y = p/n`` in (0, 1] and variance ``sigma2``."""
+    """Marchenko–Pastur law of ``sigma2 W W^T / n`` (``W`` ``p x n`` standard Gaussian), ratio ``y = p/n`` in (0, 1].
+
+    Examples
+    --------
+    >>> law = marchenko_pastur_law(0.25, sigma2=2.0)
+    >>> law.right_edge                                 # sigma2 (1 + sqrt(y))^2
+    4.5
+    >>> round(float(law.moments[1]), 3)                # sigma2^2 (1 + y)
+    5.0
+    """
     if not 0 < ratio <= 1:
         raise ValueError(f"ratio must lie in (0, 1], got {ratio}")
-    a, b = sigma2 * (1 - math.sqrt(ratio)) ** 2, sigma2 * (1 + math.sqrt(ratio)) ** 2
+    a, b = marchenko_pastur_edges(ratio, sigma2)
 
     def rho(x):
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -1,5 +1,6 @@
 """Softmax MHSA and its Gaussian-equivalent surrogate: draws, outputs and spectra."""
-from .attention import alpha_of_beta, softmax_rows, surrogate_attention
+from ..config import alpha_of_beta
+from .attention import softmax_rows, surrogate_attention
 from .blocks import Blocks, draw_blocks, stack_blocks
 from .mhsa import MODELS, SimulationResult, simulate, simulate_outputs
 

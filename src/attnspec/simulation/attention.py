@@ -10,16 +10,11 @@ All functions work on stacks: the last two axes are (query, key).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-__all__ = ["softmax_rows", "surrogate_attention", "alpha_of_beta"]
+from ..config import alpha_of_beta
 
-
-def alpha_of_beta(beta: float) -> float:
-    """``alpha = sqrt(e^{beta^2} - 1 - beta^2)``, the nonlinear-remainder scale (finite for beta <= 26)."""
-    return math.sqrt(max(math.expm1(beta * beta) - beta * beta, 0.0))
+__all__ = ["softmax_rows", "surrogate_attention"]
 
 
 def softmax_rows(scores: np.ndarray, beta: float, mask: np.ndarray | None = None) -> np.ndarray:

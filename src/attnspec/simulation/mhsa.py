@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..config import MHSAConfig
+from ..config import MHSAConfig, alpha_of_beta
 from ..spectra import gram_eigenvalues, ks_distance, split_outliers, summarize, wasserstein1
-from .attention import alpha_of_beta, softmax_rows
+from .attention import softmax_rows
 from .blocks import Blocks, draw_blocks, stack_blocks
 
 __all__ = ["SimulationResult", "simulate", "simulate_outputs", "MODELS"]

@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..config import ConfigError, MHSAConfig
+from ..config import MHSAConfig
 
 __all__ = ["EVALUATIONS", "SweepPoint", "apply_axis", "expand_grid", "points_from_spec", "KEY_SCHEMA"]
 
@@ -95,22 +95,20 @@ class SweepPoint:
                    tags=data.get("tags", {}))
 
 
-def _even_split(total: int, heads: int, name: str) -> tuple[int, ...]:
-    if total % heads:
-        raise ConfigError("heads", heads, f"must divide the total {name} width {total} (fixed total width)")
-    return (total // heads,) * heads
-
-
 def apply_axis(config: MHSAConfig, name: str, value: Any) -> MHSAConfig:
-    """``config`` with one axis set (see the module docstring for the derived axes)."""
+    """``config`` with one axis set (see the module docstring for the derived axes).
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> apply_axis(MHSAConfig.uniform(64, 64, heads=2), "heads", 4).d_qk
+    (16, 16, 16, 16)
+    >>> apply_axis(MHSAConfig.uniform(64, 64), "beta", 0.5).beta
+    0.5
+    """
     H = config.n_heads
     if name == "heads":
-        h = int(value)
-        dq, dv = _even_split(sum(config.d_qk), h, "d_qk"), _even_split(sum(config.d_v), h, "d_v")
-        kg = config.key_groups if config.key_groups != H else h
-        vg = config.value_groups if config.value_groups != H else h
-        return config.replace(d_qk=dq, d_v=dv, key_groups=kg if h % kg == 0 else h,
-                              value_groups=vg if h % vg == 0 else h)
+        return config.with_heads(int(value))
     if name == "d_qk_per_head":
         changes: dict[str, Any] = {"d_qk": (int(value),) * H}
         if config.values == "tied-to-keys":

@@ -12,11 +12,11 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import comb
 
-from ..config import MHSAConfig
+from ..config import MHSAConfig, alpha2_of_beta, sigma2_of_beta
 
 __all__ = ["marchenko_pastur_moments", "marchenko_pastur_edges", "marchenko_pastur_cdf", "marchenko_pastur_density",
            "marchenko_pastur_quantile", "fuss_catalan_moments", "mp_edge",
-           "attention_moments", "attention_edge", "attention_stieltjes", "first_moment", "second_moment",
+           "attention_moments", "attention_edge", "attention_quartic_roots", "attention_stieltjes", "first_moment", "second_moment",
            "atom_at_zero"]
 
 
@@ -100,12 +100,12 @@ def fuss_catalan_moments(s: int, k: int = 4) -> np.ndarray:
 
 def mp_edge(beta: float) -> float:
     """Marchenko–Pastur edge ``4 sigma^2`` of an iid ``l x l`` matrix with the attention variance."""
-    return 4.0 * math.expm1(beta ** 2)
+    return 4.0 * sigma2_of_beta(beta)
 
 
 def attention_moments(beta: float, gamma: float, psi: float) -> np.ndarray:
     """``m_1..m_4`` of the single-head attention matrix law, convention A (docs/theory.md, "Closed forms")."""
-    s2 = math.expm1(beta ** 2)
+    s2 = sigma2_of_beta(beta)
     c = psi / gamma
     b4, b6, b8 = beta ** 4, beta ** 6, beta ** 8
     return np.array([
@@ -119,8 +119,7 @@ def attention_moments(beta: float, gamma: float, psi: float) -> np.ndarray:
 def attention_edge(beta: float, gamma: float, psi: float) -> float:
     """Right edge ``(min_{0 < G < sqrt(c)/beta} 1/G + R(G))^2`` with
     ``R(G) = alpha^2 G + c beta^2 G / (c - beta^2 G^2)`` (convention A)."""
-    s2 = math.expm1(beta ** 2)
-    a2, c = s2 - beta ** 2, psi / gamma
+    a2, c = alpha2_of_beta(beta), psi / gamma
     top = math.sqrt(c) / beta
 
     def f(G):
@@ -131,24 +130,59 @@ def attention_edge(beta: float, gamma: float, psi: float) -> float:
     return float(r.fun) ** 2
 
 
+def attention_quartic_roots(w, beta: float, c: float) -> np.ndarray:
+    """All roots ``G`` of the attention quartic at each ``w``, shape ``(len(w), 4)`` (complex).
+
+    The quartic (convention A, single head, ``c = psi/gamma``, ``sigma^2`` and ``alpha^2`` of ``beta``)::
+
+        beta^2 alpha^2 G^4 - beta^2 w G^3 + (beta^2 - c sigma^2) G^2 + c w G - c = 0,
+
+    whose physical root gives the attention law's Stieltjes transform ``g(z) = G(w)/w`` at ``w = sqrt(z)``.
+    Solved for all ``w`` at once as eigenvalues of stacked companion matrices; where the leading
+    coefficient vanishes (``alpha^2`` underflows as ``beta -> 0``) the degree drops and fewer roots
+    come back. The one place this polynomial is written down in the package.
+
+    Examples
+    --------
+    >>> r = attention_quartic_roots([2.0], beta=1.0, c=1.0)
+    >>> r.shape
+    (1, 4)
+    >>> bool(np.allclose(np.polyval([0.718282 * 1.0, -2.0, 1.0 - 1.718282, 2.0, -1.0], r[0]), 0, atol=1e-4))
+    True
+    """
+    w = np.atleast_1d(np.asarray(w))
+    b2, s2, a2 = beta * beta, sigma2_of_beta(beta), alpha2_of_beta(beta)
+    one = np.ones(w.shape)
+    coeffs = [b2 * a2 * one, -b2 * w, (b2 - c * s2) * one, c * w, -c * one]
+    while len(coeffs) > 2 and not np.any(coeffs[0]):      # degree drops with a vanishing leading coefficient
+        coeffs.pop(0)
+    C = np.stack(coeffs, axis=-1)
+    mon = C[:, 1:] / C[:, :1]
+    deg = mon.shape[1]
+    comp = np.zeros((w.size, deg, deg), dtype=mon.dtype)
+    comp[:, 0, :] = -mon
+    comp[:, np.arange(1, deg), np.arange(deg - 1)] = 1.0
+    return np.linalg.eigvals(comp)
+
+
 def attention_stieltjes(z: np.ndarray, beta: float, gamma: float, psi: float) -> np.ndarray:
-    """``g(z)`` of the attention law from the quartic
-    ``beta^2 alpha^2 G^4 - beta^2 w G^3 + (beta^2 - c sigma^2) G^2 + c w G - c = 0``, ``w = sqrt z``,
-    ``g = G/w``: among the roots with ``Im g <= 0`` (for ``Im z > 0``), the one closest to the expansion
-    ``1/z + sigma^2/z^2``. No continuation: meant for cross-checks at a few points off the spectrum."""
+    """``g(z)`` of the attention law from the quartic of :func:`attention_quartic_roots` (``w = sqrt z``,
+    ``g = G/w``): among the roots with ``Im g <= 0`` (for ``Im z > 0``), the one closest to the expansion
+    ``1/z + sigma^2/z^2``. No continuation: meant for cross-checks at points off the spectrum.
+
+    Examples
+    --------
+    >>> g = attention_stieltjes([50.0 + 1.0j], beta=1.0, gamma=1.0, psi=1.0)
+    >>> bool(abs(g[0] - (1 / 50 + 1.718 / 50 ** 2)) < 1e-3), bool(g[0].imag <= 0)
+    (True, True)
+    """
     z = np.atleast_1d(np.asarray(z, dtype=complex))
-    s2 = math.expm1(beta ** 2)
-    a2, c, b2 = s2 - beta ** 2, psi / gamma, beta ** 2
-    out = np.empty_like(z)
-    for i, zi in enumerate(z):      # checks only: a handful of points
-        w = np.sqrt(zi)
-        roots = np.roots([b2 * a2, -b2 * w, b2 - c * s2, c * w, -c]) if a2 > 0 else np.roots([-b2 * w, b2 - c * s2, c * w, -c])
-        g = roots / w
-        ok = g.imag <= 1e-12 * np.abs(g) if zi.imag > 0 else np.ones(g.size, bool)
-        cand = g[ok] if ok.any() else g
-        guess = 1.0 / zi + s2 / zi ** 2
-        out[i] = cand[np.argmin(np.abs(cand - guess))]
-    return out
+    w = np.sqrt(z)
+    g = attention_quartic_roots(w, beta, psi / gamma) / w[:, None]
+    ok = np.where((z.imag > 0)[:, None], g.imag <= 1e-12 * np.abs(g), True)
+    ok |= ~ok.any(axis=1, keepdims=True)                   # no root qualifies: choose among all
+    guess = 1.0 / z + sigma2_of_beta(beta) / z ** 2
+    return g[np.arange(z.size), np.argmin(np.where(ok, np.abs(g - guess[:, None]), np.inf), axis=1)]
 
 
 def _within_head_terms(config: MHSAConfig) -> np.ndarray:
