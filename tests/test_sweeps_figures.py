@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from attnspec.sweeps.figures import structure_figures, structure_points
+from attnspec.figures.structure import structure_figures
+from attnspec.sweeps import structure_points
 
 
 def test_structure_points_cover_the_panels():

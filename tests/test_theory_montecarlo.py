@@ -7,7 +7,11 @@ from attnspec.simulation import simulate
 from attnspec.spectra import moments
 from attnspec.theory import closed_forms as cf
 from attnspec.theory import law_distances, solve_law
-from attnspec.theory.figures import h4_config
+
+
+def h4_config(d: int) -> MHSAConfig:
+    """Four heads at width d: l = d_out = d, d_qk = d_v = d/4, beta = 1 (docs/theory.md, "Law against Monte-Carlo")."""
+    return MHSAConfig.uniform(d, d, heads=4, d_qk=round(d / 4), d_v=round(d / 4), d_out=d, beta=1.0)
 
 
 def mean_w1(law, cfg, draws, seed=0):

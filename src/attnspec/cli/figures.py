@@ -35,12 +35,12 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     check_output_dir("--out", args.out)
     if args.figure_set == "structure":
-        from ..sweeps.figures import structure_figures
+        from ..figures.structure import structure_figures
 
         for path in structure_figures(args.out, quick=args.quick, progress=not args.no_progress):
             print(f"wrote {path}", file=sys.stderr)
         return 0
-    from ..theory.figures import all_figures
+    from ..figures.claims import all_figures
 
     t0 = time.perf_counter()
     res = all_figures(args.out, quick=args.quick, seed=args.seed, progress=not args.no_progress)

@@ -57,14 +57,8 @@ def run(args: argparse.Namespace) -> int:
         data["seconds"] = seconds
         print(f"  wrote {write_json(args.json, data)}", file=sys.stderr)
     if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from ..figures import plot_law, save_figure
 
-        from ..plots import save_figure
-        from ..theory.plotting import plot_law
-
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        plot_law(ax, law)
-        print(f"  wrote {save_figure(fig, args.plot)}", file=sys.stderr)
+        ax = plot_law(law)
+        print(f"  wrote {save_figure(ax.figure, args.plot)}", file=sys.stderr)
     return 0

@@ -75,12 +75,10 @@ def run(args: argparse.Namespace) -> int:
                        moments={m: summary[m]["moments"] for m in ("softmax", "surrogate")})
         print(f"  wrote {write_json(args.json, payload)}", file=sys.stderr)
     if args.plot:
-        import matplotlib.pyplot as plt
+        from ..figures import plot_law, plot_spectra, save_figure
 
-        from ..plots import plot_spectra, save_figure
-
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        plot_spectra(ax, {"softmax": result.softmax, "surrogate": result.surrogate}, law=law,
-                     title=f"{config.describe()}\n{result.draws} draw(s), seed {args.seed}; W1 bulk {f(d['w1_bulk'], '.3g')}")
-        print(f"  wrote {save_figure(fig, args.plot)}", file=sys.stderr)
+        samples = {"softmax": result.softmax, "surrogate": result.surrogate}
+        title = f"{config.describe()}\n{result.draws} draw(s), seed {args.seed}; W1 bulk {f(d['w1_bulk'], '.3g')}"
+        ax = plot_law(law, None, samples, title=title) if law is not None else plot_spectra(None, samples, title=title)
+        print(f"  wrote {save_figure(ax.figure, args.plot)}", file=sys.stderr)
     return 0

@@ -258,19 +258,9 @@ def run(args: argparse.Namespace) -> int:
         to_frame(args.db).to_csv(args.csv, index=False)
         print(f"  wrote {args.csv}", file=sys.stderr)
     if args.plot:
-        import matplotlib.pyplot as plt
+        from ..figures.sweeps import sweep_plot
 
-        from ..plots import save_figure
-
-        df = points_frame(points, args.db)
         x = args.x or (f"tag.{axes[0]}" if axes else "cfg.beta")
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for y in (c.strip() for c in args.y.split(",")):
-            if y in df and x in df:
-                g = df.groupby(x)[y].mean()
-                ax.plot(g.index, g.values, "o-" if not y.startswith("law") else "-", label=y)
-        ax.set_xlabel(x)
-        ax.legend()
-        ax.set_title(f"sweep {name}")
-        print(f"  wrote {save_figure(fig, args.plot)}", file=sys.stderr)
+        ys = [c.strip() for c in args.y.split(",")]
+        print(f"  wrote {sweep_plot(points_frame(points, args.db), x, ys, name, args.plot)}", file=sys.stderr)
     return 1 if report.failed else 0

@@ -108,8 +108,10 @@ class Hayase2025:
             for row in zip(*hist.values()):
                 w.writerow([f"{v:.10g}" for v in row])
         tmp.replace(csv_path)
-        return [draw_figure(self, hist, out_dir / "hayase2025.png"), write_json(out_dir / "hayase2025.json", self.summary),
-                csv_path]
+        from ..figures.reproduce import hayase2025_figure
+
+        return [hayase2025_figure(self, hist, out_dir / "hayase2025.png"),
+                write_json(out_dir / "hayase2025.json", self.summary), csv_path]
 
 
 def _check(d: int, beta: float, draws: int, n_remove: int, seed: int, inputs: str) -> None:
@@ -195,46 +197,3 @@ def hayase2025(d: int = 1000, beta: float = 1.0, draws: int = 10, n_remove: int 
     for name in MODELS:
         summary[name] = _sample_numbers(bulk[name], removed[name], law, s2)
     return Hayase2025(summary=summary, bulk=bulk, removed=removed, law=law)
-
-
-def draw_figure(result: Hayase2025, hist: dict[str, np.ndarray], path: Path) -> Path:
-    """Two panels: bulk histograms with the law's and Marchenko–Pastur's densities; the sorted bulk of the first
-    draw against the law's and Marchenko–Pastur's quantiles at the same levels."""
-    import matplotlib.pyplot as plt
-
-    from ..plots import save_figure
-
-    s = result.summary
-    law, s2 = result.law, s["sigma2"]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
-    edges = np.append(hist["bin_lo"], hist["bin_hi"][-1])
-    for name, color in (("softmax", "tab:blue"), ("linear", "tab:orange")):
-        r = s[name]
-        ax.stairs(hist[name], edges, color=color, fill=name == "softmax", alpha=0.55 if name == "softmax" else 1.0,
-                  label=f"{'sqrt(d) A' if name == 'softmax' else 'linear model'} (KS law {r['ks_to_law']:.3f}, "
-                        f"MP {r['ks_to_mp']:.3f})")
-    x = np.linspace(0.0, edges[-1], 1200)
-    ax.plot(law.grid, law.density, color="black", lw=1.5, label=f"Gaussian-equivalent law (edge {law.right_edge:.4g})")
-    ax.plot(x, cf.marchenko_pastur_density(x, s2), color="tab:red", ls="--", lw=1.3,
-            label=f"Marchenko-Pastur (edge {4 * s2:.4g})")
-    # the density blows up at 0 (both laws): scale the axis to the bulk past the first bins, say so
-    top = 1.3 * max(hist["softmax"][4:].max(), hist["linear"][4:].max())
-    ax.set_ylim(0, top)
-    ax.text(0.35, 0.97, "axis clipped: the densities blow up at 0", transform=ax.transAxes, fontsize=7, va="top")
-    ax.set_xlabel("squared singular value of sqrt(d) A (top %d removed)" % s["n_remove"])
-    ax.set_ylabel("density")
-    ax.legend(fontsize=7)
-    first = result.bulk["softmax"][0][::-1]
-    k = np.arange(1, first.size + 1)
-    u = 1.0 - (k - 0.5) / first.size
-    bx.plot(k, first, ".", ms=2, color="tab:blue", label="sqrt(d) A, draw 1")
-    bx.plot(k, result.bulk["linear"][0][::-1], ".", ms=2, color="tab:orange", label="linear model, draw 1")
-    bx.plot(k, law.quantile(u), color="black", lw=1.2, label="law quantiles")
-    bx.plot(k, cf.marchenko_pastur_quantile(u, s2), color="tab:red", ls="--", lw=1.2, label="MP quantiles")
-    bx.set_xlabel("rank k")
-    bx.set_ylabel("k-th largest squared singular value")
-    bx.legend(fontsize=7)
-    conv = "orthonormal inputs" if s["inputs"] == "orthonormal" else "iid Gaussian inputs"
-    fig.suptitle(f"Hayase, Collins & Karakida (2025): d = d_qk = {s['d']}, beta = {s['beta']:g}, {s['draws']} draws, "
-                 f"top {s['n_remove']} removed ({conv})", fontsize=9)
-    return save_figure(fig, path)

@@ -6,11 +6,11 @@
 * :mod:`.law` — :class:`Law` (density, CDF, quantiles, edges, atom, contour moments), :func:`solve_law`,
   :func:`law_distances`;
 * :mod:`.edges`, :mod:`.cells` — the law's edges, support test and contour integrals; its cell masses on the grid;
-* :mod:`.closed_forms` — Marchenko–Pastur, Fuss–Catalan, attention-matrix quartic, first/second moments;
-* :mod:`.figures` — the figures behind the seed's claims (``attnspec figures``).
+* :mod:`.closed_forms` — Marchenko–Pastur, Fuss–Catalan, attention-matrix quartic, first/second moments.
 
 Normalizations are those of docs/theory.md ("Model and normalization"): the law of ``Y Y^T`` (``l`` eigenvalues,
-weight ``1/l``), ``m_1 = e^{beta^2} - 1`` in convention A without within-head tying.
+weight ``1/l``), ``m_1 = e^{beta^2} - 1`` in convention A without within-head tying. This package imports only
+:mod:`attnspec.config` and :mod:`attnspec.spectra`; figures of laws are drawn by :mod:`attnspec.figures`.
 """
 from .dyson import DysonSolver, LawSolverError
 from .law import Law, law_distances, solve_law

@@ -150,18 +150,6 @@ class Law:
             "density": [float(r) for r in self.density],
         }
 
-    def plot(self, ax=None, label: str | None = None, **kwargs):
-        """Draw the density (and the atom as a note in the label) on a matplotlib axis."""
-        if ax is None:
-            import matplotlib.pyplot as plt
-            ax = plt.gca()
-        atom = f", atom {self.atom_at_zero:.3f}" if self.atom_at_zero > 1e-3 else ""
-        lab = label if label is not None else f"law (edge {self.right_edge:.4g}{atom})"
-        kwargs.setdefault("color", "black")
-        kwargs.setdefault("lw", 1.5)
-        ax.plot(self.grid, self.density, label=lab, **kwargs)
-        return ax
-
 
 def pencil_moments(pencil: Pencil, k: int = 4, n_contour: int = 64, tol: float = 1e-12) -> tuple[np.ndarray, float]:
     """``(m_1..m_k, right edge)`` of the law of ``Y Y^T`` for any pencil (e.g. Marchenko–Pastur or

@@ -1,15 +1,17 @@
-"""The figures behind the seed's claims, regenerated from scratch (``attnspec figures``).
+"""The figures behind the seed's claims, recomputed from scratch (``attnspec figures``).
 
-1. ``law_vs_montecarlo``: the H = 4 law (gamma = omega = 1, psi = phi = 1/4, beta = 1) against one softmax
-   and one surrogate draw at d = 250..2000; W1 to the law shrinks with d (THEORY.md section 4).
+1. ``law_vs_montecarlo``: the ``H = 4`` law (``gamma = omega = 1``, ``psi_h = phi_h = 1/4``, ``beta = 1``)
+   against softmax and surrogate draws at ``d = 250..2000``; W1 to the law shrinks with ``d``
+   (docs/theory.md, "Law against Monte-Carlo").
 2. ``edge_vs_beta``: right edge of the attention-matrix law against the Marchenko–Pastur edge
-   ``4 (e^{beta^2} - 1)`` (gamma = psi = 1 and gamma = 0.5): the MP edge is never reached.
-3. ``sharing``: GQA (2 groups), MQA, keys-only and values-only sharing against independent heads:
-   the law is unchanged and softmax spectra agree within seed-to-seed noise.
-4. ``tying``: ``W_V = W_K`` inside each head against independent values: the law moves (m1 1.72 -> 5.72).
+   ``4 (e^{beta^2} - 1)`` at ``gamma = psi = 1`` and ``gamma = 1/2``: the law's edge stays above it.
+3. ``sharing``: GQA (2 groups), MQA, keys-only and values-only sharing against independent heads: the law is
+   unchanged and softmax spectra agree within seed-to-seed noise.
+4. ``tying``: ``W_V = W_K`` inside each head against independent values: the law moves (``m_1`` 1.72 -> 5.72).
 
-Every function returns plain numbers (also written to ``figures.json``) and saves one PNG.
-Monte-Carlo uses :func:`attnspec.simulation.simulate` with fixed seeds (convention A, token centering).
+Each function returns plain numbers (written to ``figures.json`` by the command) and saves one PNG.
+Monte-Carlo is :func:`attnspec.simulation.simulate` with fixed seeds (convention A, token centering); the laws
+are those of the exact ratios (solved at ``d = 400``: only ratios matter).
 """
 from __future__ import annotations
 
@@ -19,27 +21,21 @@ import numpy as np
 
 from ..config import MHSAConfig
 from ..spectra import ks_distance, wasserstein1
-from . import closed_forms as cf
-from .law import law_distances, solve_law
+from ..theory import closed_forms as cf
+from ..theory import law_distances, solve_law
+from .base import pyplot, save_figure
+from .law import plot_law
 
-__all__ = ["h4_config", "law_vs_montecarlo", "edge_vs_beta", "sharing", "tying", "all_figures"]
+__all__ = ["law_vs_montecarlo", "edge_vs_beta", "sharing", "tying", "all_figures", "SHARING"]
 
-
-def h4_config(d: int, beta: float = 1.0, **kw) -> MHSAConfig:
-    """THEORY.md's H = 4 configuration at width ``d``: l = d_out = d, d_qk = d_v = round(d/4)."""
-    return MHSAConfig.uniform(d, d, heads=4, d_qk=round(d / 4), d_v=round(d / 4), d_out=d, beta=beta, **kw)
-
-
-def _law(**kw):
-    """The law of the H = 4 configuration with exact ratios psi = phi = 1/4 (the d -> infinity limit)."""
-    return solve_law(h4_config(400, **kw))
+#: sharing variants of :func:`sharing`: name -> ``MHSAConfig`` keyword arguments
+SHARING = {"independent": {}, "GQA (2 groups)": dict(key_groups=2, value_groups=2),
+           "MQA": dict(key_groups=1, value_groups=1), "K only": dict(key_groups=1), "V only": dict(value_groups=1)}
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+def _h4(d: int, **kw) -> MHSAConfig:
+    """Four heads at width ``d``: ``l = d_out = d``, ``d_qk = d_v = round(d/4)``, ``beta = 1``."""
+    return MHSAConfig.uniform(d, d, heads=4, d_qk=round(d / 4), d_v=round(d / 4), d_out=d, beta=1.0, **kw)
 
 
 def _bar(total: int, desc: str, progress: bool):
@@ -47,34 +43,36 @@ def _bar(total: int, desc: str, progress: bool):
     return tqdm(total=total, desc=desc, disable=not progress, leave=False)
 
 
+def _distance_row(law, sim, d: int, draws: int) -> dict:
+    """Per-draw W1/KS (whole and bulk) to the law, averaged; their spread and the first draw's values."""
+    row = {"d": d, "draws": draws}
+    for m in ("softmax", "surrogate"):
+        per = [law_distances(law, e) for e in getattr(sim, m)]
+        for k in per[0]:
+            vals = np.array([p[k] for p in per], dtype=float)
+            row[f"{k}_{m}"] = float(vals.mean())
+            row[f"{k}_{m}_sd"] = float(vals.std(ddof=1)) if vals.size > 1 else 0.0
+            row[f"{k}_{m}_first_draw"] = float(vals[0])
+    return row
+
+
 def law_vs_montecarlo(out: Path, ds=(250, 500, 1000, 2000), seed: int = 0, progress: bool = True) -> dict:
     """W1/KS between the law and softmax/surrogate draws per ``d``: ``max(1, 2000 // d)`` draws at each ``d``
-    (so every size pools about 2000 eigenvalues), distances per draw averaged; histogram at the largest ``d``.
-    ``first_draw`` keeps the single-draw distances (THEORY.md quotes one draw each)."""
-    from ..plots import plot_spectra, save_figure
+    (every size pools about 2000 eigenvalues), distances per draw averaged; histograms at the largest ``d``.
+    ``*_first_draw`` keeps the single-draw distances (docs/theory.md quotes one draw each)."""
     from ..simulation import simulate
 
-    plt = _plt()
-    law = _law()
+    law = solve_law(_h4(400))
     rows, last = [], None
     with _bar(len(ds), "law vs Monte-Carlo", progress) as bar:
         for d in ds:
             draws = max(1, 2000 // d)
-            sim = simulate(h4_config(d), seed=seed, draws=draws)
-            row = {"d": d, "draws": draws}
-            for m in ("softmax", "surrogate"):
-                per = [law_distances(law, e) for e in getattr(sim, m)]
-                for k in per[0]:
-                    vals = np.array([p[k] for p in per], dtype=float)
-                    row[f"{k}_{m}"] = float(vals.mean())
-                    row[f"{k}_{m}_sd"] = float(vals.std(ddof=1)) if vals.size > 1 else 0.0
-                    row[f"{k}_{m}_first_draw"] = float(vals[0])
-            rows.append(row)
-            last = sim
+            last = simulate(_h4(d), seed=seed, draws=draws)
+            rows.append(_distance_row(law, last, d, draws))
             bar.update()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
-    plot_spectra(a1, {"softmax": last.softmax, "surrogate": last.surrogate}, law=law,
-                 title=f"{last.config.describe()}\n{last.softmax.shape[0]} draw(s), seed {seed}")
+    fig, (a1, a2) = pyplot().subplots(1, 2, figsize=(12, 4.2))
+    plot_law(law, a1, {"softmax": last.softmax, "surrogate": last.surrogate},
+             title=f"{last.config.describe()}\n{last.softmax.shape[0]} draw(s), seed {seed}")
     dd = np.array([r["d"] for r in rows])
     for m, style in (("softmax", "o-"), ("surrogate", "s-")):
         a2.errorbar(dd, [r[f"w1_{m}"] for r in rows], yerr=[r[f"w1_{m}_sd"] for r in rows], fmt=style, capsize=3,
@@ -91,10 +89,7 @@ def law_vs_montecarlo(out: Path, ds=(250, 500, 1000, 2000), seed: int = 0, progr
 
 
 def edge_vs_beta(out: Path, betas=None, progress: bool = True) -> dict:
-    """Right edge of the attention-matrix law vs beta, against 4 sigma^2, at gamma = psi = 1 and gamma = 0.5."""
-    from ..plots import save_figure
-
-    plt = _plt()
+    """Right edge of the attention-matrix law vs beta, against ``4 sigma^2``, at gamma = psi = 1 and gamma = 0.5."""
     betas = np.round(np.linspace(0.1, 2.5, 25), 3) if betas is None else np.asarray(betas, dtype=float)
     res = {}
     with _bar(2 * betas.size, "edge vs beta", progress) as bar:
@@ -108,7 +103,7 @@ def edge_vs_beta(out: Path, betas=None, progress: bool = True) -> dict:
             mp = np.array([cf.mp_edge(b) for b in betas])
             res[f"gamma={gamma:g}"] = {"beta": betas.tolist(), "edge": edges, "mp_edge": mp.tolist(),
                                        "ratio": (np.array(edges) / mp).tolist()}
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, (a1, a2) = pyplot().subplots(1, 2, figsize=(12, 4.2))
     for key, r in res.items():
         a1.semilogy(r["beta"], r["edge"], "o-", ms=3, label=f"law edge, {key}, psi = 1")
         a2.plot(r["beta"], r["ratio"], "o-", ms=3, label=key)
@@ -126,47 +121,50 @@ def edge_vs_beta(out: Path, betas=None, progress: bool = True) -> dict:
     return {"figure": png.name, **res}
 
 
-SHARING = {"independent": {}, "GQA (2 groups)": dict(key_groups=2, value_groups=2),
-           "MQA": dict(key_groups=1, value_groups=1), "K only": dict(key_groups=1), "V only": dict(value_groups=1)}
+def _step_histograms(ax, samples: dict[str, np.ndarray], top: float) -> None:
+    """Step histograms of the positive eigenvalues (80 bins on ``[0, top]``, density normalized to the whole
+    sample), a log y axis ranging over the bars, x range ``[0, top]``."""
+    bins = np.linspace(0, top, 80)
+    hmax, hmin = 0.0, np.inf
+    for label, x in samples.items():
+        h, _, _ = ax.hist(x[x > 0], bins=bins, histtype="step",
+                          weights=np.full((x > 0).sum(), 1 / (x.size * np.diff(bins)[0])), label=label)
+        hmax, hmin = max(hmax, h.max()), min(hmin, h[h > 0].min())
+    ax.set_yscale("log")
+    ax.set_ylim(hmin / 3, hmax * 3)
+    ax.set_xlim(0, top)
 
 
-def sharing(out: Path, d: int = 2000, seed: int = 0, progress: bool = True) -> dict:
-    """Sharing variants vs independent heads: laws (identical) and softmax spectra (KS, W1 to independent),
-    with the seed-to-seed noise of independent heads as the yardstick."""
-    from ..plots import save_figure
-    from ..simulation import simulate
-
-    plt = _plt()
-    res, eig, laws = {}, {}, {}
-    with _bar(len(SHARING) + 1, "sharing", progress) as bar:
-        for name, kw in SHARING.items():
-            cfg = h4_config(d, **kw)
-            laws[name] = _law(**kw)
-            eig[name] = simulate(cfg, seed=seed, models=("softmax",)).softmax
-            bar.update()
-        noise = simulate(h4_config(d), seed=seed + 1, models=("softmax",)).softmax
-        bar.update()
+def _sharing_numbers(eig: dict, laws: dict, noise: np.ndarray) -> dict:
     ref, lref = eig["independent"], laws["independent"]
+    res = {}
     for name in SHARING:
         res[name] = {"ks_to_independent": ks_distance(eig[name], ref) if name != "independent" else 0.0,
                      "w1_to_independent": wasserstein1(eig[name], ref) if name != "independent" else 0.0,
                      "law_moments": laws[name].moments.tolist(), "law_right_edge": laws[name].right_edge,
                      "law_max_rel_moment_change": float(np.max(np.abs(laws[name].moments / lref.moments - 1)))}
     res["seed_noise"] = {"ks": ks_distance(noise, ref), "w1": wasserstein1(noise, ref)}
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
-    top = lref.right_edge * 1.1
-    bins = np.linspace(0, top, 80)
-    hmax, hmin = 0.0, np.inf
-    for name in SHARING:
-        x = eig[name]
-        h, _, _ = a1.hist(x[x > 0], bins=bins, histtype="step", density=False,
-                          weights=np.full((x > 0).sum(), 1 / (x.size * np.diff(bins)[0])),
-                          label=f"{name}: KS {res[name]['ks_to_independent']:.4f}")
-        hmax, hmin = max(hmax, h.max()), min(hmin, h[h > 0].min())
-    lref.plot(a1, label="law (all variants)")
-    a1.set_yscale("log")
-    a1.set_ylim(hmin / 3, hmax * 3)
-    a1.set_xlim(0, top)
+    return res
+
+
+def sharing(out: Path, d: int = 2000, seed: int = 0, progress: bool = True) -> dict:
+    """Sharing variants vs independent heads: laws (identical) and softmax spectra (KS, W1 to independent),
+    with the seed-to-seed noise of independent heads as the yardstick."""
+    from ..simulation import simulate
+
+    eig, laws = {}, {}
+    with _bar(len(SHARING) + 1, "sharing", progress) as bar:
+        for name, kw in SHARING.items():
+            laws[name] = solve_law(_h4(400, **kw))
+            eig[name] = simulate(_h4(d, **kw), seed=seed, models=("softmax",)).softmax
+            bar.update()
+        noise = simulate(_h4(d), seed=seed + 1, models=("softmax",)).softmax
+        bar.update()
+    res = _sharing_numbers(eig, laws, noise)
+    fig, (a1, a2) = pyplot().subplots(1, 2, figsize=(12, 4.2))
+    _step_histograms(a1, {f"{n}: KS {res[n]['ks_to_independent']:.4f}": eig[n] for n in SHARING},
+                     laws["independent"].right_edge * 1.1)
+    plot_law(laws["independent"], a1, label="law (all variants)", frame=False)
     a1.set_title(f"softmax, H = 4, d = {d}, beta = 1; seed noise KS {res['seed_noise']['ks']:.4f}", fontsize=9)
     a1.legend(fontsize=7)
     names = [n for n in SHARING if n != "independent"]
@@ -184,38 +182,28 @@ def sharing(out: Path, d: int = 2000, seed: int = 0, progress: bool = True) -> d
 
 def tying(out: Path, d: int = 1000, seed: int = 0, progress: bool = True) -> dict:
     """``W_V = W_K`` inside each head vs independent values: laws and Monte-Carlo draws."""
-    from ..plots import save_figure
     from ..simulation import simulate
 
-    plt = _plt()
     res, sims, laws = {}, {}, {}
     with _bar(2, "tying", progress) as bar:
         for name, kw in (("independent", {}), ("tied W_V = W_K", dict(values="tied-to-keys"))):
-            cfg = h4_config(d, **kw)
-            laws[name] = _law(**kw)
+            cfg = _h4(d, **kw)
+            laws[name] = solve_law(_h4(400, **kw))
             sims[name] = simulate(cfg, seed=seed)
             dist = {m: law_distances(laws[name], getattr(sims[name], m)) for m in ("softmax", "surrogate")}
             res[name] = {"law_moments": laws[name].moments.tolist(), "law_right_edge": laws[name].right_edge,
                          "m1_closed_form": cf.first_moment(cfg), "distances": dist,
-                         "softmax_m1": float(np.mean(sims[name].softmax)), "surrogate_m1": float(np.mean(sims[name].surrogate))}
+                         "softmax_m1": float(np.mean(sims[name].softmax)),
+                         "surrogate_m1": float(np.mean(sims[name].surrogate))}
             bar.update()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, axes = pyplot().subplots(1, 2, figsize=(12, 4.2))
     for ax, (name, law) in zip(axes, laws.items()):
-        top = law.right_edge * 1.15
-        bins = np.linspace(0, top, 80)
-        hmax, hmin = 0.0, np.inf
-        for m in ("softmax", "surrogate"):
-            x = getattr(sims[name], m)
-            h, _, _ = ax.hist(x[x > 0], bins=bins, histtype="step",
-                              weights=np.full((x > 0).sum(), 1 / (x.size * np.diff(bins)[0])),
-                              label=f"{m} (W1 {res[name]['distances'][m]['w1']:.3g})")
-            hmax, hmin = max(hmax, h.max()), min(hmin, h[h > 0].min())
-        law.plot(ax)
-        ax.set_yscale("log")
-        ax.set_ylim(hmin / 3, hmax * 3)
-        ax.set_xlim(0, top)
+        _step_histograms(ax, {f"{m} (W1 {res[name]['distances'][m]['w1']:.3g})": getattr(sims[name], m)
+                              for m in ("softmax", "surrogate")}, law.right_edge * 1.15)
+        plot_law(law, ax, frame=False)
         ax.set_xlabel("eigenvalue of $Y Y^T$")
-        ax.set_title(f"{name}: law m1 {law.moments[0]:.4f}, m2 {law.moments[1]:.4g}, edge {law.right_edge:.4g}", fontsize=9)
+        ax.set_title(f"{name}: law m1 {law.moments[0]:.4f}, m2 {law.moments[1]:.4g}, edge {law.right_edge:.4g}",
+                     fontsize=9)
         ax.legend(fontsize=8)
     fig.suptitle(f"within-head key-value tying changes the law (H = 4, d = {d}, beta = 1)", fontsize=10)
     png = save_figure(fig, Path(out) / "tying.png")
@@ -223,7 +211,15 @@ def tying(out: Path, d: int = 1000, seed: int = 0, progress: bool = True) -> dic
 
 
 def all_figures(out: Path, quick: bool = False, seed: int = 0, progress: bool = True) -> dict:
-    """All four figures; ``quick`` uses small d (for tests): 250/500 instead of 250..2000."""
+    """All four figures into ``out``; ``quick`` uses small sizes (d = 250, 500 and five betas) for smoke runs.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> r = edge_vs_beta(Path(tempfile.mkdtemp()), betas=[0.5, 1.0], progress=False)
+    >>> r["figure"], [round(q, 3) for q in r["gamma=1"]["ratio"]]
+    ('edge_vs_beta.png', [1.576, 1.311])
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if quick:
