@@ -30,11 +30,12 @@ import torch
 
 from ..models import adapt, make_batches
 from . import selection as sel
+from .bootstrap import N_BOOT
 from .result import Diagnosis
 from .steps import forward_cache
 from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, compute_dtype, layer_batches, record
 from .steps.fit import CorpusStats, LayerFitSums, MaskStore, NullFitSums
-from .steps.removal import SCREENED_POSITIONS, RemovalSums, resolve_mode, screen_heads
+from .steps.removal import RemovalSums, removal_step, resolve_mode
 from .steps.spectra import LayerSpectra, layer_batch_spectra
 from .steps.tables import TableOptions, build_tables
 from .summary import build_summary, removal_summary
@@ -102,9 +103,11 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
 
 
 def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
-             cache: forward_cache.ForwardCache | None = None) -> tuple[list[LayerFitSums], MaskStore, CorpusStats]:
-    """Step 2 over ``batches``: per-layer fit sums, the kept masks and the corpus counts (the forward
-    passes' records are kept in ``cache`` for step 3 when given)."""
+             cache: forward_cache.ForwardCache | None = None, seed: int = 0, n_boot: int = N_BOOT
+             ) -> tuple[list[LayerFitSums], MaskStore, CorpusStats]:
+    """Step 2 over ``batches``: per-layer fit sums (with ``n_boot`` bootstrap replicates keyed by
+    ``seed``), the kept masks and the corpus counts (the forward passes' records are kept in ``cache``
+    for step 3 when given)."""
     W = [s.w_out().cpu() for s in adapter.sites]
     sums = [LayerFitSums() for _ in adapter.sites]
     masks, corpus = MaskStore(), CorpusStats()
@@ -112,13 +115,13 @@ def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: b
     def on_batch(batch, lbs):
         masks.add(lbs)
         corpus.update(batch)
-    _per_layer(adapter, batches, lambda lb: LayerFitSums().update(lb, W[lb.index]),
+    _per_layer(adapter, batches, lambda lb: LayerFitSums().update(lb, W[lb.index], seed, n_boot),
                lambda i, r: sums.__setitem__(i, sums[i].merge(r)), tile_bytes, "fit", progress, on_batch, cache)
     return sums, masks, corpus
 
 
 def null_pass(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: int = DEFAULT_TILE_BYTES,
-              dtype: torch.dtype = torch.float32) -> list[NullFitSums]:
+              dtype: torch.dtype = torch.float32, n_boot: int = N_BOOT) -> list[NullFitSums]:
     """Null heads' fit sums at the heads' fitted score scales, from the kept masks (no model)."""
     out = [NullFitSums() for _ in sites]
     for valid, order, allowed_of in masks:
@@ -126,7 +129,7 @@ def null_pass(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: 
         for i, s in enumerate(sites):
             rows = max(1, min(L, tile_bytes // max(1, 4 * B * s.n_heads * L)))
             out[i].update(allowed_of(i), valid, order, i, s.n_heads, s.head_dim, fits[i]["score_scale"], seed, rows,
-                          dtype)
+                          dtype, n_boot)
     return out
 
 
@@ -137,7 +140,7 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
     read from it instead of a second forward pass)."""
     W = [s.w_out().cpu() for s in adapter.sites]
     store = "float64" if compute_dtype(adapter) == torch.float64 else "float32"
-    acc = [LayerSpectra(s.n_heads, store) for s in adapter.sites]
+    acc = [LayerSpectra(s.n_heads, store, head_dim=s.head_dim, d_out=s.d_out) for s in adapter.sites]
     _per_layer(adapter, batches,
                lambda lb: layer_batch_spectra(lb, W[lb.index], fits[lb.index], null_fits[lb.index],
                                               powers[lb.index], seed),
@@ -145,18 +148,19 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
     return acc
 
 
-def first_order_pass(adapter, grad_batches, seed: int, progress: bool = False) -> RemovalSums:
+def first_order_pass(adapter, grad_batches, seed: int, progress: bool = False, n_boot: int = N_BOOT) -> RemovalSums:
     """Step 4a: Michel importance and first-order removal effects over ``grad_batches`` (one forward and
     one backward pass per batch)."""
     from tqdm.auto import tqdm
     acc = RemovalSums()
     for batch in tqdm(grad_batches, desc="first order", disable=not progress, leave=False):
-        acc.add_first_order(adapter, batch, seed)
+        acc.add_first_order(adapter, batch, seed, n_boot)
     return acc
 
 
 def exact_pass(adapter, rm_batches, *, mean_ablation: bool, means, max_tokens: int, seed: int,
-               positions: int | None = None, heads_of: dict | None = None, progress: bool = False) -> RemovalSums:
+               positions: int | None = None, heads_of: dict | None = None, progress: bool = False,
+               n_boot: int = N_BOOT) -> RemovalSums:
     """Step 4b: exact removal of ``heads_of`` (default every head) over ``rm_batches``, on ``positions``
     sampled positions per text (default all)."""
     from tqdm.auto import tqdm
@@ -164,7 +168,8 @@ def exact_pass(adapter, rm_batches, *, mean_ablation: bool, means, max_tokens: i
     total = n * len(rm_batches) * (2 if mean_ablation else 1)
     with tqdm(total=total, desc="head removal", disable=not progress, leave=False) as bar:
         return RemovalSums().add_removal(adapter, rm_batches, mean_ablation, means, max_tokens, progress=bar.update,
-                                         positions=positions, seed=seed, heads_of=heads_of)
+                                         positions=positions, seed=seed, heads_of=heads_of,
+                                         n_boot=n_boot)
 
 
 @dataclass
@@ -209,55 +214,56 @@ class StepResults:
     removal_mode: str = "exact"
     screen_code: Any = None       # screened mode: (n_layers, H_max) 2 top, 1 sampled, 0 first order only
     removal_positions: int | None = None
+    null_sums: list | None = None  # the null heads' fit sums (their bootstrap replicates)
+    n_boot: int = N_BOOT
 
 
 def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str | bool = "exact",
               mean_ablation: bool = False, gradient: bool = True, max_tokens: int = 16384,
               tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False, timings: dict | None = None,
               reuse_forward: bool | None = None, removal_positions: int | None = None, screen_top: int | None = None,
-              screen_sample: int | None = None) -> StepResults:
+              screen_sample: int | None = None, n_boot: int = N_BOOT) -> StepResults:
     """Steps 2-4 over the shards, merging each step's accumulators before the next step needs them.
 
     ``reuse_forward``: keep the first forward pass' records on disk for step 3 (:mod:`.steps.forward_cache`;
-    ``None``: when the model is on the CPU). ``removal``: one of :data:`.steps.removal.MODES` or 'auto'."""
+    ``None``: when the model is on the CPU). ``removal``: one of :data:`.steps.removal.MODES` or 'auto'.
+    ``n_boot``: bootstrap replicates over texts (:mod:`.bootstrap`)."""
     mode = resolve_mode(removal, adapter)
     timings = {} if timings is None else timings
     cache = forward_cache.ForwardCache() if forward_cache.wanted(adapter, reuse_forward) else None
     try:
         t0 = time.perf_counter()
-        parts = [fit_pass(adapter, sh.batches, tile_bytes, progress, cache) for sh in shards]
+        parts = [fit_pass(adapter, sh.batches, tile_bytes, progress, cache, seed, n_boot) for sh in shards]
         fit_sums, corpus = merge_parts([p[0] for p in parts]), merge_parts([p[2] for p in parts])
         fits = [s.fit() for s in fit_sums]
         dtype = compute_dtype(adapter)
-        null_fits = [s.fit() for s in merge_parts([null_pass(adapter.sites, p[1], fits, seed, tile_bytes, dtype)
-                                              for p in parts])]
+        null_sums = merge_parts([null_pass(adapter.sites, p[1], fits, seed, tile_bytes, dtype, n_boot) for p in parts])
         del parts
         timings["fit"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        null_fits = [s.fit() for s in null_sums]
         powers = [s.head_power() for s in fit_sums]
-        spectra = merge_parts([spectra_pass(adapter, sh.batches, fits, null_fits, powers, seed, tile_bytes, progress, cache)
-                          for sh in shards])
+        spectra = merge_parts([spectra_pass(adapter, sh.batches, fits, null_fits, powers, seed, tile_bytes, progress,
+                                            cache) for sh in shards])
         timings["spectra"] = time.perf_counter() - t0
     finally:
         if cache is not None:
             cache.close()
     t0 = time.perf_counter()
-    rem, code, positions = RemovalSums(), None, None
-    if gradient or mode in ("screened", "first-order"):
-        rem = merge_parts([first_order_pass(adapter, sh.batches, seed, progress) for sh in shards])
-        timings["first_order"] = time.perf_counter() - t0
-    heads_of = None
-    if mode == "screened":
-        heads_of, code = screen_heads(rem.first_order.mean(), [s.n_heads for s in adapter.sites], screen_top,
-                                      screen_sample, seed)
-    if mode in ("exact", "screened"):
-        positions = SCREENED_POSITIONS if (mode == "screened" and removal_positions is None) else removal_positions
+
+    def first_order():
+        return lambda: merge_parts([first_order_pass(adapter, sh.batches, seed, progress, n_boot) for sh in shards])
+
+    def exact(heads_of, positions):
         means = [s.context_means() for s in fit_sums]
-        rem = rem.merge(merge_parts([exact_pass(adapter, sh.removal_batches, mean_ablation=mean_ablation, means=means,
-                                           max_tokens=max_tokens, seed=seed, positions=positions,
-                                           heads_of=heads_of, progress=progress) for sh in shards]))
+        return lambda: merge_parts([exact_pass(adapter, sh.removal_batches, mean_ablation=mean_ablation, means=means,
+                                               max_tokens=max_tokens, seed=seed, positions=positions,
+                                               heads_of=heads_of, progress=progress, n_boot=n_boot) for sh in shards])
+    rem, code, positions = removal_step(mode, [s.n_heads for s in adapter.sites], first_order, exact, timings,
+                                        gradient=gradient, screen_top=screen_top, screen_sample=screen_sample,
+                                        seed=seed, removal_positions=removal_positions)
     timings["removal"] = time.perf_counter() - t0
-    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, mode, code, positions)
+    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, mode, code, positions, null_sums, n_boot)
 
 
 def _one_blas_thread():
@@ -279,8 +285,8 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
              min_tokens: int = sel.MIN_TOKENS_FOR_LABEL, seed: int = 0, max_tokens: int = 16384,
              removal_bucket_size: int = 4, tile_bytes: int = DEFAULT_TILE_BYTES, pack: bool | None = None,
              progress: bool = False, model_name: str | None = None, reuse_forward: bool | None = None,
-             removal_positions: int | None = None, screen_top: int | None = None, screen_sample: int | None = None
-             ) -> Diagnosis:
+             removal_positions: int | None = None, screen_top: int | None = None, screen_sample: int | None = None,
+             n_boot: int = N_BOOT) -> Diagnosis:
     """Diagnose every attention head of ``model``.
 
     Parameters
@@ -313,6 +319,10 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         Selection-score threshold below which a head is flagged diffuse (default ``log 2``).
     min_tokens : int
         Fewest real tokens for a selection label (fewer: ``'undetermined'``).
+    n_boot : int
+        Poisson-bootstrap replicates over texts (:mod:`attnspec.diagnostics.bootstrap`, default 200; 0:
+        no intervals, labels from the point scores): the ``*_lo`` / ``*_hi`` columns (95 % percentile
+        intervals) and the labels, which are tests against them.
     seed : int
         Seeds the Gaussian-equivalent noise, null heads, free rotations and gradient probes.
     max_tokens : int
@@ -335,14 +345,14 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
                         ("removal_bucket_size", removal_bucket_size, 1), ("max_tokens", max_tokens, 1),
                         ("tile_bytes", tile_bytes, 1), ("min_tokens", min_tokens, 0),
                         ("removal_positions", removal_positions, 1), ("screen_top", screen_top, 0),
-                        ("screen_sample", screen_sample, 0)):
+                        ("screen_sample", screen_sample, 0), ("n_boot", n_boot, 0)):
         if (v is not None or name in ("max_length", "bucket_size", "removal_bucket_size", "max_tokens", "tile_bytes",
-                                      "min_tokens")) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
+                                      "min_tokens", "n_boot")) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
     adapter = adapt(model)
     steps = dict(seed=seed, removal=resolve_mode(removal, adapter), mean_ablation=mean_ablation, gradient=gradient,
                  max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, reuse_forward=reuse_forward,
-                 removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample)
+                 removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample, n_boot=n_boot)
     with _one_blas_thread():
         return _diagnose(adapter, tokenizer_or_inputs, texts, steps, n_texts=n_texts, max_length=max_length,
                          bucket_size=bucket_size, threshold=threshold, min_tokens=min_tokens,
@@ -386,11 +396,11 @@ def tables_and_summary(adapter, res: StepResults, *, mean_ablation, gradient, th
     t0 = time.perf_counter()
     effect_name = "loss_increase" if adapter.kind == "causal-lm" else "embedding_shift"
     opt = TableOptions(removal=res.removal_mode, mean_ablation=mean_ablation, gradient=gradient, threshold=threshold,
-                       min_tokens=min_tokens, effect_name=effect_name)
+                       min_tokens=min_tokens, effect_name=effect_name, seed=seed, n_boot=res.n_boot)
     sites = adapter.sites
     W = [s.w_out().cpu() for s in sites]
     heads, layers, pairs = build_tables(sites, res.fit_sums, res.fits, res.spectra, res.removal, W,
-                                        res.corpus.n_texts, res.corpus.max_tokens, opt)
+                                        res.corpus.n_texts, res.corpus.max_tokens, opt, res.null_sums)
     timings["tables"] = time.perf_counter() - t0
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, max_length, bucket_size, seed, model_name)
     summary["removal"] = removal_summary(heads, res.removal_mode, res.screen_code, res.removal_positions)

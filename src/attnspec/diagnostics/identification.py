@@ -44,13 +44,16 @@ def row_scores(A: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, to
     return S, fit_mask, n
 
 
-def score_sums(A: torch.Tensor, allowed: torch.Tensor) -> dict[str, np.ndarray]:
-    """Sufficient statistics per head (float64 ``(H,)``): ``N, sxx, sxy, syy`` over fit entries."""
+def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False) -> dict[str, np.ndarray]:
+    """Sufficient statistics per head (float64 ``(H,)``): ``N, sxx, sxy, syy`` over fit entries;
+    per text ``(B, H)`` when ``per_text`` (their sum over texts is the default's)."""
     S, fm, n = row_scores(A, allowed)
     y = (n * A - 1) * fm
     S = S * fm
-    d = lambda t: t.sum(dim=(0, 2, 3), dtype=torch.float64).numpy()  # noqa: E731
-    N = fm.sum(dim=(0, 2, 3), dtype=torch.float64).expand(A.shape[1]).numpy()
+    dims = (2, 3) if per_text else (0, 2, 3)
+    d = lambda t: t.sum(dim=dims, dtype=torch.float64).numpy()  # noqa: E731
+    N = fm.sum(dim=dims, dtype=torch.float64)
+    N = N.expand(*N.shape[:-1], A.shape[1]).numpy()
     return {"N": N, "sxx": d(S * S), "sxy": d(S * y), "syy": d(y * y)}
 
 

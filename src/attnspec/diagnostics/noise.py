@@ -33,6 +33,8 @@ class Draw(IntEnum):
     NULL_GE_NOISE = 3
     #: Gaussian frames of the free rotation (free sum of the heads).
     FREE_ROTATION = 4
+    #: Poisson(1) bootstrap weights of a text (:mod:`.bootstrap`; layer part 0).
+    BOOTSTRAP = 5
 
 
 class TextNoise:

@@ -14,21 +14,29 @@ text), and its own fitted equivalent (fit pooled over all texts, like the head's
 
 It is about 0 for a noise-like head (a random head at the same temperature departs as much), and
 positive when the head's attention is structured beyond what its temperature explains (it selects
-specific tokens consistently). Labels (column ``selection``):
+specific tokens consistently). Each label is a test against the bootstrap interval of the score
+(:mod:`.bootstrap`: ``B`` Poisson-weighted replicates over texts, two-sided 95 % percentile interval
+``[lo, hi]``, so each bound is a one-sided 97.5 % bound). Labels (column ``selection``):
 
-* ``selective``: ``selection_score >= threshold`` (default ``log 2``: at least twice the null departure);
-* ``diffuse`` (flag ``diffuse = True``): ``selection_score < threshold`` and ``score_scale <= beta_max``
+* ``selective``: ``lo >= threshold`` (default ``log 2``: the head departs from its equivalent at least
+  twice as much as a random head at its temperature, and the lower bound says so). Nominal
+  false-positive rate for a head whose true score is at the threshold: 2.5 %; for a noise-like head
+  (true score about 0) far less;
+* ``diffuse`` (flag ``diffuse = True``): ``hi < threshold`` and ``score_scale <= beta_max``
   (default 1.5): noise-like and in the temperature range where the Gaussian equivalence is
   quantitative (THEORY.md s.2, s.4b);
-* ``sparse``: ``selection_score < threshold`` but ``score_scale > beta_max``: the attention is
+* ``sparse``: ``hi < threshold`` but ``score_scale > beta_max``: the attention is
   concentrated, yet its output spectrum departs from the equivalent no more than a random head's at
   that temperature does. Spectra cannot tell a consistent one-token pattern (e.g. attending to the
   token itself) from random one-token picks; read ``confidence`` beside it;
-* ``undetermined``: the statistics rest on fewer than ``min_tokens`` real tokens (default
-  :data:`MIN_TOKENS_FOR_LABEL` = 400). The selection score of a random head fluctuates with the
-  corpus size: on randomly initialized BERT, RoBERTa, GPT-2 and Llama (3 seeds each, 8 heads, built-in
-  texts), 14 of 96 heads came out "selective" on 25 tokens, 8 of 96 on 104, 1 of 96 on 197 and none on
-  383 to 1,636 tokens. Below the minimum no label is given (the scores are still reported).
+* ``undetermined``: the interval contains the threshold (the evidence does not decide), or the
+  statistics rest on fewer than ``min_tokens`` real tokens (default :data:`MIN_TOKENS_FOR_LABEL` =
+  400). The selection score of a random head fluctuates with the corpus size: on randomly initialized
+  BERT, RoBERTa, GPT-2 and Llama (3 seeds each, 8 heads, built-in texts), point scores alone called 14
+  of 96 heads "selective" on 25 tokens, 8 of 96 on 104, 1 of 96 on 197 and none on 383 to 1,636 tokens.
+  Below the minimum no label is given (the scores are still reported).
+
+Without replicates (``n_boot = 0``) ``lo = hi = score`` and the labels are the plain threshold rules.
 
 **Baselines** (named as in the literature, padding excluded):
 
@@ -61,13 +69,18 @@ LABELS = ("selective", "diffuse", "sparse", "undetermined")
 
 def label(score: float, score_scale: float, threshold: float = DIFFUSE_THRESHOLD,
           beta_max: float = BETA_MAX_DIFFUSE, n_tokens: float = math.inf,
-          min_tokens: int = MIN_TOKENS_FOR_LABEL) -> str:
-    """``'selective'``, ``'diffuse'``, ``'sparse'`` or ``'undetermined'`` (see module docstring)."""
+          min_tokens: int = MIN_TOKENS_FOR_LABEL, lo: float | None = None, hi: float | None = None) -> str:
+    """``'selective'``, ``'diffuse'``, ``'sparse'`` or ``'undetermined'`` (see module docstring); ``lo``,
+    ``hi``: the score's interval (default: the score itself)."""
     if n_tokens < min_tokens or not math.isfinite(score):
         return "undetermined"
-    if score >= threshold:
+    lo = score if lo is None or not math.isfinite(lo) else lo
+    hi = score if hi is None or not math.isfinite(hi) else hi
+    if lo >= threshold:
         return "selective"
-    return "diffuse" if score_scale <= beta_max else "sparse"
+    if hi < threshold:
+        return "diffuse" if score_scale <= beta_max else "sparse"
+    return "undetermined"
 
 
 def baseline_sums(A: torch.Tensor, allowed: torch.Tensor, valid: torch.Tensor, special: torch.Tensor) -> dict:

@@ -4,7 +4,8 @@ Every statistic of this step is a sum over texts (float64), so the accumulators 
 the fits depend only on the multiset of texts:
 
 * score sums ``N, sum S^2, sum S y, sum y^2`` per head (:func:`..identification.score_sums`), giving
-  ``score_scale``, ``beta_hat``, ``alpha_hat``, ``R^2``;
+  ``score_scale``, ``beta_hat``, ``alpha_hat``, ``R^2``; and the same sums under the Poisson bootstrap
+  weights of the texts (:mod:`..bootstrap`, ``(n_boot, H)`` each), giving the replicates of those fits;
 * entropy / confidence sums (:func:`..selection.baseline_sums`);
 * the value-path power ``sum_b ||P V_h W_O^h||_F^2`` and ``sum_b l_b d_out`` (:mod:`..spectral`);
 * the sum of each head's context over real tokens (mean ablation).
@@ -22,6 +23,7 @@ import torch
 from .. import identification as ident
 from .. import selection as sel
 from .. import spectral as spec
+from ..bootstrap import N_BOOT, weighted, weights
 from ..noise import Draw, TextNoise
 from .collect import LayerBatch
 
@@ -30,6 +32,12 @@ __all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "CorpusStats", "null_tile
 
 def _add(a: dict | None, b: dict) -> dict:
     return dict(b) if a is None else {k: a[k] + b[k] for k in a}
+
+
+def _add_per_text(total: dict | None, boot: dict | None, per_text: dict, w: np.ndarray) -> tuple[dict, dict]:
+    """Add per-text sums ``(B, H)`` to the totals and, weighted by ``w`` ``(n_boot, B)``, to the replicates."""
+    return (_add(total, {k: v.sum(0) for k, v in per_text.items()}),
+            _add(boot, {k: weighted(w, v) for k, v in per_text.items()}))
 
 
 @dataclass
@@ -42,16 +50,20 @@ class LayerFitSums:
     value_count: float = 0.0
     context_sum: np.ndarray | float = 0.0
     n_tokens: float = 0.0
+    boot_scores: dict | None = None
 
-    def update(self, lb: LayerBatch, W: torch.Tensor) -> "LayerFitSums":
-        """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)``."""
+    def update(self, lb: LayerBatch, W: torch.Tensor, seed: int = 0, n_boot: int = N_BOOT) -> "LayerFitSums":
+        """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)``; ``seed`` and ``n_boot``
+        key the texts' bootstrap weights."""
         W = W.to(lb.dtype)
         H = lb.site.n_heads
         Vg = lb.grouped_values()
         ctx = np.zeros((H, Vg.shape[-1]))
+        w = weights(seed, lb.order, n_boot)
         for rows in lb.tiles():
             A, al, q = lb.weights_of(rows), lb.allowed[:, rows], lb.valid[:, rows]
-            self.scores = _add(self.scores, ident.score_sums(A, al))
+            self.scores, self.boot_scores = _add_per_text(self.scores, self.boot_scores,
+                                                          ident.score_sums(A, al, per_text=True), w)
             self.baselines = _add(self.baselines, sel.baseline_sums(A, al, q, lb.special[:, rows]))
             ctx += ((A @ Vg) * q[:, None, :, None]).sum(dim=(0, 2), dtype=torch.float64).numpy()
         p, c = spec.value_power(lb.values, lb.groups, W, lb.valid)
@@ -64,13 +76,20 @@ class LayerFitSums:
     def merge(self, other: "LayerFitSums") -> "LayerFitSums":
         if other.scores is None:
             return self
+        if self.scores is None:
+            return other
         return LayerFitSums(_add(self.scores, other.scores), _add(self.baselines, other.baselines),
                             self.value_power + other.value_power, self.value_count + other.value_count,
-                            self.context_sum + other.context_sum, self.n_tokens + other.n_tokens)
+                            self.context_sum + other.context_sum, self.n_tokens + other.n_tokens,
+                            _add(self.boot_scores, other.boot_scores))
 
     def fit(self) -> dict[str, np.ndarray]:
         """``score_scale``, ``beta_hat``, ``alpha_hat``, ``r2`` per head."""
         return ident.fit(self.scores)
+
+    def fit_replicates(self) -> dict[str, np.ndarray]:
+        """The same fits on every bootstrap replicate: ``(n_boot, H)`` each."""
+        return ident.fit(self.boot_scores)
 
     def head_power(self) -> np.ndarray:
         """Value-path power ``c_h`` per head (mean squared entry of ``P V_h W_O^h``)."""
@@ -126,18 +145,29 @@ class NullFitSums:
     """Score sums of the null heads of one layer (mergeable), at the heads' fitted score scales."""
 
     scores: dict | None = None
+    boot_scores: dict | None = None
 
     def update(self, allowed: torch.Tensor, valid: torch.Tensor, order, layer: int, H: int, d: int,
-               scale: np.ndarray, seed: int, tile_rows: int, dtype: torch.dtype = torch.float32) -> "NullFitSums":
+               scale: np.ndarray, seed: int, tile_rows: int, dtype: torch.dtype = torch.float32,
+               n_boot: int = N_BOOT) -> "NullFitSums":
+        w = weights(seed, order, n_boot)
         for rows, A0 in null_tile_weights(allowed, valid, order, layer, H, d, scale, seed, tile_rows, dtype):
-            self.scores = _add(self.scores, ident.score_sums(A0, allowed[:, rows]))
+            self.scores, self.boot_scores = _add_per_text(self.scores, self.boot_scores,
+                                                          ident.score_sums(A0, allowed[:, rows], per_text=True), w)
         return self
 
     def merge(self, other: "NullFitSums") -> "NullFitSums":
-        return self if other.scores is None else NullFitSums(_add(self.scores, other.scores))
+        if self.scores is None:
+            return other
+        return self if other.scores is None else NullFitSums(_add(self.scores, other.scores),
+                                                             _add(self.boot_scores, other.boot_scores))
 
     def fit(self) -> dict[str, np.ndarray]:
         return ident.fit(self.scores)
+
+    def fit_replicates(self) -> dict[str, np.ndarray]:
+        """The null fits on every bootstrap replicate (same text weights as the heads'): ``(n_boot, H)``."""
+        return ident.fit(self.boot_scores)
 
 
 @dataclass

@@ -7,12 +7,15 @@ so it merges by addition, and the standard error is the texts-as-clusters (delta
 
     SE(R_h)^2 = sum_b (e_{b,h} - R_h n_b)^2 / (m (m - 1) nbar^2),   nbar = sum_b n_b / m,
 
-which accounts for the spread over texts and, within a text, over its (sampled) positions.
+which accounts for the spread over texts and, within a text, over its (sampled) positions. Beside
+them it keeps ``sum w e`` and ``sum w n`` for the Poisson bootstrap weights ``w`` of the texts
+(:mod:`..bootstrap`, ``(n_boot, n_layers, H_max)``), whose ratios are the replicates of ``R_h``.
 :class:`RemovalSums` holds the exact effects (zero and mean ablation), the first-order effects and the
 Michel importance of every head.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, fields
 from typing import Callable, Sequence
 
@@ -21,8 +24,9 @@ import torch
 
 from ...models import ModelAdapter
 from ...models.ablation import first_order, iter_removal_effects
+from ..bootstrap import N_BOOT, interval, weighted, weights
 
-__all__ = ["RatioSums", "RemovalSums"]
+__all__ = ["RatioSums", "RemovalSums", "removal_step", "resolve_mode", "screen_heads", "MODES"]
 
 
 @dataclass
@@ -35,14 +39,19 @@ class RatioSums:
     en: np.ndarray | float = 0.0
     n2: np.ndarray | float = 0.0
     m: np.ndarray | float = 0.0
+    be: np.ndarray | float = 0.0
+    bn: np.ndarray | float = 0.0
 
-    def update(self, e: np.ndarray, n: np.ndarray) -> "RatioSums":
-        """Add per-text effects ``e`` ``(n_layers, H, B)`` (NaN: head not measured) with normalizers ``n`` ``(B,)``."""
+    def update(self, e: np.ndarray, n: np.ndarray, w: np.ndarray | None = None) -> "RatioSums":
+        """Add per-text effects ``e`` ``(n_layers, H, B)`` (NaN: head not measured) with normalizers ``n``
+        ``(B,)``; ``w`` ``(n_boot, B)``: the texts' bootstrap weights."""
         ok = np.isfinite(e)
         e0, nb = np.where(ok, e, 0.0), ok * n
         self.e, self.n = self.e + e0.sum(-1), self.n + nb.sum(-1)
         self.e2, self.en, self.n2 = self.e2 + (e0 ** 2).sum(-1), self.en + (e0 * nb).sum(-1), self.n2 + (nb ** 2).sum(-1)
         self.m = self.m + ok.sum(-1)
+        self.be = self.be + weighted(w, np.moveaxis(e0, -1, 0))
+        self.bn = self.bn + weighted(w, np.moveaxis(nb, -1, 0))
         return self
 
     def merge(self, other: "RatioSums") -> "RatioSums":
@@ -66,6 +75,18 @@ class RatioSums:
             nbar = np.asarray(self.n, float) / m
             return np.where(m >= 2, np.sqrt(ss / (m * (m - 1))) / nbar, np.nan)
 
+    def interval(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bootstrap percentile interval of ``R_h`` (:func:`..bootstrap.interval`; NaN with fewer than two
+        measured texts or no replicates)."""
+        if np.ndim(self.be) == 0:
+            shape = np.shape(self.mean())
+            return np.full(shape, np.nan), np.full(shape, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reps = np.where(np.asarray(self.bn) > 0, self.be / np.where(np.asarray(self.bn) > 0, self.bn, 1.0), np.nan)
+        lo, hi = interval(reps)
+        ok = np.asarray(self.m) >= 2
+        return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+
 
 @dataclass
 class RemovalSums:
@@ -79,22 +100,24 @@ class RemovalSums:
 
     def add_removal(self, adapter: ModelAdapter, batches: Sequence[dict], mean_ablation: bool,
                     means: Sequence[torch.Tensor] | None, max_tokens: int, progress: Callable | None = None,
-                    positions: int | None = None, seed: int = 0, heads_of: dict | None = None) -> "RemovalSums":
+                    positions: int | None = None, seed: int = 0, heads_of: dict | None = None,
+                    n_boot: int = N_BOOT) -> "RemovalSums":
         """Exact removal (zero, and mean ablation when asked) of ``heads_of`` (default all) over ``batches``."""
         kw = dict(max_tokens=max_tokens, progress=progress, positions=positions, seed=seed, heads_of=heads_of)
-        for e, n in iter_removal_effects(adapter, batches, **kw):
-            self.exact.update(e, n)
+        ws = [weights(seed, b["order"], n_boot) for b in batches]
+        for (e, n), w in zip(iter_removal_effects(adapter, batches, **kw), ws):
+            self.exact.update(e, n, w)
         if mean_ablation:
-            for e, n in iter_removal_effects(adapter, batches, mode="mean", means=means, **kw):
-                self.exact_mean.update(e, n)
+            for (e, n), w in zip(iter_removal_effects(adapter, batches, mode="mean", means=means, **kw), ws):
+                self.exact_mean.update(e, n, w)
         return self
 
-    def add_first_order(self, adapter: ModelAdapter, batch: dict, seed: int) -> "RemovalSums":
+    def add_first_order(self, adapter: ModelAdapter, batch: dict, seed: int, n_boot: int = N_BOOT) -> "RemovalSums":
         """Michel importance and first-order effects of one batch."""
         michel, fo, n = first_order(adapter, batch, seed=seed)
         self.michel = self.michel + np.nan_to_num(michel)
         self.michel_texts += int(batch["attention_mask"].shape[0])
-        self.first_order.update(fo, n)
+        self.first_order.update(fo, n, weights(seed, batch["order"], n_boot))
         return self
 
     def merge(self, other: "RemovalSums") -> "RemovalSums":
@@ -158,3 +181,34 @@ def screen_heads(first_order_effect: np.ndarray, n_heads: Sequence[int], top: in
     for i, h in zip(*np.nonzero(code)):
         heads_of.setdefault(int(i), []).append(int(h))
     return heads_of, code
+
+
+def removal_step(mode: str, n_heads: Sequence[int], start_first_order: Callable[[], Callable[[], RemovalSums]],
+                 start_exact: Callable[[dict | None, int | None], Callable[[], RemovalSums]], timings: dict, *,
+                 gradient: bool, screen_top: int | None, screen_sample: int | None, seed: int,
+                 removal_positions: int | None) -> tuple[RemovalSums, np.ndarray | None, int | None]:
+    """Step 4 in any runner: first-order effects (when ``gradient`` or the mode needs them), then, in
+    'screened' mode, the heads to remove chosen from the merged first-order effects of the whole corpus,
+    and exact removal ('exact', 'screened').
+
+    ``start_first_order()`` and ``start_exact(heads_of, positions)`` start the work (one process: nothing
+    yet; a cluster: submit the tasks) and return a function that waits for it and returns the merged
+    :class:`RemovalSums`; exact removal is started before first order is awaited, except in 'screened'
+    mode, which needs it. Returns ``(sums, screen code or None, scored positions per text or None)``.
+    """
+    t0 = time.perf_counter()
+    fo = start_first_order() if gradient or mode in ("screened", "first-order") else None
+    rem, code, heads_of, ex, positions = RemovalSums(), None, None, None, None
+    if mode == "screened":
+        rem = fo()
+        timings["first_order"] = time.perf_counter() - t0
+        heads_of, code = screen_heads(rem.first_order.mean(), n_heads, screen_top, screen_sample, seed)
+    if mode in ("exact", "screened"):
+        positions = SCREENED_POSITIONS if mode == "screened" and removal_positions is None else removal_positions
+        ex = start_exact(heads_of, positions)
+    if mode != "screened" and fo is not None:
+        rem = fo()
+        timings["first_order"] = time.perf_counter() - t0
+    if ex is not None:
+        rem = rem.merge(ex())
+    return rem, code, positions

@@ -5,8 +5,12 @@ equivalent's, the free sum of its heads, and the layer without each head (normal
 
 The four contexts ``A V`` (head, equivalent, null, null equivalent) are built one query tile at a
 time; the spectra need only the contexts ``(B, H, L, d_head)``. :class:`LayerSpectra` keeps the pooled
-eigenvalues (one array per text and spectrum) and the head-pair Gram sums; merging concatenates and
-adds, so every distance computed from it depends only on the multiset of texts.
+eigenvalues (one array per batch and spectrum, texts in batch order) with each batch's text positions
+and lengths, and the head-pair Gram sums; merging concatenates and adds, so every distance computed
+from it depends only on the multiset of texts. :meth:`LayerSpectra.text_weights` gives each pooled
+eigenvalue its text's bootstrap weights (:mod:`..bootstrap`): a text of ``l_b`` real tokens contributes
+its top ``min(l_b - 1, d_head)`` eigenvalues to a head spectrum and ``min(l_b - 1, d_out)`` to a layer
+spectrum (:mod:`..spectral`).
 """
 from __future__ import annotations
 
@@ -75,7 +79,7 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     Mfree = spec.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, lb.order, valid))
     layer = {"act": spec.layer_eigs(Y, lengths, c_layer), "ge": spec.layer_eigs(Yge, lengths, c_layer),
              "free": spec.layer_eigs(out(Mfree), lengths, c_layer)}
-    return {"heads": heads, "layer": layer,
+    return {"heads": heads, "layer": layer, "order": np.asarray(lb.order, dtype=np.int64), "lengths": lengths,
             "removed": spec.layer_eigs_without_each(M["act"], Wh, lengths, c_layer),
             "removed_ge": spec.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer),
             "gram": dep.gram_blocks(M["act"]), "gram_free": dep.gram_blocks(Mfree)}
@@ -94,6 +98,10 @@ class LayerSpectra:
     removed_ge: list = field(default_factory=list)
     gram: np.ndarray | float = 0.0
     gram_free: np.ndarray | float = 0.0
+    order: list = field(default_factory=list)      # per batch: text positions (B,)
+    lengths: list = field(default_factory=list)    # per batch: real tokens per text (B,)
+    head_dim: int = 0
+    d_out: int = 0
 
     def __post_init__(self):
         H = self.n_heads
@@ -115,10 +123,13 @@ class LayerSpectra:
             self.removed_ge[h].append(keep(r["removed_ge"][h]))
         self.gram = self.gram + r["gram"]
         self.gram_free = self.gram_free + r["gram_free"]
+        self.order.append(np.asarray(r["order"], dtype=np.int64))
+        self.lengths.append(np.asarray(r["lengths"], dtype=np.int64))
         return self
 
     def merge(self, other: "LayerSpectra") -> "LayerSpectra":
-        out = LayerSpectra(self.n_heads, self.store_dtype)
+        out = LayerSpectra(self.n_heads, self.store_dtype, head_dim=self.head_dim or other.head_dim,
+                           d_out=self.d_out or other.d_out)
         for k in HEAD_SPECTRA:
             out.heads[k] = [a + b for a, b in zip(self.heads[k], other.heads[k])]
         for k in LAYER_SPECTRA:
@@ -126,7 +137,23 @@ class LayerSpectra:
         out.removed = [a + b for a, b in zip(self.removed, other.removed)]
         out.removed_ge = [a + b for a, b in zip(self.removed_ge, other.removed_ge)]
         out.gram, out.gram_free = self.gram + other.gram, self.gram_free + other.gram_free
+        out.order, out.lengths = self.order + other.order, self.lengths + other.lengths
         return out
+
+    def text_weights(self, w_of_text, layer: bool = False) -> np.ndarray:
+        """Bootstrap weights ``(n_boot, n)`` of the pooled eigenvalues (in pooling order, i.e. before the
+        sort of :meth:`head`): ``w_of_text(order) -> (n_boot, B)`` gives the texts' weights; each text's
+        weight is repeated over its ``min(l_b - 1, width)`` eigenvalues (``width``: ``d_out`` for a layer
+        spectrum, the head width otherwise)."""
+        width = self.d_out if layer else self.head_dim
+        cols = [np.repeat(w_of_text(o), np.minimum(n - 1, width).clip(min=0), axis=1)
+                for o, n in zip(self.order, self.lengths)]
+        return np.concatenate(cols, axis=1) if cols else np.zeros((0, 0))
+
+    @staticmethod
+    def pooled(arrays: list) -> np.ndarray:
+        """Concatenation of per-batch arrays in pooling order (unsorted), float64."""
+        return np.concatenate(arrays).astype(np.float64) if arrays else np.zeros(0)
 
     @staticmethod
     def _cat(arrays: list) -> np.ndarray:

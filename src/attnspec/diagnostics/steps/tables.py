@@ -13,8 +13,10 @@ import pandas as pd
 from ...models import AttentionSite
 from .. import dependence as dep
 from .. import selection as sel
+from ..bootstrap import N_BOOT
+from ..intervals import TextWeights, head_intervals
 from ..removal import normalize_per_layer, spectral_shift
-from .fit import LayerFitSums
+from .fit import LayerFitSums, NullFitSums
 from .removal import RemovalSums
 from .spectra import LayerSpectra
 
@@ -31,6 +33,8 @@ class TableOptions:
     threshold: float = sel.DIFFUSE_THRESHOLD
     min_tokens: int = sel.MIN_TOKENS_FOR_LABEL
     effect_name: str = "embedding_shift"
+    seed: int = 0                     # keys the texts' bootstrap weights
+    n_boot: int = N_BOOT
 
 
 def attention_kind(site: AttentionSite) -> str:
@@ -39,7 +43,7 @@ def attention_kind(site: AttentionSite) -> str:
 
 
 def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, cka, cka0, inner,
-               n_texts: int, opt: TableOptions) -> list[dict]:
+               n_texts: int, opt: TableOptions, iv: dict) -> list[dict]:
     H = site.n_heads
     bl = sel.baselines(fs.baselines)
     la, lge = sp.of_layer("act"), sp.of_layer("ge")
@@ -63,7 +67,9 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
             "spec_w1": d["w1"], "spec_w1_rel": d["w1_rel"], "spec_ks": d["ks"],
             "spec_outliers_per_text": d["n_outliers"] / max(n_texts, 1), "spec_m1": d["m1"], "spec_m1_ge": d["m1_ref"],
             "null_w1_rel": d0["w1_rel"], "selection_score": score,
-            "selection": sel.label(score, s_h, opt.threshold, n_tokens=fs.n_tokens, min_tokens=opt.min_tokens),
+            "selection": sel.label(score, s_h, opt.threshold, n_tokens=fs.n_tokens, min_tokens=opt.min_tokens,
+                                   lo=float(iv["selection_score_lo"][h]), hi=float(iv["selection_score_hi"][h])),
+            **{k: float(v[h]) for k, v in iv.items()},
             **{k: float(v[h]) for k, v in bl.items()},
             "cka_mean": float(np.nanmean(cka[h, others])) if H > 1 else np.nan,
             "cka_max": float(np.nanmax(cka[h, others])) if H > 1 else np.nan,
@@ -123,12 +129,15 @@ def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -
     if exact:
         cols["removal_effect"] = cols[opt.effect_name] = removal.exact.mean()
         cols["removal_effect_se"] = removal.exact.se()
+        cols["removal_effect_lo"], cols["removal_effect_hi"] = removal.exact.interval()
         if opt.mean_ablation:
             cols["removal_effect_mean"] = removal.exact_mean.mean()
             cols["removal_effect_mean_se"] = removal.exact_mean.se()
+            cols["removal_effect_mean_lo"], cols["removal_effect_mean_hi"] = removal.exact_mean.interval()
     if fo:
         cols["removal_first_order"] = removal.first_order.mean()
         cols["removal_first_order_se"] = removal.first_order.se()
+        cols["removal_first_order_lo"], cols["removal_first_order_hi"] = removal.first_order.interval()
         measured = removal.exact.measured if exact else np.zeros(cols["removal_first_order"].shape, bool)
         cols["removal_estimate"] = np.where(measured, removal.exact.mean(), cols["removal_first_order"])
         cols["removal_source"] = np.where(measured, "exact", "first-order")
@@ -142,16 +151,21 @@ def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -
 
 def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits: list[dict],
                  spectra: list[LayerSpectra], removal: RemovalSums, W: list, n_texts: int, L_max: int,
-                 opt: TableOptions) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``(heads, layers, pairs)`` (columns in :mod:`..columns`)."""
+                 opt: TableOptions, null_sums: list[NullFitSums] | None = None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """``(heads, layers, pairs)`` (columns in :mod:`..columns`); ``null_sums``: the null heads' fit sums
+    (``beta_null`` and its replicates)."""
     rows, lrows, prows = [], [], []
     H_of = np.array([s.n_heads for s in sites])
     cols = removal_columns(removal, opt, H_of)
+    ids = np.concatenate(spectra[0].order) if spectra and spectra[0].order else np.zeros(0, np.int64)
+    tw = TextWeights(opt.seed, ids, opt.n_boot)
     for i, site in enumerate(sites):
         sp = spectra[i]
         cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_matrix(sp.gram_free, site.n_heads)
         inner = dep.output_inner(sp.gram, W[i].double().numpy(), site.n_heads)
-        hr = _head_rows(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, n_texts, opt)
+        iv = head_intervals(fit_sums[i], null_sums[i] if null_sums else None, sp, tw)
+        hr = _head_rows(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, n_texts, opt, iv)
         for h, row in enumerate(hr):
             row.update({k: (v[i, h] if isinstance(v[i, h], str) else float(v[i, h])) for k, v in cols.items()})
         rows += hr
