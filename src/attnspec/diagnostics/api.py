@@ -20,9 +20,7 @@ except the gradient probes, and statistics are accumulated in float64 on the CPU
 """
 from __future__ import annotations
 
-import contextlib
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -31,6 +29,7 @@ import torch
 from ..models import adapt, make_batches
 from . import selection as sel
 from .bootstrap import N_BOOT
+from .resources import _layer_pool, _one_blas_thread, _trim_heap
 from .result import Diagnosis
 from .steps import forward_cache
 from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, compute_dtype, layer_batches, record
@@ -43,36 +42,6 @@ from .texts import resolve_texts
 
 __all__ = ["diagnose", "CorpusStats", "Shard", "make_shards", "StepResults", "run_steps", "tables_and_summary",
            "fit_pass", "null_pass", "spectra_pass", "first_order_pass", "exact_pass", "merge_parts"]
-
-@contextlib.contextmanager
-def _layer_pool(n: int):
-    """``n`` worker threads over the layers of a batch, each running torch single-threaded (LAPACK and
-    torch release the GIL). Results are consumed in layer order: nothing depends on the thread count."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, n)) as pool:
-            yield pool
-    finally:
-        torch.set_num_threads(old)
-
-
-def _trim_heap() -> None:
-    """Hand freed heap pages back to the OS (glibc ``malloc_trim``): the per-batch temporaries of many
-    sizes otherwise leave the resident size growing with the corpus. No-op elsewhere."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            import ctypes
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
-_MALLOC_TRIM = None
-
 
 def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Callable[[int, Any], None],
                tile_bytes: int, desc: str, progress: bool, on_batch: Callable | None = None,
@@ -264,15 +233,6 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
                                         seed=seed, removal_positions=removal_positions)
     timings["removal"] = time.perf_counter() - t0
     return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, mode, code, positions, null_sums, n_boot)
-
-
-def _one_blas_thread():
-    """numpy's OpenBLAS with several threads is 10x slower on the small batched eigenproblems used here."""
-    try:
-        from threadpoolctl import ThreadpoolController
-        return ThreadpoolController().select(internal_api="openblas").limit(limits=1)
-    except Exception:  # threadpoolctl missing or no OpenBLAS: nothing to limit
-        return contextlib.nullcontext()
 
 
 def _is_tokenizer(obj: Any) -> bool:

@@ -29,7 +29,6 @@ import dataclasses
 import inspect
 import logging
 import os
-import threading
 import time
 import uuid
 import warnings
@@ -37,9 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import selection as sel
+from . import workers as wk
 from .api import merge_parts
+from .bootstrap import N_BOOT
 from .result import Diagnosis
 from .steps.collect import DEFAULT_TILE_BYTES
+from .workers import ModelSpec, model_loads_in_this_process
 
 __all__ = ["ModelSpec", "diagnose_on_cluster", "model_loads_in_this_process"]
 
@@ -48,237 +50,7 @@ __all__ = ["ModelSpec", "diagnose_on_cluster", "model_loads_in_this_process"]
 GROUPS_PER_THREAD = 4
 
 
-# --------------------------------------------------------------------------------------------- model
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What a worker needs to load the model itself: ``load_model(name_or_path, **load_kwargs)``.
-
-    Parameters
-    ----------
-    name_or_path : str
-        A built-in name (``'minilm'``, ``'gemma3-270m'``, ...) or a path that exists on every worker.
-    load_kwargs : tuple of (str, value) pairs
-        Keyword arguments of :func:`attnspec.models.load_model` (``device``, ``dtype``, ``device_map``,
-        ``attn_implementation``), sorted; build it with :meth:`of`.
-    """
-
-    name_or_path: str
-    load_kwargs: tuple = field(default=())
-
-    @classmethod
-    def of(cls, model: Any, load_kwargs: dict | None = None) -> "ModelSpec":
-        """A spec from a name, a path or a spec; any other object raises :class:`TypeError`."""
-        if isinstance(model, ModelSpec):
-            return model if not load_kwargs else cls(model.name_or_path, _sorted_items({**dict(model.load_kwargs),
-                                                                                       **load_kwargs}))
-        if isinstance(model, (str, os.PathLike)):
-            return cls(os.fspath(model), _sorted_items(load_kwargs or {}))
-        raise TypeError(f"a diagnosis on a cluster loads the model on every worker, so it needs the model's name or "
-                        f"path, not a {type(model).__name__} object: pass a built-in name such as 'minilm' or a local "
-                        "model directory/GGUF file that every worker can read, with load_kwargs={'dtype': ..., "
-                        "'device': ...} for attnspec.models.load_model")
-
-    def load(self) -> tuple[Any, Any]:
-        """``(adapter, tokenizer)`` of this process, loaded on first use (see :func:`_loaded`)."""
-        return _loaded(self)
-
-
-def _sorted_items(kw: dict) -> tuple:
-    from ..models.loading import load_model
-    allowed = set(inspect.signature(load_model).parameters) - {"name_or_path", "verbose"}
-    bad = sorted(set(kw) - allowed)
-    if bad:
-        raise TypeError(f"load_kwargs {bad} are not arguments of attnspec.models.load_model "
-                        f"(expected some of {sorted(allowed)})")
-    return tuple(sorted(kw.items()))
-
-
-_MODEL_LOCK = threading.Lock()
-_MODEL: dict = {}          # at most one model per process: {spec: (adapter, tokenizer)}
-_LOADS: list = []          # specs loaded in this process, in order (see model_loads_in_this_process)
-
-
-def _loaded(spec: ModelSpec) -> tuple[Any, Any]:
-    """The process' model for ``spec``: loaded once, kept until another spec is asked for."""
-    with _MODEL_LOCK:
-        if spec not in _MODEL:
-            from ..models import adapt, load_model
-            _MODEL.clear()                      # one model per worker: a new spec replaces the old one
-            model, tok = load_model(spec.name_or_path, **dict(spec.load_kwargs))
-            model.eval()
-            _MODEL[spec] = (adapt(model), tok)
-            _LOADS.append(spec)
-        return _MODEL[spec]
-
-
-def model_loads_in_this_process() -> list[ModelSpec]:
-    """The specs this process has loaded, in order (a worker loads a model once: run it with
-    ``client.run(model_loads_in_this_process)`` to check)."""
-    return list(_LOADS)
-
-
-# --------------------------------------------------------------------------------------- worker side
-
-_CACHES: dict = {}         # run id -> this worker's ForwardCache of the groups it fitted
-_CACHE_LOCK = threading.Lock()
-#: One task at a time uses the process' model: the diagnosis hooks into the model's modules (recording,
-#: ablation, gates), so two threads running tasks on it at once would see each other's hooks.
-_MODEL_USE = threading.Lock()
-
-
-class _LockedCache:
-    """A :class:`~.steps.forward_cache.ForwardCache` safe for the threads of one worker."""
-
-    def __init__(self, cache):
-        self.cache, self.lock = cache, threading.Lock()
-
-    def get(self, key):
-        with self.lock:
-            return self.cache.get(key)
-
-    def put(self, key, records) -> bool:
-        with self.lock:
-            return self.cache.put(key, records)
-
-    def has(self, key) -> bool:
-        with self.lock:
-            return key in self.cache.paths
-
-    def close(self) -> None:
-        with self.lock:
-            self.cache.close()
-
-
-def _here() -> str:
-    try:
-        from distributed import get_worker
-        return get_worker().address
-    except (ImportError, ValueError):
-        return ""
-
-
-def _worker_cache(run_id: str, adapter, reuse_forward: bool | None, create: bool):
-    """This worker's forward cache of run ``run_id`` (created on demand by the fit tasks), or ``None``."""
-    from .steps import forward_cache
-    if not forward_cache.wanted(adapter, reuse_forward):
-        return None
-    with _CACHE_LOCK:
-        if run_id not in _CACHES and create:
-            try:
-                from distributed import get_worker
-                directory = get_worker().local_directory    # removed with the worker's scratch space
-            except (ImportError, ValueError):
-                directory = None
-            _CACHES[run_id] = _LockedCache(forward_cache.ForwardCache(directory=directory))
-        return _CACHES.get(run_id)
-
-
-def _drop_cache(run_id: str) -> bool:
-    """Remove this worker's forward cache of run ``run_id`` (run on every worker at the end)."""
-    with _CACHE_LOCK:
-        cache = _CACHES.pop(run_id, None)
-    if cache is not None:
-        cache.close()
-    return cache is not None
-
-
-_TIMES: dict = {}          # (run id, step) -> [tasks, wall seconds, CPU seconds] of this process' tasks
-_TIMES_LOCK = threading.Lock()
-
-
-def _in_task(spec: ModelSpec, torch_threads: int | None, tag: tuple, fn: Callable, *args, **kwargs):
-    """Run ``fn(adapter, *args, **kwargs)`` with the process' model, single-threaded BLAS for numpy
-    (as :func:`attnspec.diagnose`) and ``torch_threads`` torch threads when given; the task's wall and
-    CPU time are added to this process' account under ``tag`` (``(run id, step)``)."""
-    import torch
-
-    from .api import _one_blas_thread
-    t0, c0 = time.perf_counter(), time.process_time()
-    if torch_threads:
-        torch.set_num_threads(int(torch_threads))
-    adapter, _ = spec.load()
-    with _MODEL_USE, _one_blas_thread():
-        out = fn(adapter, *args, **kwargs)
-    with _TIMES_LOCK:
-        acc = _TIMES.setdefault(tag, [0, 0.0, 0.0])
-        acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + time.perf_counter() - t0, acc[2] + time.process_time() - c0
-    return out
-
-
-def _pop_times(run_id: str) -> dict:
-    """This process' task account of run ``run_id`` (removed): ``step -> [tasks, wall s, CPU s]``."""
-    with _TIMES_LOCK:
-        return {tag[1]: _TIMES.pop(tag) for tag in [t for t in _TIMES if t[0] == run_id]}
-
-
-def _prepare(spec: ModelSpec, texts, opts: dict) -> dict:
-    """Resolve and length-bucket the texts as a one-process diagnosis does (on a worker: the tokenizer
-    is the model's), and what the client needs to know of the model (heads per layer, removal mode)."""
-    from .api import make_shards
-    from .steps.removal import resolve_mode
-    from .texts import resolve_texts
-    adapter, tok = spec.load()
-    texts, source = resolve_texts(texts, tok, adapter.kind, opts["n_texts"], opts["max_length"], opts["pack"])
-    shard = make_shards(tok, texts, 1, opts["max_length"], opts["bucket_size"], opts["removal_bucket_size"],
-                        **_accepted(make_shards, opts["extra"]))[0]
-    return {"batches": shard.batches, "removal_batches": shard.removal_batches, "source": source,
-            "model_name": opts["model_name"] or type(adapter.model).__name__,
-            "n_heads": [s.n_heads for s in adapter.sites], "mode": resolve_mode(opts["removal"], adapter)}
-
-
-def _fit(adapter, run_id: str, batches: list, opts: dict) -> tuple:
-    from .api import fit_pass
-    cache = _worker_cache(run_id, adapter, opts["reuse_forward"], create=True)
-    sums, masks, corpus = fit_pass(adapter, batches, opts["tile_bytes"], False, cache)
-    return sums, masks, corpus, _here()
-
-
-def _null(adapter, fit_part: tuple, fits: list, opts: dict) -> list:
-    from .api import null_pass
-    from .steps.collect import compute_dtype
-    return null_pass(adapter.sites, fit_part[1], fits, opts["seed"], opts["tile_bytes"], compute_dtype(adapter))
-
-
-def _spectra(adapter, run_id: str, batches: list, fits: list, null_fits: list, powers: list, opts: dict) -> tuple:
-    from .api import spectra_pass
-    cache = _worker_cache(run_id, adapter, opts["reuse_forward"], create=False)
-    hit = cache is not None and all(cache.has(tuple(b["order"])) for b in batches)
-    out = spectra_pass(adapter, batches, fits, null_fits, powers, opts["seed"], opts["tile_bytes"], False, cache)
-    return out, hit
-
-
-def _first_order(adapter, grad_batches: list, opts: dict):
-    from .api import first_order_pass
-    return first_order_pass(adapter, grad_batches, opts["seed"], **_accepted(first_order_pass, opts["extra"]))
-
-
-def _exact(adapter, rm_batches: list, means: list, heads_of: dict | None, positions: int | None, opts: dict):
-    from .api import exact_pass
-    return exact_pass(adapter, rm_batches, mean_ablation=opts["mean_ablation"], means=means,
-                      max_tokens=opts["max_tokens"], seed=opts["seed"], positions=positions,
-                      heads_of=heads_of, **_accepted(exact_pass, opts["extra"]))
-
-
-def _tables(adapter, res, opts: dict, source: str, model_name: str, timings: dict) -> tuple:
-    from .api import tables_and_summary
-    kw = dict(mean_ablation=opts["mean_ablation"], gradient=opts["gradient"], threshold=opts["threshold"],
-              min_tokens=opts["min_tokens"], timings=timings, source=source, max_length=opts["max_length"],
-              bucket_size=opts["bucket_size"], seed=opts["seed"], model_name=model_name)
-    kw.update(_accepted(tables_and_summary, dict(opts["extra"], removal_positions=opts["removal_positions"])))
-    heads, layers, pairs, summary = tables_and_summary(adapter, res, **kw)
-    store = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"), "free_sum": sp.of_layer("free")}
-             for i, sp in enumerate(res.spectra)}
-    return heads, layers, pairs, summary, store
-
-
 # --------------------------------------------------------------------------------------- client side
-
-def _accepted(fn: Callable, extra: dict) -> dict:
-    """The entries of ``extra`` that are keyword arguments of ``fn``."""
-    params = inspect.signature(fn).parameters
-    return {k: v for k, v in extra.items() if k in params}
-
 
 def _split(items: Sequence, cost: Sequence[float], n: int) -> list[list]:
     """``items`` cut into ``min(n, len(items))`` contiguous non-empty parts, the ``k``-th cut where the
@@ -340,14 +112,14 @@ class _Run:
 
     def submit(self, step: str, k: int, fn: Callable, *args, **kw):
         self.counts[step] = self.counts.get(step, 0) + 1
-        return self.client.submit(_in_task, self.spec, self.opts["torch_threads"], (self.run_id, step), fn, *args,
+        return self.client.submit(wk.in_task, self.spec, self.opts["torch_threads"], (self.run_id, step), fn, *args,
                                   key=f"attnspec-{step}-{k}-{self.run_id}", pure=False, **kw)
 
     def task_times(self) -> dict:
         """``step -> {'tasks', 'wall_s', 'cpu_s'}`` summed over the workers that are still there (CPU
         over wall below 1: the tasks' threads did not get a whole core)."""
         out: dict = {}
-        for per_worker in self.client.run(_pop_times, self.run_id, on_error="ignore").values():
+        for per_worker in self.client.run(wk.pop_times, self.run_id, on_error="ignore").values():
             if not isinstance(per_worker, dict):
                 continue
             for step, (n, wall, cpu) in per_worker.items():
@@ -374,20 +146,20 @@ def _threads(client) -> int:
 
 def _fit_steps(run: _Run, groups: list) -> tuple:
     """Fit and null passes: merged fit sums, fits, null fits, corpus counts, fit workers per group."""
-    futs = [run.submit("fit", k, _fit, run.run_id, g, run.opts) for k, g in enumerate(groups)]
+    futs = [run.submit("fit", k, wk.fit_task, run.run_id, g, run.opts) for k, g in enumerate(groups)]
     parts = run.gather(futs, "fit")
     fit_sums, corpus = merge_parts([p[0] for p in parts]), merge_parts([p[2] for p in parts])
     fits = [s.fit() for s in fit_sums]
-    nulls = [run.submit("null", k, _null, f, fits, run.opts) for k, f in enumerate(futs)]   # where the masks are
-    null_fits = [s.fit() for s in merge_parts(run.gather(nulls, "null fit"))]
+    nulls = [run.submit("null", k, wk.null_task, f, fits, run.opts) for k, f in enumerate(futs)]   # where the masks are
+    null_sums = merge_parts(run.gather(nulls, "null fit"))
     del futs, nulls
-    return fit_sums, fits, null_fits, corpus, [p[3] for p in parts]
+    return fit_sums, fits, null_sums, corpus, [p[3] for p in parts]
 
 
 def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: list, where: list) -> list:
     """Spectra per group, on the worker that fitted the group when it is still there (its forward
     records are on that worker's disk; anywhere else the group's forward pass is simply rerun)."""
-    futs = [run.submit("spectra", k, _spectra, run.run_id, g, fits, null_fits, powers, run.opts,
+    futs = [run.submit("spectra", k, wk.spectra_task, run.run_id, g, fits, null_fits, powers, run.opts,
                        **(dict(workers=[w], allow_other_workers=True) if w else {}))
             for k, (g, w) in enumerate(zip(groups, where))]
     parts = run.gather(futs, "spectra")
@@ -396,30 +168,24 @@ def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: 
 
 
 def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, timings: dict) -> tuple:
-    """Step 4 as :func:`attnspec.diagnostics.api.run_steps`: first-order tasks over the statistics'
-    groups, then (``'screened'``: after choosing the heads on the client; ``'exact'``: at the same time)
-    exact removal tasks. Returns ``(RemovalSums, mode, screen code, scored positions per text)``."""
-    from .steps.removal import SCREENED_POSITIONS, RemovalSums, screen_heads
-    o, mode, t0 = run.opts, prep["mode"], time.perf_counter()
-    fo = [run.submit("first-order", k, _first_order, g, o) for k, g in enumerate(groups)] \
-        if o["gradient"] or mode in ("screened", "first-order") else []
-    rem, code, heads_of, ex, positions = RemovalSums(), None, None, [], None
-    if mode == "screened":
-        rem = merge_parts(run.gather(fo, "first order"))
-        timings["first_order"] = time.perf_counter() - t0
-        heads_of, code = screen_heads(rem.first_order.mean(), prep["n_heads"], o["screen_top"], o["screen_sample"],
-                                      o["seed"])
-    if mode in ("exact", "screened"):
-        positions = SCREENED_POSITIONS if mode == "screened" and o["removal_positions"] is None \
-            else o["removal_positions"]
+    """Step 4 (:func:`.steps.removal.removal_step`, as in one process) with tasks: first order over the
+    statistics' groups, exact removal over the removal jobs (started before first order is awaited,
+    except in 'screened' mode). Returns ``(RemovalSums, mode, screen code, scored positions per text)``."""
+    from .steps.removal import removal_step
+    o, mode = run.opts, prep["mode"]
+
+    def first_order():
+        fo = [run.submit("first-order", k, wk.first_order_task, g, o) for k, g in enumerate(groups)]
+        return lambda: merge_parts(run.gather(fo, "first order"))
+
+    def exact(heads_of, positions):
         means = [s.context_means() for s in fit_sums]
         jobs = _removal_jobs(prep["removal_batches"], prep["n_heads"], heads_of, n, o["max_tokens"])
-        ex = [run.submit("removal", k, _exact, b, means, h, positions, o) for k, (b, h) in enumerate(jobs)]
-    if mode != "screened" and fo:
-        rem = merge_parts(run.gather(fo, "first order"))
-        timings["first_order"] = time.perf_counter() - t0     # with exact removal running alongside
-    if ex:
-        rem = rem.merge(merge_parts(run.gather(ex, "head removal")))
+        ex = [run.submit("removal", k, wk.exact_task, b, means, h, positions, o) for k, (b, h) in enumerate(jobs)]
+        return lambda: merge_parts(run.gather(ex, "head removal"))
+    rem, code, positions = removal_step(mode, prep["n_heads"], first_order, exact, timings, gradient=o["gradient"],
+                                        screen_top=o["screen_top"], screen_sample=o["screen_sample"], seed=o["seed"],
+                                        removal_positions=o["removal_positions"])
     return rem, mode, code, positions
 
 
@@ -429,7 +195,8 @@ def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
     n = run.opts["n_shards"] or GROUPS_PER_THREAD * n_threads
     groups = _groups(prep["batches"], n)
     t0 = time.perf_counter()
-    fit_sums, fits, null_fits, corpus, where = _fit_steps(run, groups)
+    fit_sums, fits, null_sums, corpus, where = _fit_steps(run, groups)
+    null_fits = [s.fit() for s in null_sums]
     timings["fit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     powers = [s.head_power() for s in fit_sums]
@@ -440,20 +207,17 @@ def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
     timings["removal"] = time.perf_counter() - t0
     run.counts["fit_workers"] = len({w for w in where if w})
     res = dict(fit_sums=fit_sums, fits=fits, null_fits=null_fits, spectra=spectra, removal=rem, corpus=corpus,
-               removal_mode=mode, screen_code=code, removal_positions=positions)
+               removal_mode=mode, screen_code=code, removal_positions=positions,
+               null_sums=null_sums, n_boot=run.opts["n_boot"])
     names = {f.name for f in dataclasses.fields(StepResults)}
     return StepResults(**{k: v for k, v in res.items() if k in names})
-
-
-def _load_only(adapter) -> None:
-    """A task that only makes its worker load the model (see :func:`_warm_up`)."""
 
 
 def _warm_up(run: _Run) -> list:
     """One model-loading task per worker now (preferred there, allowed elsewhere: never stuck on a worker
     that leaves), so that the model loads everywhere at once rather than in the first tasks."""
     workers = sorted(run.client.scheduler_info(n_workers=-1)["workers"])
-    return [run.client.submit(_in_task, run.spec, None, (run.run_id, "load"), _load_only, pure=False,
+    return [run.client.submit(wk.in_task, run.spec, None, (run.run_id, "load"), wk.load_only, pure=False,
                               key=f"attnspec-load-{k}-{run.run_id}", workers=[w], allow_other_workers=True)
             for k, w in enumerate(workers)]
 
@@ -465,20 +229,20 @@ def _diagnose(run: _Run, texts) -> Diagnosis:
     n_threads = _threads(run.client)
     warm = _warm_up(run)                  # every worker loads the model while one prepares the texts
     t0 = time.perf_counter()
-    prep = run.client.submit(_prepare, run.spec, texts, run.opts, key=f"attnspec-prepare-0-{run.run_id}",
+    prep = run.client.submit(wk.prepare, run.spec, texts, run.opts, key=f"attnspec-prepare-0-{run.run_id}",
                              pure=False).result()
     wait(warm)                            # every worker ready: the first tasks spread over all of them
     timings["prepare"] = time.perf_counter() - t0
     try:
         res = _run_steps(run, prep, n_threads, timings)
     finally:
-        run.client.run(_drop_cache, run.run_id, on_error="ignore")
+        run.client.run(wk.drop_cache, run.run_id, on_error="ignore")
         del warm
     t0 = time.perf_counter()
     with warnings.catch_warnings():      # the merged spectra go to one worker for the tables, once
         warnings.filterwarnings("ignore", message="Sending large graph")
         heads, layers, pairs, summary, store = run.submit(
-            "tables", 0, _tables, res, run.opts, prep["source"], prep["model_name"], dict(timings)).result()
+            "tables", 0, wk.tables_task, res, run.opts, prep["source"], prep["model_name"], dict(timings)).result()
     timings["tables"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
@@ -492,7 +256,7 @@ def _diagnose(run: _Run, texts) -> Diagnosis:
 # ------------------------------------------------------------------------------------------ public
 
 _INT_OPTIONS = (("max_length", 2), ("bucket_size", 1), ("removal_bucket_size", 1), ("max_tokens", 1),
-                ("tile_bytes", 1), ("min_tokens", 0))
+                ("tile_bytes", 1), ("min_tokens", 0), ("n_boot", 0))
 _OPTIONAL_INT_OPTIONS = (("removal_positions", 1), ("screen_top", 0), ("screen_sample", 0), ("n_shards", 1),
                          ("torch_threads", 1))
 
@@ -501,7 +265,7 @@ _OPTIONAL_INT_OPTIONS = (("removal_positions", 1), ("screen_top", 0), ("screen_s
 _SET_HERE = {"adapter", "tokenizer", "texts", "n_shards", "batches", "grad_batches", "rm_batches", "res", "progress",
              "timings", "means", "heads_of", "positions", "seed", "mean_ablation", "max_tokens", "gradient",
              "threshold", "min_tokens", "source", "max_length", "bucket_size", "removal_bucket_size", "model_name",
-             "removal_positions"}
+             "removal_positions", "n_boot"}
 
 
 def _check(opts: dict) -> None:
@@ -550,7 +314,7 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
                         model_name: str | None = None, reuse_forward: bool | None = None,
                         removal_positions: int | None = None, screen_top: int | None = None,
                         screen_sample: int | None = None, n_shards: int | None = None, torch_threads: int | None = None,
-                        cluster_kwargs: dict | None = None, **options) -> Diagnosis:
+                        cluster_kwargs: dict | None = None, n_boot: int = N_BOOT, **options) -> Diagnosis:
     """Diagnose every attention head of a named model on a Dask cluster (see module docstring).
 
     Parameters
@@ -571,7 +335,7 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
         ``{'dtype': 'bfloat16', 'device': 'cuda'}``.
     n_texts, max_length, bucket_size, removal, mean_ablation, gradient, threshold, min_tokens, seed, \
 max_tokens, removal_bucket_size, tile_bytes, pack, model_name, reuse_forward, removal_positions, \
-screen_top, screen_sample
+screen_top, screen_sample, n_boot
         As :func:`attnspec.diagnose`. ``reuse_forward`` keeps each worker's forward records in the
         worker's local directory for the spectra of the same texts. Exact removal is split over tasks
         by groups of removal batches, or, with fewer removal batches than tasks wanted, by (layer, head
@@ -611,7 +375,7 @@ screen_top, screen_sample
                 max_tokens=max_tokens, removal_bucket_size=removal_bucket_size, tile_bytes=tile_bytes, pack=pack,
                 progress=progress, model_name=model_name, reuse_forward=reuse_forward,
                 removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample, n_shards=n_shards,
-                torch_threads=torch_threads, extra=dict(options))
+                torch_threads=torch_threads, n_boot=n_boot, extra=dict(options))
     _check(opts)
     c, owned = _connect(client, n_workers, cluster_kwargs)
     try:
