@@ -65,6 +65,7 @@ def test_identify_interval_and_json():
     assert "beta" in res.summary()
 
 
+@pytest.mark.slow  # 99 softmax bootstrap draws: about 40 s on a shared 2-core box
 def test_gof_rejects_marchenko_pastur_at_1_percent():
     """A pure Marchenko-Pastur spectrum against the attention family (beta free, scale known): p = 1/(B+1)."""
     l = 300

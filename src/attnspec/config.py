@@ -58,33 +58,31 @@ class ConfigError(ValueError):
 def sigma2_of_beta(beta: float) -> float:
     """Total variance ``sigma^2 = e^{beta^2} - 1`` of ``l A_ij`` for softmax attention with ``N(0, 1)`` scores.
 
-    The one definition of this formula in the package (:attr:`MHSAConfig.sigma2`, the closed forms and
-    the identification laws call it). ``|beta|`` must not exceed :data:`BETA_MAX`.
+    The one definition in the package (:attr:`MHSAConfig.sigma2`, the closed forms, the simulator and the
+    identification laws call it, or :func:`alpha2_of_beta`). ``|beta|`` must not exceed :data:`BETA_MAX`.
 
     Examples
     --------
     >>> round(sigma2_of_beta(1.0), 6)
     1.718282
     """
-    _check_beta(beta)
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not abs(beta) <= BETA_MAX:
+        raise ConfigError("beta", beta, f"must be a finite number with |beta| <= {BETA_MAX:g} (e^(beta^2) must stay finite)")
     return math.expm1(beta * beta)
 
 
 def alpha2_of_beta(beta: float) -> float:
     """Nonlinear-remainder variance ``alpha^2 = e^{beta^2} - 1 - beta^2`` of the Gaussian equivalent.
 
-    The surrogate attention is ``(1 1^T + beta S + alpha Z)/l``: ``beta^2`` is the variance carried by the
-    linear part, ``alpha^2`` the rest of :func:`sigma2_of_beta` (``>= 0``, ``beta^4/2`` near 0).
+    The surrogate attention is ``(1 1^T + beta S + alpha Z)/l``: ``beta^2`` is the variance of the linear
+    part, ``alpha^2 >= 0`` the rest of :func:`sigma2_of_beta` (``beta^4/2`` near 0).
 
     Examples
     --------
-    >>> round(alpha2_of_beta(1.0), 6)
-    0.718282
-    >>> alpha2_of_beta(0.0)
-    0.0
+    >>> round(alpha2_of_beta(1.0), 6), alpha2_of_beta(0.0)
+    (0.718282, 0.0)
     """
-    _check_beta(beta)
-    return max(math.expm1(beta * beta) - beta * beta, 0.0)
+    return max(sigma2_of_beta(beta) - beta * beta, 0.0)
 
 
 def alpha_of_beta(beta: float) -> float:
@@ -96,12 +94,6 @@ def alpha_of_beta(beta: float) -> float:
     0.847515
     """
     return math.sqrt(alpha2_of_beta(beta))
-
-
-def _check_beta(beta: float) -> None:
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not abs(beta) <= BETA_MAX:
-        raise ConfigError("beta", beta, f"must be a finite number with |beta| <= {BETA_MAX:g} "
-                                        "(e^(beta^2) must stay finite)")
 
 
 def _is_int(x: Any) -> bool:
@@ -159,6 +151,14 @@ class MHSAConfig:
     centering : {'tokens', 'values'}
         ``'tokens'``: ``Y = sqrt(l/d_out) P O`` with ``P = I - 11^T/l``. ``'values'``: subtract
         ``(1/l) 1 1^T sum_h X W_V^h W_O^h`` instead. Both have the same limiting law.
+
+    Examples
+    --------
+    >>> cfg = MHSAConfig.uniform(seq_len=128, d_model=256, heads=4, beta=0.5)
+    >>> cfg.d_qk, cfg.gamma, round(cfg.sigma2, 4)
+    ((64, 64, 64, 64), 0.5, 0.284)
+    >>> MHSAConfig.from_json(cfg.to_json()) == cfg
+    True
     """
 
     seq_len: int
@@ -193,10 +193,8 @@ class MHSAConfig:
             raise ConfigError("seq_len", self.seq_len,
                               f"must be <= d_model={self.d_model} with orthonormal inputs (X X^T = I_l); "
                               "use inputs='gaussian' for l > d")
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not math.isfinite(self.beta):
-            raise ConfigError("beta", self.beta, f"must be a finite number in [0, {BETA_MAX:g}]")
-        if not 0.0 <= self.beta <= BETA_MAX:
-            raise ConfigError("beta", self.beta, f"must lie in [0, {BETA_MAX:g}] (alpha^2 = e^(beta^2)-1-beta^2 must be finite)")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not 0.0 <= self.beta <= BETA_MAX:
+            raise ConfigError("beta", self.beta, f"must be a finite number in [0, {BETA_MAX:g}] (e^(beta^2) must stay finite)")
         set_("beta", float(self.beta))
         for name in ("key_groups", "value_groups"):
             g = H if getattr(self, name) is None else getattr(self, name)
@@ -254,8 +252,7 @@ class MHSAConfig:
 
         Widths are rounded to the nearest integer; ``psi``/``phi`` tuples give per-head ratios.
         """
-        def width(r: float) -> int:
-            return max(1, int(round(r * d_model)))
+        width = lambda r: max(1, int(round(r * d_model)))  # noqa: E731
         psi_t = psi if isinstance(psi, tuple) else (psi,)
         phi_t = phi if isinstance(phi, tuple) else (phi,) * len(psi_t)
         return cls(seq_len=width(gamma), d_model=d_model, d_qk=tuple(map(width, psi_t)),
@@ -273,20 +270,15 @@ class MHSAConfig:
 
         Examples
         --------
-        >>> cfg = MHSAConfig.uniform(64, 64, heads=2)
-        >>> four = cfg.with_heads(4)
-        >>> four.d_qk, four.d_v, four.key_groups
-        ((16, 16, 16, 16), (16, 16, 16, 16), 4)
+        >>> MHSAConfig.uniform(64, 64, heads=2).with_heads(4).d_v
+        (16, 16, 16, 16)
         """
         _check_positive_int("heads", heads)
-        H = self.n_heads
-        for name, total in (("d_qk", sum(self.d_qk)), ("d_v", sum(self.d_v))):
-            if total % heads:
-                raise ConfigError("heads", heads, f"must divide the total {name} width {total} (fixed total width)")
-        kg = self.key_groups if self.key_groups != H else heads
-        vg = self.value_groups if self.value_groups != H else heads
-        return self.replace(d_qk=(sum(self.d_qk) // heads,) * heads, d_v=(sum(self.d_v) // heads,) * heads,
-                            key_groups=kg if heads % kg == 0 else heads, value_groups=vg if heads % vg == 0 else heads)
+        tq, tv = sum(self.d_qk), sum(self.d_v)
+        if tq % heads or tv % heads:
+            raise ConfigError("heads", heads, f"must divide the total widths d_qk={tq} and d_v={tv} (fixed total width)")
+        kg, vg = (heads if g == self.n_heads or heads % g else g for g in (self.key_groups, self.value_groups))
+        return self.replace(d_qk=(tq // heads,) * heads, d_v=(tv // heads,) * heads, key_groups=kg, value_groups=vg)
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -329,13 +321,13 @@ class MHSAConfig:
 
     # ------------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self) }
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["d_qk"], d["d_v"] = list(self.d_qk), list(self.d_v)
         return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "MHSAConfig":
-        known = {f.name for f in fields(cls) }
+        known = {f.name for f in fields(cls)}
         if not isinstance(data, dict):
             raise ConfigError("configuration", type(data).__name__,
                               "must be a table/object of MHSAConfig fields (or hold an [mhsa] table)")

@@ -37,10 +37,11 @@ Gaussian equivalent: right for surrogate spectra, too narrow and off-centre for 
   respect to ``eta``; directions whose standard error exceeds ``max_se`` are reported as
   non-identifiable, and parameters loading on them get no point estimate.
 
-Speed. With two or more shape parameters (``beta``, ``psi``, ``phi``; ``scale`` is profiled exactly)
-the law is tabulated (:class:`~attnspec.identify.family.TabulatedFamily`): a wide box around the start,
-re-centred until the fit is inside it, then a narrow box around the fit on which the final fit and all
-bootstrap refits run. A refit that lands on the narrow box's edge is redone on a wide box.
+Speed (:mod:`.tables`). With two or more shape parameters (``beta``, ``psi``, ``phi``; ``scale`` is
+profiled exactly) the law is tabulated: a wide box around the start, re-centred until the fit is inside
+it, then a narrow box around the fit on which the final fit and all bootstrap refits run. A refit that
+lands on the narrow box's edge is redone on a wide box. The bootstrap's two stages (pilot draws, then
+``B`` draws at the offset-corrected point) are in :mod:`.resample`.
 """
 from __future__ import annotations
 
@@ -53,10 +54,12 @@ import numpy as np
 from scipy import stats
 
 from ..config import MHSAConfig
-from .family import SAMPLE_MODELS, Family, MHSAFamily, TabulatedBetaFamily, TabulatedFamily
-from .fit import Fit, fit_family
-from .identifiability import U_ID, fisher_report
+from .family import SAMPLE_MODELS, Family, MHSAFamily, TabulatedFamily
+from .fit import Fit
+from .identifiability import fisher_report
+from .resample import bootstrap, pilot_draws, simulation_point
 from .spectrum import check_spectrum
+from .tables import fit_fast, refit_stand_in, refit_table
 
 __all__ = ["Identification", "identify", "bootstrap"]
 
@@ -118,169 +121,89 @@ class Identification:
         return "\n".join(lines)
 
 
-def _eta(fam: Family, theta: Mapping[str, float]) -> np.ndarray:
-    return np.array([math.log(theta[k]) if k in fam.log_scale else theta[k] for k in fam.names])
+def _check_options(model: str, method: str, level: float, n_boot: int) -> None:
+    if model not in SAMPLE_MODELS:
+        raise ValueError(f"model must be one of {', '.join(SAMPLE_MODELS)}, got {model!r}")
+    if method not in ("normal", "basic"):
+        raise ValueError(f"method must be 'normal' or 'basic', got {method!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if int(n_boot) != n_boot or n_boot < 0:
+        raise ValueError(f"n_boot must be an integer >= 0, got {n_boot}")
 
 
-def bootstrap(fit: Fit, family: Family, n_boot: int, seed: int = 0, refit_family: Family | None = None,
-              progress: bool = False, model: str | None = None, wide: Any = None,
-              at: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
-    """Parametric bootstrap: ``n_boot`` spectra simulated at ``at`` (default ``fit.theta``), each refitted.
-
-    Parameters
-    ----------
-    fit, family : the fit and the family it was made with (``family.sample`` simulates)
-    n_boot : number of draws ``B``
-    seed : seed of the draws (draw ``b`` uses the ``b``-th child of ``SeedSequence(seed)``)
-    refit_family : a cheaper stand-in for the refits (a local law table); default ``family``
-    model : ``'softmax'`` or ``'surrogate'`` for MHSA families (module docstring); ``None``: the family's default
-    wide : a wider table for refits that land on the edge of ``refit_family``'s box (a :class:`TabulatedFamily`)
-    at : the parameters the spectra are simulated at (refits start at ``fit.theta``)
-
-    Returns ``eta`` (``(B, p)`` refitted parameters in fit coordinates), ``stat`` and ``ks`` (refit
-    criteria), ``quantiles`` (``(B, len(U_ID))`` empirical quantiles, for the Fisher information),
-    ``n_outliers`` and ``redone`` (how many refits needed the wide table).
-    """
-    from tqdm.auto import tqdm
-
-    rf = refit_family or family
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n_boot)]
-    out = {"eta": [], "stat": [], "ks": [], "quantiles": [], "n_outliers": []}
-    redone = 0
-    for rng in tqdm(rngs, desc="bootstrap", disable=not progress, leave=False):
-        x = np.sort(family.sample(at or fit.theta, rng, model=model))
-        fb = fit_family(x, rf, start=fit.theta)
-        if isinstance(rf, TabulatedFamily) and rf.on_border(fb.theta) and wide is not None:
-            fb = fit_family(x, wide, start=fb.theta)
-            redone += 1
-        out["eta"].append(_eta(rf, fb.theta))
-        out["stat"].append(fb.criterion)
-        out["ks"].append(fb.ks)
-        out["n_outliers"].append(fb.n_outliers)
-        out["quantiles"].append(np.quantile(x, U_ID))
-    res = {k: np.asarray(v, dtype=float) for k, v in out.items()}
-    res["redone"] = redone
-    return res
+def _candidates(x: np.ndarray, base: MHSAConfig | None, free, family: Family | None, heads,
+                fixed) -> dict[int | None, Family]:
+    """One family per candidate head count (at fixed total width), or ``{None: family}``."""
+    if family is not None:
+        return {None: family}
+    if base is None:
+        raise ValueError("give a base configuration or a family")
+    if x.size % base.seq_len:
+        raise ValueError(f"{x.size} eigenvalues is not a whole number of spectra of length seq_len="
+                         f"{base.seq_len}; set the base configuration's seq_len to the observed length")
+    draws = x.size // base.seq_len
+    return {H: MHSAFamily(base.with_heads(H) if H != base.n_heads else base, free=free, fixed=fixed, draws=draws)
+            for H in (list(heads) if heads else [base.n_heads])}
 
 
-def _fast(family: Family, theta: Mapping[str, float]) -> Family:
-    """A cheap stand-in for refits: a local beta table for MHSA families with free beta (and scale)."""
-    if isinstance(family, (TabulatedBetaFamily, TabulatedFamily)):
-        return family
-    if isinstance(family, MHSAFamily) and "beta" in family.names and set(family.names) <= {"beta", "scale"}:
-        b = theta["beta"]
-        lo, hi = family.bounds["beta"]
-        return TabulatedBetaFamily(family, max(lo, 0.85 * b), min(hi, 1.15 * b), nodes=31)
-    return family
+def _stage(x: np.ndarray, fam: Family, fit: Fit, n_boot: int, seed: int, model: str | None):
+    """Pilot draws and the refit table (module docstring). Returns ``(family, fit, refit family, wide
+    table or None, simulation point)``; ``model`` is ``None`` for families without a softmax/surrogate choice."""
+    wide, pilot, rf = None, None, None
+    if model is not None and n_boot > 0:
+        rf = refit_stand_in(fam, fit.theta)
+        pilot = pilot_draws(fit, fam, rf, seed, model)
+        eta_ref = fam.to_eta(fit.theta)
+    if isinstance(fam, TabulatedFamily):   # two or more shape parameters: final fit and refits on one table
+        wide = fam
+        fam, fit = refit_table(x, wide, fit, pilot)
+        rf = fam
+    at = simulation_point(fam, fit, pilot, eta_ref) if pilot is not None else dict(fit.theta)
+    return fam, fit, rf or refit_stand_in(fam, fit.theta), wide, at
 
 
-#: Half-widths (fit coordinates; beta's relative to beta) of the wide search table and the smallest
-#: half-widths of the refit table, and the number of pilot draws that place the refit table.
-_WIDE = {"beta": 0.25, "psi": 0.5, "phi": 0.5}
-_NARROW = {"beta": 0.04, "psi": 0.1, "phi": 0.1}
-_PILOT = 5
-
-
-def _half_widths(widths: Mapping[str, float], theta: Mapping[str, float], names) -> dict[str, float]:
-    # beta is a linear coordinate: its half-width is relative to beta
-    return {k: widths[k] * (max(theta["beta"], 0.2) if k == "beta" else 1.0) for k in names}
-
-
-def _fit_table(x: np.ndarray, family: MHSAFamily, nodes: int, max_moves: int = 6) -> tuple[TabulatedFamily, Fit]:
-    """Fit on a wide law table, re-centred on the fit until the fit is inside it (module docstring)."""
-    shape = [k for k in family.names if k != "scale"]
-    center = family.start(x)
-    for _ in range(max_moves):
-        wide = TabulatedFamily(family, center, _half_widths(_WIDE, center, shape), nodes=nodes)
-        fit = fit_family(x, wide, start=center)
-        if not wide.on_border(fit.theta):
-            break
-        center = fit.theta
-    return wide, fit
-
-
-def _pilot(fit: Fit, family: Family, refit: Family, seed: int, model: str | None) -> np.ndarray:
-    """``_PILOT`` spectra simulated at ``fit.theta`` and refitted on ``refit``: ``(_PILOT, p)`` fit coordinates.
-
-    Their seeds (children of ``SeedSequence([seed, 1])``) are independent of the bootstrap's; the pilot
-    draws are not part of the bootstrap.
-    """
-    out = []
-    for ss in np.random.SeedSequence([seed, 1]).spawn(_PILOT):
-        xb = np.sort(family.sample(fit.theta, np.random.default_rng(ss), model=model))
-        out.append(_eta(refit, fit_family(xb, refit, start=fit.theta).theta))
-    return np.asarray(out)
-
-
-def _refit_table(x: np.ndarray, wide: TabulatedFamily, fit: Fit, pilot: np.ndarray | None,
-                 nodes: int) -> tuple[TabulatedFamily, Fit]:
-    """The table on which the final fit and all bootstrap refits run.
-
-    It must hold ``eta_hat``, the point the bootstrap simulates at (``eta_hat - b1``, ``b1`` the pilot's
-    offset) and the bootstrap cloud (centred near ``eta_hat``, within the pilot's reach): the box spans
-    ``eta_hat``, ``eta_hat - b1`` and the pilot mean, plus ``max(6 sd_pilot, _NARROW)`` on each side. The
-    final fit is redone on it, so that the fit and the refits share one interpolant (its error then
-    largely cancels in the bias correction).
-    """
-    shape = list(wide.shape_names)
-    inner = wide.inner
-    idx = [wide.names.index(k) for k in shape]
-    eta0 = _eta(wide, fit.theta)[idx]
-    if pilot is not None and len(pilot) > 1:
-        p = pilot[:, idx]
-        mean, sd = p.mean(axis=0), p.std(axis=0, ddof=1)
-    else:
-        mean, sd = eta0, np.zeros_like(eta0)
-    pts = np.stack([eta0, mean, 2 * eta0 - mean])
-    floor = np.array(list(_half_widths(_NARROW, fit.theta, shape).values()))
-    lo, hi = pts.min(axis=0), pts.max(axis=0)
-    half = 0.5 * (hi - lo) + np.maximum(6 * sd, floor)
-    center = {k: (math.exp(c) if k in inner.log_scale else float(c)) for k, c in zip(shape, 0.5 * (lo + hi))}
-    table = TabulatedFamily(inner, center, dict(zip(shape, half)), nodes=nodes)
-    start = {**fit.theta, **{k: float(np.clip(fit.theta[k], *table.bounds[k])) for k in shape}}
-    return table, fit_family(x, table, start=start)
-
-
-def _simulation_point(family: Family, fit: Fit, pilot: np.ndarray, eta_ref: np.ndarray) -> dict[str, float]:
-    """``theta`` at ``eta_hat - b1`` with ``b1 = mean(pilot) - eta_ref`` (clipped to the family's bounds)."""
-    eta = _eta(family, fit.theta) - (pilot.mean(axis=0) - eta_ref)
-    out = {}
-    for k, v in zip(family.names, eta):
-        lo, hi = family.bounds[k]
-        out[k] = float(np.clip(math.exp(v) if k in family.log_scale else v, lo, hi))
-    return out
-
-
-def _nodes(family: Family) -> tuple[int, int]:
-    """Nodes per shape parameter of the wide and the refit table (fewer with more parameters)."""
-    p = len([k for k in family.names if k != "scale"])
-    return (7, 9) if p <= 2 else (5, 6)
-
-
-def _fit_fast(x: np.ndarray, family: Family) -> tuple[Family, Fit]:
-    """Fit; with the (slow) operator-valued solver and free beta (and scale), fit on a beta table first.
-
-    The table spans ``[0.8, 1.25]`` times the moment start (``m1 = e^{beta^2} - 1``) when the scale is
-    known, the whole ``beta`` range otherwise; if the optimum lands on the table's border the exact
-    family is fitted instead. With two or more shape parameters the fit runs on law tables
-    (:func:`_fit_table`). Returns ``(family fitted, fit)``.
-    """
-    if isinstance(family, MHSAFamily) and len([k for k in family.names if k != "scale"]) >= 2:
-        return _fit_table(x, family, nodes=_nodes(family)[0])
-    if (isinstance(family, MHSAFamily) and family.backend == "solver" and "beta" in family.names
-            and set(family.names) <= {"beta", "scale"}):
-        lo, hi = family.bounds["beta"]
-        if "scale" in family.names:
-            table = TabulatedBetaFamily(family, lo, hi, nodes=41)
+def _intervals(fam: Family, fit: Fit, boot: dict, at: Mapping[str, float], level: float,
+               method: str) -> dict[str, dict]:
+    """Bias-corrected (``'normal'``) or basic intervals per parameter, in fit coordinates (module docstring)."""
+    n_boot = len(boot["stat"])
+    eta_hat, eta_sim = fam.to_eta(fit.theta), fam.to_eta(at)
+    tq = stats.t.ppf(0.5 + level / 2, max(n_boot - 1, 1))
+    est = {}
+    for j, name in enumerate(fam.names):
+        e = boot["eta"][:, j]
+        # offset of the refits from the point they were simulated at
+        bias, sd = float(e.mean() - eta_sim[j]), float(e.std(ddof=1)) if n_boot > 1 else math.nan
+        if method == "normal":
+            lo_eta, hi_eta = eta_hat[j] - bias - tq * sd, eta_hat[j] - bias + tq * sd
         else:
-            b0 = family.start(x)["beta"]
-            table = TabulatedBetaFamily(family, max(lo, 0.8 * b0), min(hi, 1.25 * b0), nodes=15)
-        fit = fit_family(x, table)
-        a, b = table.bounds["beta"]
-        if a + 0.01 * (b - a) < fit.theta["beta"] < b - 0.01 * (b - a) or (a <= lo and fit.theta["beta"] < b) \
-                or (b >= hi and fit.theta["beta"] > a):
-            return table, fit
-    return family, fit_family(x, family)
+            lo_eta = eta_hat[j] - (np.quantile(e, 0.5 + level / 2) - eta_sim[j])
+            hi_eta = eta_hat[j] - (np.quantile(e, 0.5 - level / 2) - eta_sim[j])
+        tr = math.exp if name in fam.log_scale else float
+        est[name] = {"estimate": float(tr(eta_hat[j] - bias)), "best_fit": fit.theta[name],
+                     "ci_low": float(tr(lo_eta)), "ci_high": float(tr(hi_eta)), "bias": bias, "sd": sd,
+                     "simulated_at": at[name], "coordinate": "log" if name in fam.log_scale else "linear",
+                     "identified": True}
+    return est
+
+
+def _gof(fit: Fit, boot: dict, null_model: str) -> dict[str, Any]:
+    """Bootstrap p-values ``(1 + #{T* >= T}) / (B + 1)`` of the bulk W1 and KS at the fit."""
+    n_boot = len(boot["stat"])
+    return {"p_value": float((1 + np.sum(boot["stat"] >= fit.criterion)) / (n_boot + 1)),
+            "ks_p_value": float((1 + np.sum(boot["ks"] >= fit.ks)) / (n_boot + 1)),
+            "null_mean": float(boot["stat"].mean()), "null_q99": float(np.quantile(boot["stat"], 0.99)),
+            "null_outliers_mean": float(boot["n_outliers"].mean()), "null_model": null_model}
+
+
+def _head_set(fits: Mapping, best, null_stat: np.ndarray | None, level: float) -> dict | None:
+    """Profiled head count: every candidate whose criterion the GOF test of the best does not reject."""
+    if len(fits) < 2:
+        return None
+    thr = None if null_stat is None else float(np.quantile(null_stat, level))
+    members = [best] if thr is None else sorted(H for H, f in fits.items() if f.criterion <= thr or H == best)
+    return {"candidates": {str(H): f.criterion for H, f in fits.items()}, "selected": best, "threshold": thr,
+            "confidence_set": members}
 
 
 def identify(eigs: np.ndarray, base: MHSAConfig | None = None, free: Sequence[str] = ("beta",), *,
@@ -310,101 +233,48 @@ def identify(eigs: np.ndarray, base: MHSAConfig | None = None, free: Sequence[st
     Returns
     -------
     Identification
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.simulation import simulate
+    >>> cfg = MHSAConfig.uniform(100, 100, target="attention", beta=0.8)
+    >>> eigs = simulate(cfg, seed=0, models=("surrogate",)).surrogate
+    >>> res = identify(eigs, cfg.replace(beta=1.0), n_boot=0)
+    >>> round(res.estimates["beta"]["estimate"], 1)
+    0.8
     """
     t0 = time.perf_counter()
-    if model not in SAMPLE_MODELS:
-        raise ValueError(f"model must be one of {', '.join(SAMPLE_MODELS)}, got {model!r}")
-    if method not in ("normal", "basic"):
-        raise ValueError(f"method must be 'normal' or 'basic', got {method!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if int(n_boot) != n_boot or n_boot < 0:
-        raise ValueError(f"n_boot must be an integer >= 0, got {n_boot}")
+    _check_options(model, method, level, n_boot)
     x = np.sort(check_spectrum(eigs))  # SpectrumError (a ValueError) for impossible spectra
-    if family is None:
-        if base is None:
-            raise ValueError("give a base configuration or a family")
-        cands = list(heads) if heads else [base.n_heads]
-        from ..sweeps.spec import apply_axis
-
-        draws = x.size // base.seq_len if x.size % base.seq_len == 0 else 1
-        if x.size % base.seq_len:
-            raise ValueError(f"{x.size} eigenvalues is not a whole number of spectra of length seq_len="
-                             f"{base.seq_len}; set the base configuration's seq_len to the observed length")
-        families = {H: MHSAFamily(apply_axis(base, "heads", H) if H != base.n_heads else base, free=free,
-                                  fixed=fixed, draws=draws) for H in cands}
-    else:
-        families = {None: family}
-    fitted = {H: _fit_fast(x, fam) for H, fam in families.items()}
-    families = {H: f[0] for H, f in fitted.items()}
+    fitted = {H: fit_fast(x, fam) for H, fam in _candidates(x, base, free, family, heads, fixed).items()}
     fits = {H: f[1] for H, f in fitted.items()}
-    is_mhsa = isinstance(getattr(next(iter(families.values())), "inner", next(iter(families.values()))), MHSAFamily)
-    H_best = min(fits, key=lambda h: fits[h].criterion)
-    fam, fit = families[H_best], fits[H_best]
-    wide, pilot, at, rf = None, None, dict(fit.theta), None
-    if is_mhsa and n_boot > 0:
-        # two-stage bootstrap (module docstring): pilot draws at the fit give the offset b1
-        rf = fam if isinstance(fam, TabulatedFamily) else _fast(fam, fit.theta)
-        pilot = _pilot(fit, fam, rf, seed, model)
-        eta_ref = _eta(fam, fit.theta)
-    if isinstance(fam, TabulatedFamily):   # two or more shape parameters: final fit and refits on one table
-        wide = fam
-        fam, fit = _refit_table(x, wide, fit, pilot, nodes=_nodes(fam)[1])
-        rf = fam
-    if pilot is not None:
-        at = _simulation_point(fam, fit, pilot, eta_ref)
+    best = min(fits, key=lambda h: fits[h].criterion)
+    fam, fit = fitted[best]
+    sim_model = model if isinstance(getattr(fam, "inner", fam), MHSAFamily) else None
+    fam, fit, rf, wide, at = _stage(x, fam, fit, n_boot, seed, sim_model)
     t_fit = time.perf_counter() - t0
     describe = fam.describe() if hasattr(fam, "describe") else type(fam).__name__
-    est: dict[str, dict] = {}
     gof: dict[str, Any] = {"statistic_name": "W1 of the bulk at the fit", "statistic": fit.criterion,
                            "ks": fit.ks, "p_value": None, "ks_p_value": None}
-    ident = None
-    heads_info = None
+    ident, null_stat = None, None
     boot = {"eta": np.zeros((0, len(fam.names))), "stat": np.zeros(0), "redone": 0}
     if n_boot > 0:
-        boot = bootstrap(fit, fam, n_boot, seed=seed, refit_family=rf or _fast(fam, fit.theta), progress=progress,
-                         model=model if is_mhsa else None, wide=wide, at=at)
-        gof.update(p_value=float((1 + np.sum(boot["stat"] >= fit.criterion)) / (n_boot + 1)),
-                   ks_p_value=float((1 + np.sum(boot["ks"] >= fit.ks)) / (n_boot + 1)),
-                   null_mean=float(boot["stat"].mean()), null_q99=float(np.quantile(boot["stat"], 0.99)),
-                   null_outliers_mean=float(boot["n_outliers"].mean()),
-                   null_model=model if is_mhsa else describe)
-        eta_hat, eta_sim = _eta(fam, fit.theta), _eta(fam, at)
-        tq = stats.t.ppf(0.5 + level / 2, max(n_boot - 1, 1))
-        for j, name in enumerate(fam.names):
-            e = boot["eta"][:, j]
-            # offset of the refits from the point they were simulated at
-            bias, sd = float(e.mean() - eta_sim[j]), float(e.std(ddof=1)) if n_boot > 1 else math.nan
-            if method == "normal":
-                lo_eta, hi_eta = eta_hat[j] - bias - tq * sd, eta_hat[j] - bias + tq * sd
-            else:
-                lo_eta = eta_hat[j] - (np.quantile(e, 0.5 + level / 2) - eta_sim[j])
-                hi_eta = eta_hat[j] - (np.quantile(e, 0.5 - level / 2) - eta_sim[j])
-            tr = math.exp if name in fam.log_scale else float
-            est[name] = {"estimate": float(tr(eta_hat[j] - bias)), "best_fit": fit.theta[name],
-                         "ci_low": float(tr(lo_eta)), "ci_high": float(tr(hi_eta)), "bias": bias, "sd": sd,
-                         "simulated_at": at[name], "coordinate": "log" if name in fam.log_scale else "linear",
-                         "identified": True}
+        boot = bootstrap(fit, fam, n_boot, seed=seed, refit_family=rf, progress=progress, model=sim_model,
+                         wide=wide, at=at)
+        gof.update(_gof(fit, boot, sim_model or describe))
+        est = _intervals(fam, fit, boot, at, level, method)
+        null_stat = boot["stat"]
         if n_boot >= 5:
             ident = fisher_report(fam, fit, boot["quantiles"], max_se=max_se)
             for name in ident["not_identified"]:
                 est[name]["identified"] = False
-        if len(fits) > 1:
-            thr = float(np.quantile(boot["stat"], level))
-            heads_info = {"candidates": {str(H): f.criterion for H, f in fits.items()}, "selected": H_best,
-                          "threshold": thr, "confidence_set": sorted(H for H, f in fits.items()
-                                                                      if f.criterion <= thr or H == H_best)}
     else:
-        for name in fam.names:
-            est[name] = {"estimate": fit.theta[name], "best_fit": fit.theta[name], "ci_low": None, "ci_high": None,
-                         "bias": None, "sd": None, "identified": True}
-        if len(fits) > 1:
-            heads_info = {"candidates": {str(H): f.criterion for H, f in fits.items()}, "selected": H_best,
-                          "threshold": None, "confidence_set": [H_best]}
-    return Identification(family=describe, fit=fit, estimates=est, gof=gof, identifiability=ident, heads=heads_info,
-                          n_boot=n_boot, level=level, boot_theta=boot["eta"], boot_stat=boot["stat"],
-                          model=model if is_mhsa else None,
-                          timing={"fit_s": t_fit, "total_s": time.perf_counter() - t0,
-                                  "law_solves": int(sum(getattr(f, "solves", 0) for f in families.values())
-                                                    + (fam.solves if wide is not None else 0)),
+        est = {name: {"estimate": fit.theta[name], "best_fit": fit.theta[name], "ci_low": None, "ci_high": None,
+                      "bias": None, "sd": None, "identified": True} for name in fam.names}
+    solves = sum(getattr(f[0], "solves", 0) for f in fitted.values()) + (fam.solves if wide is not None else 0)
+    return Identification(family=describe, fit=fit, estimates=est, gof=gof, identifiability=ident,
+                          heads=_head_set(fits, best, null_stat, level), n_boot=n_boot, level=level,
+                          boot_theta=boot["eta"], boot_stat=boot["stat"], model=sim_model,
+                          timing={"fit_s": t_fit, "total_s": time.perf_counter() - t0, "law_solves": int(solves),
                                   "refits_on_wide_table": int(boot["redone"])})

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -58,18 +58,33 @@ class Family:
     log_scale: frozenset = frozenset({"scale", "psi", "phi", "ratio"})
 
     def full(self, theta: Mapping[str, float]) -> dict[str, float]:
+        """``theta`` completed with the fixed values of the parameters it does not set."""
         out = dict(self.fixed)
         out.update({k: float(v) for k, v in theta.items()})
         return out
 
+    def to_eta(self, theta: Mapping[str, float], names: Sequence[str] | None = None) -> np.ndarray:
+        """Fit coordinates ``eta`` of ``theta``: ``log`` for the names in ``log_scale``, the value otherwise
+        (over ``names``, default :attr:`names`)."""
+        names = self.names if names is None else names
+        return np.array([math.log(theta[k]) if k in self.log_scale else float(theta[k]) for k in names])
+
+    def from_eta(self, eta, names: Sequence[str] | None = None) -> dict[str, float]:
+        """Inverse of :meth:`to_eta`."""
+        names = self.names if names is None else names
+        return {k: (math.exp(v) if k in self.log_scale else float(v)) for k, v in zip(names, eta)}
+
     def law(self, theta: Mapping[str, float]):  # pragma: no cover - interface
+        """The law at ``theta`` (with ``quantile(u)`` and ``right_edge``), before the overall ``scale``."""
         raise NotImplementedError
 
     def quantiles(self, theta: Mapping[str, float], u: np.ndarray) -> np.ndarray:
+        """``Q_theta(u) = scale * Q_law(u)``."""
         t = self.full(theta)
         return t.get("scale", 1.0) * self.law(t).quantile(u)
 
     def right_edge(self, theta: Mapping[str, float]) -> float:
+        """``scale`` times the law's right edge (outliers are counted above it)."""
         t = self.full(theta)
         return t.get("scale", 1.0) * float(self.law(t).right_edge)
 

@@ -73,14 +73,6 @@ def bulk_ks(x_sorted: np.ndarray, family: Family, theta, n_bulk: int) -> float:
     return float(max(np.max(i / n - F), np.max(F - (i - 1) / n)))
 
 
-def _to_eta(family: Family, theta):
-    return np.array([math.log(theta[k]) if k in family.log_scale else theta[k] for k in family.names])
-
-
-def _from_eta(family: Family, eta):
-    return {k: (math.exp(v) if k in family.log_scale else float(v)) for k, v in zip(family.names, eta)}
-
-
 def _weighted_median(v: np.ndarray, w: np.ndarray) -> float:
     o = np.argsort(v)
     c = np.cumsum(w[o])
@@ -103,20 +95,17 @@ def _minimize(x: np.ndarray, family: Family, n_bulk: int, start: dict, scan: int
     n = x.size
     u = _u(n)[:n_bulk]
     xb = x[:n_bulk]
-    lo = np.array([math.log(family.bounds[k][0]) if k in family.log_scale else family.bounds[k][0] for k in names])
-    hi = np.array([math.log(family.bounds[k][1]) if k in family.log_scale else family.bounds[k][1] for k in names])
+    lo = family.to_eta({k: family.bounds[k][0] for k in names}, names)
+    hi = family.to_eta({k: family.bounds[k][1] for k in names}, names)
     slo, shi = family.bounds.get("scale", (0.0, math.inf))
     count = [0]
-
-    def theta_of(eta) -> dict:
-        return {k: (math.exp(v) if k in family.log_scale else float(v)) for k, v in zip(names, eta)}
 
     def evaluate(eta) -> tuple[float, dict]:
         eta = np.asarray(eta, dtype=float)
         if np.any(eta < lo) or np.any(eta > hi):
             return 1e300, {}
         count[0] += 1
-        th = theta_of(eta)
+        th = family.from_eta(eta, names)
         if profile:
             q = family.quantiles(dict(th, scale=1.0), u)
             th["scale"] = float(np.clip(_profile_scale(xb, q), slo, shi))
@@ -126,7 +115,7 @@ def _minimize(x: np.ndarray, family: Family, n_bulk: int, start: dict, scan: int
     def f(eta) -> float:
         return evaluate(eta)[0]
 
-    eta0 = np.clip(np.array([math.log(start[k]) if k in family.log_scale else start[k] for k in names]), lo, hi)
+    eta0 = np.clip(family.to_eta(start, names), lo, hi)
     if not names:
         val, th = evaluate(eta0)
         return th, val, count[0]

@@ -24,19 +24,15 @@ __all__ = ["U_ID", "fisher_report", "jacobian"]
 U_ID = np.linspace(0.02, 0.97, 40)
 
 
-def _theta(family, eta):
-    return {k: (math.exp(v) if k in family.log_scale else float(v)) for k, v in zip(family.names, eta)}
-
-
 def jacobian(family, theta, u=U_ID, h: float = 1e-3) -> np.ndarray:
     """``d Q(u) / d eta`` by central differences (``(len(u), p)``)."""
-    eta = np.array([math.log(theta[k]) if k in family.log_scale else theta[k] for k in family.names])
+    eta = family.to_eta(theta)
     J = np.empty((len(u), eta.size))
     for j in range(eta.size):
         e1, e2 = eta.copy(), eta.copy()
         e1[j] += h
         e2[j] -= h
-        J[:, j] = (family.quantiles(_theta(family, e1), u) - family.quantiles(_theta(family, e2), u)) / (2 * h)
+        J[:, j] = (family.quantiles(family.from_eta(e1), u) - family.quantiles(family.from_eta(e2), u)) / (2 * h)
     return J
 
 
