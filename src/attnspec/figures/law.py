@@ -22,7 +22,7 @@ def law_label(law) -> str:
     --------
     >>> from attnspec import MHSAConfig, solve_law
     >>> law_label(solve_law(MHSAConfig.uniform(100, 100, heads=1, beta=1.0)))
-    'law (edge 19.27)'
+    'law (edge 18.13)'
     """
     atom = f", atom {law.atom_at_zero:.3f}" if law.atom_at_zero > 1e-3 else ""
     return f"law (edge {law.right_edge:.4g}{atom})"

@@ -56,7 +56,7 @@ def plot_spectra(ax, samples: dict[str, np.ndarray], bins: int | None = None, lo
     --------
     >>> ax = plot_spectra(None, {"softmax": np.random.default_rng(0).exponential(size=500)})
     >>> ax.get_legend().get_texts()[0].get_text()
-    'softmax (n=500)'
+    'softmax (n=500, 1 beyond plot)'
     """
     if ax is None:
         from .base import pyplot

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from .base import pyplot, save_figure
 
-__all__ = ["sweep_plot"]
+__all__ = ["sweep_plot", "plot_sweep"]
 
 
 def sweep_plot(frame, x: str, ys, name: str, path: str | Path) -> Path:
@@ -38,6 +38,21 @@ def sweep_plot(frame, x: str, ys, name: str, path: str | Path) -> Path:
     'm2.png'
     """
     fig, ax = pyplot().subplots(figsize=(6, 4))
+    plot_sweep(ax, frame, x, ys, name)
+    return save_figure(fig, path)
+
+
+def plot_sweep(ax, frame, x: str, ys, name: str):
+    """Draw :func:`sweep_plot`'s lines on ``ax`` (one per column of ``ys`` present; the mean per ``x`` value).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> ax = plot_sweep(pyplot().subplots()[1], pd.DataFrame({"b": [1, 1, 2], "law.m1": [1.0, 3.0, 5.0]}),
+    ...                 "b", ["law.m1"], "s")
+    >>> ax.lines[0].get_ydata().tolist()
+    [2.0, 5.0]
+    """
     for y in ys:
         if y in frame and x in frame:
             g = frame.groupby(x)[y].mean()
@@ -45,4 +60,4 @@ def sweep_plot(frame, x: str, ys, name: str, path: str | Path) -> Path:
     ax.set_xlabel(x)
     ax.legend()
     ax.set_title(f"sweep {name}")
-    return save_figure(fig, path)
+    return ax
