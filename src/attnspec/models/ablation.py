@@ -3,7 +3,9 @@
 Functional effect of a model's output ``f`` (per text ``b``):
 
 * causal LM: total next-token negative log-likelihood over real next tokens; the effect of removing
-  a head is ``Delta L = (NLL_removed - NLL) / n_tokens`` (mean per predicted token, nats);
+  a head is ``Delta L = (NLL_removed - NLL) / n_tokens`` (mean per predicted token, nats); for an
+  encoder-decoder with an LM head (the decoder reads the text shifted right, teacher forcing) the
+  NLL of every real token of the text given the encoder's reading of it and the tokens before it;
 * encoder / generic: ``1 - cos(e_removed, e)`` with ``e`` the mean over real tokens of the final
   hidden states (mean-pooled sentence embedding), averaged over texts.
 
@@ -104,9 +106,13 @@ class FunctionalMetric:
         self.mask = batch["attention_mask"].bool().to(adapter.device)
         self.tail = tail
         self.chunk_bytes = chunk_bytes
+        # decoder-only LMs: logits at t predict token t + 1; encoder-decoders (decoder fed the text shifted
+        # right, ModelAdapter.decoder_start): logits at t predict token t
+        self.shift = 0 if getattr(adapter, "decoder_start", None) is not None else 1
         if self.kind == "causal-lm":
-            self.target = batch["input_ids"][:, 1:].to(adapter.device)
-            pm = self.mask[:, 1:] & self.mask[:, :-1]
+            s, L = self.shift, self.mask.shape[1]
+            self.target = batch["input_ids"][:, s:].to(adapter.device)
+            pm = self.mask[:, s:] & self.mask[:, :L - s]
             self.pred_mask = sample_positions(pm, batch.get("order", range(pm.shape[0])), positions, seed)
             self.n_tokens = int(self.pred_mask.sum())
 
@@ -120,7 +126,7 @@ class FunctionalMetric:
     def nll(self, hidden: torch.Tensor, K: int = 1, grad: bool = False) -> torch.Tensor:
         """Per-replica, per-text summed NLL ``(K, B)`` from final hidden states ``(K*B, L, D)``."""
         B = self.mask.shape[0]
-        h = hidden[:, :-1]
+        h = hidden[:, :hidden.shape[1] - self.shift]
         pm = self.pred_mask.repeat(K, 1)
         tgt = self.target.repeat(K, 1)[pm]
         rows = torch.arange(K * B, device=pm.device)[:, None].expand_as(pm)[pm]
@@ -165,7 +171,8 @@ class FunctionalMetric:
 
     def _nll_from_logits(self, logits: torch.Tensor, K: int = 1) -> torch.Tensor:
         B = self.mask.shape[0]
-        lp = torch.nn.functional.cross_entropy(_at_least_float32(logits[:, :-1].reshape(-1, logits.shape[-1])),
+        lp = torch.nn.functional.cross_entropy(_at_least_float32(logits[:, :logits.shape[1] - self.shift]
+                                                                 .reshape(-1, logits.shape[-1])),
                                                self.target.repeat(K, 1).reshape(-1), reduction="none")
         lp = lp.view(K * B, -1).masked_fill(~self.pred_mask.repeat(K, 1), 0.0)   # NaN at padding stays out
         return lp.sum(1).double().view(K, B)

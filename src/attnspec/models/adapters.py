@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .architectures import (ARCHITECTURES, Architecture, ArchitectureError, detect, get_path, resolve,
-                            stack_of)
+from .architectures import (ARCHITECTURES, Architecture, ArchitectureError, cross_paths, decoder_of, detect,
+                            get_path, resolve, stack_of)
 from .attention_calls import Application, register_applications
 from .emitters import register
 from .protocol import AttentionSite, CustomAttention
@@ -72,6 +72,14 @@ class ModelAdapter:
         base models without an LM head (``LlamaModel``), whose ``kind`` is ``'encoder'``.
     architecture : Architecture or None
         The entry of :data:`attnspec.models.architectures.ARCHITECTURES` the model was detected as.
+    decoder_start : int or None
+        Encoder-decoders (T5, BART): the decoder reads the text itself, shifted right behind this start
+        token (``decoder_input_ids = [start, x_0, ..., x_{L-2}]``, teacher forcing), with the encoder's
+        padding mask; with an LM head (``kind='causal-lm'``) position ``t`` predicts ``x_t``
+        (:class:`attnspec.models.ablation.FunctionalMetric` scores every real token), without one the
+        effect is the shift of the decoder's mean-pooled output. ``None``: not an encoder-decoder.
+    notes : tuple of str
+        Sentences for the diagnosis summary stating what the model was fed and what removal measures.
     """
 
     model: nn.Module
@@ -83,6 +91,8 @@ class ModelAdapter:
     blocks_broadcast: bool = False
     decoder: bool = False
     architecture: Architecture | None = None
+    decoder_start: int | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def can_reuse(self) -> bool:
@@ -99,7 +109,11 @@ class ModelAdapter:
         if "pixel_values" in batch:   # vision transformers: every token is real, no mask argument
             p = next(self.model.parameters())
             return {"pixel_values": batch["pixel_values"].to(device=d, dtype=p.dtype)}
-        return {"input_ids": batch["input_ids"].to(d), "attention_mask": batch["attention_mask"].to(d)}
+        ids, mask = batch["input_ids"].to(d), batch["attention_mask"].to(d)
+        if self.decoder_start is not None:   # encoder-decoders: the text shifted right, teacher forcing
+            dec = torch.cat([torch.full_like(ids[:, :1], self.decoder_start), ids[:, :-1]], dim=1)
+            return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": mask}
+        return {"input_ids": ids, "attention_mask": mask}
 
     def run(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Full forward; returns the functional output (final hidden states or logits)."""
@@ -228,8 +242,48 @@ def _albert(model: nn.Module, arch: Architecture, base: nn.Module, groups: list,
     return sites
 
 
+_SEQ2SEQ_NOTE = ("{name} is an encoder-decoder: the encoder reads each text and the decoder reads the same text "
+                 "shifted right behind its start token {start} (teacher forcing), with the same padding mask. "
+                 "Sites are the encoder's self-attention, then per decoder layer its causal self-attention and its "
+                 "cross-attention (queries from the decoder, keys and values from the encoder's output). "
+                 "{effect} Every removal is a full forward pass of encoder and decoder.")
+
+
+def _seq2seq(model: nn.Module, arch: Architecture, dec: nn.Module) -> ModelAdapter:
+    """Encoder self-attention, then per decoder layer its self- and cross-attention, in call order."""
+    enc = stack_of(arch, model)
+    cfg = model.config
+    start = getattr(cfg, "decoder_start_token_id", None)
+    if start is None:
+        raise ArchitectureError(f"{type(model).__name__} ({arch.family}): config.decoder_start_token_id is None; "
+                                "the decoder's input (the text shifted right) needs it")
+    _, enc_layers, geo = resolve(arch, enc)
+    dec_arch = replace(arch, heads=arch.decoder_heads or arch.heads)
+    _, dec_layers, dgeo = resolve(dec_arch, dec)
+    parts = [(f"encoder.{arch.layers}", "encoder", "self", arch, layer, j, geo) for j, layer in enumerate(enc_layers)]
+    for j, layer in enumerate(dec_layers):
+        parts += [(f"decoder.{arch.layers}", "decoder", "self", dec_arch, layer, j, dgeo),
+                  (f"decoder.{arch.layers}", "decoder", "cross", cross_paths(dec_arch), layer, j, dgeo)]
+    sites = []
+    for i, (prefix, stack, role, a, layer, j, g) in enumerate(parts):
+        site = _site(a, layer, j, g, cfg, causal_default=False)
+        site.index, site.name, site.stack, site.role = i, f"{prefix}.{j}.{a.attention}", stack, role
+        site.block = None            # removal: full forward passes (an encoder head changes every cross-attention)
+        sites.append(site)
+    lm = get_path(model, arch.lm_head) is not None
+    effect = ("Removal effect: the increase of the seq2seq LM loss of predicting each real token of the text "
+              "(nats per token)." if lm else "No LM head: the removal effect is the shift (1 - cos) of the "
+              "decoder's mean-pooled output.")
+    note = _SEQ2SEQ_NOTE.format(name=type(model).__name__, start=start, effect=effect)
+    return ModelAdapter(model, sites, "causal-lm" if lm else "encoder", None, family=arch.family, base=None,
+                        decoder=True, architecture=arch, decoder_start=int(start), notes=(note,))
+
+
 def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
-    model = stack_of(arch, model)     # encoder-decoders: the encoder stack is the diagnosed model
+    dec = decoder_of(arch, model)
+    if dec is not None:
+        return _seq2seq(model, arch, dec)
+    model = stack_of(arch, model)     # an encoder-decoder's encoder alone (T5EncoderModel): the diagnosed model
     base, layers, geo = resolve(arch, model)
     cfg = getattr(model.config, "text_config", None) or model.config
     if arch.shared:   # no block re-use: every removal is a full forward pass

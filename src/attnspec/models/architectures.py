@@ -22,7 +22,7 @@ formats it as text (``attnspec diagnose --list-architectures``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from torch import nn
@@ -30,7 +30,7 @@ from torch import nn
 from .loading import ModelLoadError
 
 __all__ = ["Architecture", "Refusal", "ArchitectureError", "ARCHITECTURES", "REFUSED", "detect", "resolve", "stack_of",
-           "architectures_table", "format_architectures", "get_path"]
+           "decoder_of", "cross_paths", "architectures_table", "format_architectures", "get_path"]
 
 
 class ArchitectureError(ModelLoadError):
@@ -45,8 +45,11 @@ class Architecture:
     ``q``/``k``/``v`` may name the same fused module (``qkv``); ``'x|y'`` tries ``x`` then ``y``.
     ``heads``/``kv_heads`` list config keys tried in order (``None`` for ``kv_heads``: no key/value sharing).
     ``position``, ``scaling``, ``softcap`` and ``mask`` describe the family for the table (the diagnosis reads
-    the actual values from each recorded call). ``stack`` names the encoder of an encoder-decoder, diagnosed
-    as the model; ``shared`` marks layer groups applied several times (ALBERT: one site per application);
+    the actual values from each recorded call). Encoder-decoders (``kind='seq2seq'``): ``stack`` and
+    ``decoder`` lead from the model to its two stacks (same layer paths), ``cross`` names the
+    cross-attention module of a decoder layer, whose projections carry the self-attention's names
+    (:func:`cross_paths`); a model with an encoder only (``T5EncoderModel``) is diagnosed as its encoder;
+    ``shared`` marks layer groups applied several times (ALBERT: one site per application);
     ``broadcast`` says whether the blocks broadcast over a leading replica axis in exact removal;
     ``no_reuse`` names a config key whose presence puts work between blocks (full forwards then);
     ``strict`` entries are claimed by ``model_type`` only, never by structure alone.
@@ -75,7 +78,10 @@ class Architecture:
     strict: bool = False          # claimed by model_type only, never by structure alone
     broadcast: bool = True        # blocks broadcast over a leading replica axis (ModelAdapter.blocks_broadcast)
     no_reuse: str | None = None   # config key that, when set, puts work between blocks: full forwards only
-    stack: str | None = None      # encoder-decoders: the sub-module diagnosed as the model (its encoder)
+    stack: str | None = None      # encoder-decoders: path from the model to its encoder stack
+    decoder: str | None = None    # encoder-decoders: path from the model to its decoder stack
+    cross: str | None = None      # cross-attention module in a decoder layer (projections named as in self-attention)
+    decoder_heads: tuple[str, ...] | None = None   # config keys of the decoder's head count (default: heads)
     shared: bool = False          # layer groups applied several times (ALBERT): one site per application
 
 
@@ -118,15 +124,20 @@ ARCHITECTURES: tuple[Architecture, ...] = (
                  "relative: disentangled content-to-position + position-to-content bias (log buckets)",
                  "1/sqrt(d_head * (1 + number of pos_att_type terms))", "none", "bidirectional",
                  capture="hooked:deberta-v2", strict=True, no_reuse="conv_kernel_size"),
-    Architecture("t5-encoder", "T5, mT5, Flan-T5 (encoder self-attention; decoder not diagnosed)", ("t5", "mt5"),
+    Architecture("t5", "T5, mT5, Flan-T5 (encoder self, decoder self and cross-attention)", ("t5", "mt5"),
                  (), "block", "layer.0.SelfAttention", "layer.0.SelfAttention.q", "layer.0.SelfAttention.k",
                  "layer.0.SelfAttention.v", "layer.0.SelfAttention.o", ("num_heads",), None,
-                 "relative bias (log buckets, computed by the first layer, shared)", "1 (no 1/sqrt(d_head))", "none",
-                 "bidirectional", norm="final_layer_norm", strict=True, stack="encoder"),
-    Architecture("bart-encoder", "BART, mBART (encoder self-attention; decoder not diagnosed)", ("bart", "mbart"),
+                 "relative bias (log buckets, computed by the first layer of each stack, shared; decoder: "
+                 "causal buckets; cross-attention: none)", "1 (no 1/sqrt(d_head))", "none",
+                 "encoder bidirectional; decoder self causal; cross: every real encoder token", kind="seq2seq",
+                 norm="final_layer_norm", strict=True, stack="encoder", decoder="decoder",
+                 cross="layer.1.EncDecAttention"),
+    Architecture("bart", "BART, mBART (encoder self, decoder self and cross-attention)", ("bart", "mbart"),
                  (), "layers", "self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                 "self_attn.out_proj", ("encoder_attention_heads",), None, "absolute (learned)", _SDPA, "none",
-                 "bidirectional", norm="layer_norm", strict=True, stack="model.encoder|encoder"),
+                 "self_attn.out_proj", ("encoder_attention_heads",), None, "absolute (learned, per stack)", _SDPA,
+                 "none", "encoder bidirectional; decoder self causal; cross: every real encoder token",
+                 kind="seq2seq", norm="layer_norm", strict=True, stack="model.encoder|encoder",
+                 decoder="model.decoder|decoder", cross="encoder_attn", decoder_heads=("decoder_attention_heads",)),
     Architecture("vit", "ViT, DeiT, DINOv2 (image inputs: attnspec.models.image_inputs)",
                  ("vit", "deit", "dinov2", "dinov2_with_registers"), ("vit", "deit", "dinov2"), "layers|encoder.layer",
                  "attention", "attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.o_proj",
@@ -173,8 +184,8 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("deberta", "DeBERTa (v1)", ("deberta",), "its fused in_proj with separate q/v biases and its relative "
             "attention are not recorded yet (DeBERTa-v2/v3 are supported)"),
     Refusal("seq2seq", "UMT5, LongT5, Pegasus, Marian, Blenderbot, M2M-100", ("umt5", "longt5", "pegasus", "marian",
-            "blenderbot", "m2m_100"), "encoder-decoder families not verified yet (T5, mT5, BART and mBART encoders "
-            "are supported)"),
+            "blenderbot", "m2m_100"), "encoder-decoder families not verified yet (T5, mT5, BART and mBART are "
+            "supported)"),
     Refusal("vision-other", "BEiT, Swin, CLIP/SigLIP vision", ("beit", "swin", "clip", "clip_vision_model", "siglip",
             "siglip_vision_model"), "relative position tables (BEiT), windowed shifted attention (Swin) or a "
             "joint text-image model (CLIP/SigLIP): not verified yet (ViT, DeiT and DINOv2 are supported)"),
@@ -233,10 +244,39 @@ def _missing(arch: Architecture, model: nn.Module) -> str | None:
 
 
 def stack_of(arch: Architecture, model: nn.Module) -> nn.Module | None:
-    """The module diagnosed as the model: ``model`` itself, or for encoder-decoders its encoder stack."""
+    """The module whose layers ``arch.layers`` names: ``model`` itself, or for encoder-decoders its encoder stack."""
     if arch.stack is None or _base_and_layers(arch, model)[0] is not None:
         return model
     return get_path(model, arch.stack)
+
+
+def decoder_of(arch: Architecture, model: nn.Module) -> nn.Module | None:
+    """The decoder stack of an encoder-decoder (``None``: not an encoder-decoder entry, or an encoder only)."""
+    if arch.decoder is None or _base_and_layers(arch, model)[0] is not None:
+        return None
+    dec = get_path(model, arch.decoder)
+    return dec if isinstance(dec, nn.Module) else None
+
+
+def cross_paths(arch: Architecture) -> Architecture:
+    """``arch`` with the cross-attention module of a decoder layer as ``attention`` and its projections
+    (the self-attention's names under ``arch.cross``: ``self_attn.q_proj`` -> ``encoder_attn.q_proj``)."""
+    sub = {r: arch.cross + getattr(arch, r)[len(arch.attention):] for r in ("q", "k", "v", "o")}
+    return replace(arch, attention=arch.cross, **sub)
+
+
+def _missing_stacks(arch: Architecture, model: nn.Module) -> str | None:
+    """:func:`_missing` for the encoder (or the model) and, for encoder-decoders, the decoder's self- and
+    cross-attention."""
+    target = stack_of(arch, model)
+    if target is None:
+        return f"it has no {arch.stack!r} stack"
+    why = _missing(arch, target)
+    dec = decoder_of(arch, model)
+    if why is None and dec is not None:
+        why = _missing(arch, dec) or _missing(cross_paths(arch), dec)
+        why = why and f"its decoder: {why}"
+    return why
 
 
 def _refusal(model_type: str | None) -> Refusal | None:
@@ -260,8 +300,7 @@ def detect(model: nn.Module) -> Architecture | None:
                                 f"which attnspec refuses: {ref.reason}. See attnspec diagnose --list-architectures.")
     claimed = [a for a in ARCHITECTURES if mtype in a.model_types]
     for arch in claimed:
-        target = stack_of(arch, model)
-        why = _missing(arch, target) if target is not None else f"it has no {arch.stack!r} stack"
+        why = _missing_stacks(arch, model)
         if why is None:
             return arch
         raise ArchitectureError(f"{name} (model_type {mtype!r}) claims the {arch.family} family but {why}: "

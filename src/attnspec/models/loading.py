@@ -194,6 +194,9 @@ def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = N
     archs = getattr(config, "architectures", None) or []
     is_lm = causal if causal is not None else any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
     cls = tr.AutoModelForCausalLM if is_lm else tr.AutoModel
+    if not is_lm and getattr(config, "is_encoder_decoder", False) and any(
+            a.endswith("ForConditionalGeneration") for a in archs):
+        cls = tr.AutoModelForSeq2SeqLM     # T5, BART with their LM head: removal measured on the LM loss
     kw = {"dtype": "float32"} if placement is None else placement
     if vision:   # images, not texts: no tokenizer (inputs from attnspec.models.image_inputs)
         return _finish(cls.from_pretrained(path, use_safetensors=True, local_files_only=True, trust_remote_code=False,

@@ -130,6 +130,13 @@ class AttentionSite:
         per-application stand-in (:class:`attnspec.models.attention_calls.Application`) to which recorded
         calls are attributed, and hooks on the shared modules act on this site's call only
         (:meth:`is_mine`). ``None``: an unshared module.
+    stack : str or None
+        Encoder-decoders: ``'encoder'`` or ``'decoder'``, the stack this layer belongs to; ``None`` for
+        single-stack models.
+    role : {'self', 'cross'}
+        ``'cross'``: cross-attention of an encoder-decoder's decoder: queries from the decoder's hidden
+        states, keys and values from the encoder's output (``(B, H, L_dec, L_enc)`` weights); the logits
+        decompose per head as in self-attention, ``scaling * q_i . k_j``.
     recompute : callable or None
         For modules whose internals cannot be hooked (``nn.MultiheadAttention``): a function
         ``(module, args, kwargs) -> (A, V)`` recomputing weights and values from the call's inputs.
@@ -157,6 +164,8 @@ class AttentionSite:
     causal_inside: bool = False
     application: int | None = None
     n_applications: int = 1
+    stack: str | None = None
+    role: str = "self"
 
     def is_mine(self, counter: list) -> bool:
         """For a module shared by several layers (ALBERT): count one call in ``counter`` (a one-element list)
@@ -193,6 +202,8 @@ class AttentionSite:
 
     def describe(self) -> str:
         att = "causal" if self.causal else "bidirectional"
+        if self.role == "cross":
+            att = "cross-attention (keys and values from the encoder)"
         if self.window is not None:
             att += f", sliding window {self.window}"
         kv = f", {self.n_kv_heads} kv heads" if self.n_kv_heads != self.n_heads else ""
