@@ -6,9 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-from ._checks import (CLIError, check_model, check_output_dir, image_files, int_range, nonneg_int, positive_int,
-                      read_text_lines)
+from ._checks import CLIError, check_output_dir, int_range, nonneg_int, positive_int, read_text_lines
 from ._options import HelpFormatter
+from ._registry import EEG_SUFFIXES, check_eeg_file, check_model, image_files, zoo_model_and_inputs
 
 ORDER = 30
 
@@ -40,6 +40,10 @@ def register(subparsers) -> None:
                    help="vision transformers (ViT, DeiT, DINOv2): 'builtin' (seeded synthetic images, used when the flag "
                         "is absent) or a directory of PNG/JPEG images, resized to the model's image size; --n-texts counts "
                         "images (default 32)")
+    p.add_argument("--inputs", default=None,
+                   help=f"attnspec.zoo checkpoints: an EEG file ({', '.join(EEG_SUFFIXES)}) whose motor-imagery epochs "
+                        "are diagnosed, cut with the checkpoint's window, classes and sampling rate; --n-texts counts "
+                        "trials (default: the checkpoint's held-out simulated trials)")
     p.add_argument("--pack", action="store_true",
                    help="join built-in sentences into texts of --max-length tokens (default for causal LMs)")
     p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
@@ -109,6 +113,11 @@ def check_args(args: argparse.Namespace) -> tuple[dict, list[str] | None]:
             raise CLIError("--max-length", args.max_length, f"exceeds the model's {mp[0]} positions ({mp[1]} in "
                                                             f"{info['config']}); allowed 2..{mp[0]}")
     texts = None
+    if args.inputs is not None:
+        if info["kind"] != "zoo":
+            raise CLIError("--inputs", args.inputs, "applies to attnspec.zoo checkpoints only (EEG epochs); use --texts "
+                                                    "or --images for other models")
+        check_eeg_file("--inputs", args.inputs)
     if info.get("vision"):
         if args.texts != "builtin":
             raise CLIError("--texts", args.texts, "does not apply to a vision transformer; use --images")
@@ -146,16 +155,18 @@ def run(args: argparse.Namespace) -> int:
                        "does not apply to attnspec.zoo checkpoints; run them in one process")
     if args.workers or args.scheduler:
         return _run_on_cluster(args, user_texts)
-    if info["kind"] == "zoo":  # an attnspec.zoo EEG model: held-out simulated trials as inputs
-        from .. import zoo
-
-        _, diag = zoo.diagnose_checkpoint(args.model, n_trials=args.n_texts or DEFAULT_ZOO_TRIALS,
-                                          removal=_removal(args) != "none", gradient=not args.no_gradient,
-                                          mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet,
-                                          model_name=args.model)
-        return _write(diag, args, time.perf_counter() - t0, 0.0)
-
     from ..diagnostics import diagnose
+
+    if info["kind"] == "zoo":  # an attnspec.CustomAttention model: EEG epochs (held-out simulated trials by default)
+        model, X = zoo_model_and_inputs(args.model, args.n_texts or DEFAULT_ZOO_TRIALS, args.inputs)
+        t_load = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        diag = diagnose(model, X, removal=_removal(args), screen_top=args.screen_top, screen_sample=args.screen_sample,
+                        gradient=not args.no_gradient, mean_ablation=args.mean_ablation, seed=args.seed,
+                        progress=not args.quiet, model_name=args.model)
+        diag.summary["inputs"] = str(args.inputs) if args.inputs else "held-out simulated trials"
+        return _write(diag, args, time.perf_counter() - t1, t_load)
+
     from ..models import adapt, load_model
 
     print(f"loading {args.model} ...", file=sys.stderr)

@@ -1,26 +1,25 @@
 """attnspec.zoo: reference attention models for neural signals, simulated EEG, training, checkpoints.
 
+A user of the public API: every model implements :class:`attnspec.CustomAttention`, so
+``attnspec.diagnose(model, X)`` (or ``attnspec diagnose --model CHECKPOINT_DIR [--inputs FILE.fif]``)
+diagnoses it with its structure masks. Nothing in the rest of the package imports this one, except
+the command line's model registry (:func:`attnspec.cli.diagnose`).
+
 Modules (each states its architecture or format in its docstring):
 
 * :mod:`.eeg_sim` — simulated motor-imagery EEG (10-10 montage, 1/f background, mu/beta rhythms,
   contralateral ERD, subject and trial variability), deterministic by seed;
 * :mod:`.eeg_io` — MNE write (FIF, EDF) and the BCI IV 2a-compatible epoch reader;
-* :mod:`.attention` — :class:`~.attention.MHA`, the recording attention block every model uses;
+* :mod:`.attention` — :class:`~.attention.MHA`, the structure-masked attention block every model uses;
 * models: :mod:`.anisotropic` (temporal + spatial paths, adaptive gate), :mod:`.staged`
   (multi-scale convolutions, then attention over time), :mod:`.spd` (tangent-space covariance
-  tokens), :mod:`.diffuse` (diffuse-attention detection and correction);
-* :mod:`.selection` — the entropy-vs-null diffuseness score; :mod:`.train` — seeded training loop;
-* :mod:`.checkpoint` — safetensors + JSON checkpoints; :mod:`.adapter` — glue to
-  :func:`attnspec.diagnose`.
-
-Entry points for the command line: :func:`is_checkpoint`, :func:`load`,
-:func:`diagnose_checkpoint`.
+  tokens), :mod:`.diffuse` (flat-attention detection and correction);
+* :mod:`.entropy_gap` — the in-model entropy gap to the null; :mod:`.train` — seeded training loop;
+* :mod:`.checkpoint` — safetensors + JSON checkpoints and the inputs a checkpoint is diagnosed on.
 """
 from __future__ import annotations
 
-__all__ = ["load", "save", "is_checkpoint", "diagnose_checkpoint", "diagnose_model", "ARCH_NAMES"]
-
-ARCH_NAMES = ("anisotropic", "staged", "spd", "diffuse")
+__all__ = ["load", "save", "is_checkpoint", "checkpoint_inputs"]
 
 
 def load(path):
@@ -41,18 +40,9 @@ def is_checkpoint(path) -> bool:
     return _is(path)
 
 
-def diagnose_model(model, X, **kwargs):
-    """:func:`attnspec.diagnose` on a zoo model and epochs X [B, C, T]; tables carry
-    ``block`` and ``path`` columns."""
-    from .adapter import diagnose_model as _dm
-    return _dm(model, X, **kwargs)
-
-
-def diagnose_checkpoint(path, n_trials: int = 32, inputs=None, **kwargs):
-    """Load a checkpoint and diagnose it on ``inputs`` (epochs [B, C, T], volts) or, by default, on
-    the first ``n_trials`` held-out simulated trials regenerated from the checkpoint's metadata.
-    Returns ``(model, diagnosis)``."""
-    from .checkpoint import heldout_inputs
-    model = load(path)
-    X = heldout_inputs(model, n_trials) if inputs is None else inputs
-    return model, diagnose_model(model, X, **kwargs)
+def checkpoint_inputs(model, n_trials: int | None = None, inputs=None):
+    """Epochs X [n, C, T] (volts) a loaded checkpoint is diagnosed on: read from the EEG file ``inputs``
+    (GDF/EDF/FIF) with the checkpoint's epoch window, classes and sampling rate, or by default its
+    held-out simulated trials; the first ``n_trials`` (all when None)."""
+    from .checkpoint import checkpoint_inputs as _ci
+    return _ci(model, n_trials, inputs)

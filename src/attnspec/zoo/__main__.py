@@ -1,13 +1,10 @@
-"""``python -m attnspec.zoo``: simulate, train and diagnose zoo models from the shell.
+"""``python -m attnspec.zoo``: simulate EEG and train zoo models from the shell.
 
     python -m attnspec.zoo simulate OUT.fif [--subjects 1 --trials 40 --classes 2 --seed 0]
     python -m attnspec.zoo train ARCH OUT_DIR [--classes 2 --epochs 20 --threads 2]
-    python -m attnspec.zoo diagnose CHECKPOINT_DIR [--out DIR --trials 32 --inputs FILE.fif]
 
-``diagnose`` is what ``attnspec diagnose --model CHECKPOINT_DIR`` does for a zoo checkpoint: it
-loads the model (:func:`attnspec.zoo.load`), takes the held-out simulated trials recorded in the
-checkpoint (or epochs read from an EEG file with the BCI IV 2a-compatible reader), runs
-:func:`attnspec.diagnose` and writes the tables (CSV, summary JSON) and the HTML report.
+A trained checkpoint is diagnosed by the library's one command,
+``attnspec diagnose --model OUT_DIR/checkpoint --out DIR [--inputs FILE.fif]``.
 """
 from __future__ import annotations
 
@@ -43,33 +40,6 @@ def _train(a) -> int:
     return 0
 
 
-def _diagnose(a) -> int:
-    from . import diagnose_checkpoint
-    from .experiment import write_diagnosis
-
-    inputs = None
-    if a.inputs:
-        from .checkpoint import load
-        from .eeg_io import read_mi_epochs
-
-        model = load(a.checkpoint)
-        meta = model.zoo_meta
-        ep = read_mi_epochs(a.inputs, meta.get("tmin", 0.5), meta.get("tmax", 2.5),
-                            classes=tuple(meta.get("sim", {}).get("classes", ("left_hand", "right_hand"))),
-                            resample=model.config.get("sfreq") or meta.get("sim", {}).get("sfreq"))
-        inputs = ep.X[:a.trials]
-    model, diag = diagnose_checkpoint(a.checkpoint, n_trials=a.trials, inputs=inputs, removal=not a.no_removal,
-                                      gradient=not a.no_gradient, seed=a.seed)
-    cols = [c for c in ("block", "path", "head", "beta_hat", "r2", "selection_score", "selection", "entropy_ratio",
-                        "removal_effect", "michel_importance") if c in diag.heads]
-    print(diag.heads[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(repr(diag))
-    if a.out:
-        for p in write_diagnosis(diag, Path(a.out), report=not a.no_report):
-            print(p)
-    return 0
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m attnspec.zoo", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -90,16 +60,6 @@ def main(argv=None) -> int:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--quick", action="store_true")
     t.set_defaults(func=_train)
-    d = sub.add_parser("diagnose", help="diagnose a zoo checkpoint")
-    d.add_argument("checkpoint")
-    d.add_argument("--out", default=None, help="directory for tables and report")
-    d.add_argument("--trials", type=int, default=32)
-    d.add_argument("--inputs", default=None, help="EEG file (GDF/EDF/FIF) to take epochs from")
-    d.add_argument("--no-removal", action="store_true")
-    d.add_argument("--no-gradient", action="store_true")
-    d.add_argument("--no-report", action="store_true", help="tables only, no HTML report")
-    d.add_argument("--seed", type=int, default=0)
-    d.set_defaults(func=_diagnose)
     a = p.parse_args(argv)
     return int(a.func(a) or 0)
 

@@ -17,8 +17,8 @@ Architecture (input x [B, C, T] volts, P = T // patch time patches, L = C * P to
 The temporal and spatial paths are full-sequence MHA blocks restricted by block-diagonal structure
 masks, so their attention matrices are [B, H, L, L] with zeros outside the allowed blocks and the
 diagnosis sees each path as its own block: ``blocks.{i}.temporal`` and ``blocks.{i}.spatial``.
-With recording on, each path's record also keeps its mixing weight per token
-(``record.extra["gate"]``, [B, L]: g for the temporal path, 1 - g for the spatial one).
+After each forward, each path keeps its mixing weight per token in ``block.extra["gate"]``
+([B, L]: g for the temporal path, 1 - g for the spatial one).
 """
 from __future__ import annotations
 
@@ -65,10 +65,8 @@ class AnisotropicBlock(nn.Module):
         t = self.temporal(h, mask_t)
         s = self.spatial(h, mask_s)
         g = torch.sigmoid(self.gate(h))
-        for path in (self.temporal, self.spatial):
-            if path.recording and path.records:       # weight of this path in the mix, [B, L]
-                w = g if path is self.temporal else 1 - g
-                path.records[-1].extra["gate"] = w[..., 0].detach().cpu()
+        self.temporal.extra["gate"] = g[..., 0].detach()          # weight of each path in the mix, [B, L]
+        self.spatial.extra["gate"] = 1 - g[..., 0].detach()
         return self.ff(x + g * t + (1 - g) * s)
 
 

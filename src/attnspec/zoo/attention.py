@@ -1,4 +1,4 @@
-"""Recording multi-head attention: the one attention primitive of every zoo model.
+"""Multi-head attention with structure masks: the one attention primitive of every zoo model.
 
 Architecture of :class:`MHA` (H heads of width d_h, model width D, D_v = H * d_h)::
 
@@ -10,59 +10,27 @@ Architecture of :class:`MHA` (H heads of width d_h, model width D, D_v = H * d_h
 
 ``allowed`` ([B, L, L] bool, True = query i may attend to key j) merges a structure mask
 ([L, L] or [B, L, L]) and a key-padding mask ([B, L], True = padding). Block-structured attention
-(a token sees only its own electrode, or only its own time step) is expressed through this mask, so
-statistics can ignore disallowed pairs.
+(a token sees only its own electrode, or only its own time step) is expressed through this mask.
 
-Because ``out_proj`` is a separate ``nn.Linear`` whose input is the concatenation of the head
-contexts in head order, head h can be removed by a forward pre-hook that zeroes input columns
-``h*d_h:(h+1)*d_h`` (:func:`remove_heads`).
-
-Recording: with ``block.recording = True`` every forward appends an :class:`AttentionRecord`
-(detached tensors) to ``block.records``; :func:`record_attention` does this for a whole model.
-:func:`attention_blocks` yields ``(name, block)`` for every block of a model; the name is the
-module's qualified name (e.g. ``blocks.0.temporal``), and ``block.path`` says which attention path
-(``temporal``, ``spatial``, ``time``, ``tokens``) it implements.
+Every block follows the per-block protocol of :mod:`attnspec.models.protocol` (``attn_probe`` on A,
+``value_probe`` on V, ``out_proj`` on the head-major contexts) and keeps the structure mask of its last
+call in ``structure_mask``, so the zoo models implement :class:`attnspec.CustomAttention`: the library
+records A and V (:func:`attnspec.models.capture`), removes heads (:func:`attnspec.models.ablate`, a pre-hook
+on ``out_proj``) and ignores the disallowed pairs. What is specific to a model (the anisotropic gate, the
+first pass of the diffuse corrector) is kept, detached, in ``block.extra`` after each forward.
+:func:`attention_blocks` yields ``(name, block)`` for every block of a model; the name is the module's
+qualified name (e.g. ``blocks.0.temporal``) and ``block.path`` says which attention path (``temporal``,
+``spatial``, ``time``, ``spd``, ``tokens``) it implements.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
 from torch import nn
 
-__all__ = ["MHA", "AttentionRecord", "attention_blocks", "record_attention", "remove_heads",
-           "masked_softmax", "block_diagonal_mask"]
-
-
-@dataclass
-class AttentionRecord:
-    """What one forward of one attention block exposes (all tensors detached, on CPU).
-
-    scores  [B, H, L, L]  pre-softmax scores S (logits / beta); disallowed pairs keep their raw value
-    probs   [B, H, L, L]  attention probabilities; exactly softmax(beta * S) over allowed keys
-    values  [B, H, L, d_h]
-    context [B, H, L, d_h] per-head output before the output projection
-    allowed [B, L, L]     bool, True where query i may attend to key j
-    beta    float         nominal inverse temperature (logits = beta * scores)
-    path    str           the block's attention path label
-    extra   dict          model-specific extras (e.g. first-pass attention of the diffuse corrector)
-    """
-
-    scores: torch.Tensor
-    probs: torch.Tensor
-    values: torch.Tensor
-    context: torch.Tensor
-    allowed: torch.Tensor
-    beta: float
-    path: str = ""
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def n_heads(self) -> int:
-        return int(self.probs.shape[1])
+__all__ = ["MHA", "attention_blocks", "masked_softmax", "block_diagonal_mask"]
 
 
 def masked_softmax(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
@@ -82,10 +50,11 @@ def block_diagonal_mask(groups: torch.Tensor) -> torch.Tensor:
 class MHA(nn.Module):
     """Multi-head self-attention that exposes scores, probabilities, values and head contexts.
 
-    Conforms to :class:`attnspec.models.protocol.CustomAttention` (``attnspec_protocol = 1``:
+    Follows the per-block protocol of :mod:`attnspec.models.protocol` (``attnspec_protocol = 1``:
     ``n_heads``, ``head_dim``, ``attn_probe`` called on the probabilities, ``value_probe`` called on
     the values, ``out_proj``). The structure mask of the last call is kept in ``structure_mask``
-    ([L, L] or [B, L, L], True = allowed) so that a diagnosis can ignore disallowed pairs.
+    ([L, L] or [B, L, L], True = allowed) so that a diagnosis can ignore disallowed pairs, and the
+    model-specific quantities of the last call (see :meth:`refine`) in ``extra``.
 
     Parameters
     ----------
@@ -112,17 +81,16 @@ class MHA(nn.Module):
         self.v_proj = nn.Linear(d_model, n_heads * d_head)
         self.out_proj = nn.Linear(n_heads * d_head, d_model)
         self.dropout = nn.Dropout(dropout)
-        # attnspec.models.protocol.CustomAttention (attnspec_protocol = 1)
+        # per-block protocol of attnspec.models.protocol (attnspec_protocol = 1)
         self.attn_probe = nn.Identity()     # called on probs  [B, H, L, L]
         self.value_probe = nn.Identity()    # called on values [B, H, L, d_h]
         self.structure_mask: torch.Tensor | None = None   # last structure mask used ([L, L] or [B, L, L])
-        self.recording = False
-        self.records: list[AttentionRecord] = []
+        self.extra: dict[str, torch.Tensor] = {}           # model-specific quantities of the last call
 
     # -- pieces a subclass may override -------------------------------------------------------
     def refine(self, scores: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        """Second-pass hook: return (possibly refined) scores [B, H, L, L] and a dict of extras to
-        record. The base block does nothing."""
+        """Second-pass hook: return (possibly refined) scores [B, H, L, L] and a dict of model-specific
+        tensors kept (detached) in ``self.extra``. The base block does nothing."""
         return scores, {}
 
     # -- forward -------------------------------------------------------------------------------
@@ -152,11 +120,7 @@ class MHA(nn.Module):
         self.structure_mask = mask
         context = self.dropout(probs) @ v
         out = self.out_proj(context.transpose(1, 2).reshape(B, L, H * dh))
-        if self.recording:
-            self.records.append(AttentionRecord(
-                scores=scores.detach().cpu(), probs=probs.detach().cpu(), values=v.detach().cpu(),
-                context=context.detach().cpu(), allowed=allowed.detach().cpu(), beta=self.beta, path=self.path,
-                extra={k_: t.detach().cpu() for k_, t in extra.items()}))
+        self.extra = {k_: t.detach() for k_, t in extra.items()}
         return out
 
 
@@ -165,43 +129,3 @@ def attention_blocks(model: nn.Module) -> Iterator[tuple[str, MHA]]:
     for name, mod in model.named_modules():
         if isinstance(mod, MHA):
             yield name, mod
-
-
-@contextlib.contextmanager
-def record_attention(model: nn.Module, blocks: list[str] | None = None):
-    """Record every forward of the model's attention blocks.
-
-    Yields a dict ``name -> list[AttentionRecord]`` (one record per forward) that fills as the model
-    runs; recording stops and the blocks' buffers are cleared on exit.
-    """
-    chosen = [(n, b) for n, b in attention_blocks(model) if blocks is None or n in blocks]
-    out: dict[str, list[AttentionRecord]] = {}
-    for n, b in chosen:
-        b.records = []
-        out[n] = b.records
-        b.recording = True
-    try:
-        yield out
-    finally:
-        for _, b in chosen:
-            b.recording = False
-            b.records = []
-
-
-@contextlib.contextmanager
-def remove_heads(block: MHA, heads: list[int]):
-    """Zero the given heads' contexts at the input of ``block.out_proj`` (forward pre-hook)."""
-    dh = block.d_head
-
-    def hook(_mod, args):
-        (z,) = args
-        z = z.clone()
-        for h in heads:
-            z[..., h * dh:(h + 1) * dh] = 0
-        return (z,)
-
-    handle = block.out_proj.register_forward_pre_hook(hook)
-    try:
-        yield block
-    finally:
-        handle.remove()

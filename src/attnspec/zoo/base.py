@@ -1,5 +1,9 @@
 """Common base of the zoo models: configuration, input normalization, attention-block access.
 
+Every zoo model implements :class:`attnspec.CustomAttention` (:meth:`ZooModel.attention_blocks`,
+:meth:`ZooModel.functional_output`), so ``attnspec.diagnose(model, X)`` diagnoses it with its structure
+masks, measuring head removal on the pooled pre-classifier features.
+
 Every zoo model takes raw EEG epochs ``x`` [B, C, T] in volts and returns class logits
 [B, n_classes]. Input normalization (per-channel mean and standard deviation, fitted on the
 training set by :meth:`ZooModel.prepare`) is part of the model (buffers), so a saved checkpoint
@@ -46,6 +50,11 @@ class ZooModel(nn.Module):
         for layer in self.layers:
             z = layer(z)
         return self.norm(z).mean(1)
+
+    def functional_output(self, x: torch.Tensor) -> torch.Tensor:
+        """What head removal is measured on (:class:`attnspec.CustomAttention`): the pooled features
+        [B, F] before the classifier; the removal effect of a head is ``1 - cos`` of this vector."""
+        return self.features(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))

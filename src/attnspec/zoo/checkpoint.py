@@ -9,7 +9,8 @@ A checkpoint is a directory::
 
 ``meta`` is free-form; the examples store the simulation config (``meta["sim"]``), the epoch window
 (``meta["tmin"]``, ``meta["tmax"]``), the split seed and test fraction, and the measured
-accuracies, which lets :func:`heldout_inputs` regenerate the held-out trials the model never saw.
+accuracies, which lets :func:`heldout_inputs` regenerate the held-out trials the model never saw;
+:func:`file_inputs` cuts epochs from an EEG file with the same window, classes and sampling rate.
 The JSON file name differs from transformers' ``config.json`` so the two kinds of directory cannot
 be confused (:func:`is_checkpoint`).
 """
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ARCHS", "save", "load", "is_checkpoint", "build", "heldout_inputs", "heldout_data", "CONFIG_NAME", "WEIGHTS_NAME"]
+__all__ = ["ARCHS", "save", "load", "is_checkpoint", "build", "heldout_inputs", "heldout_data", "file_inputs",
+           "checkpoint_inputs", "CONFIG_NAME", "WEIGHTS_NAME"]
 
 CONFIG_NAME = "attnspec_zoo.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -120,3 +122,23 @@ def heldout_data(model) -> tuple[np.ndarray, np.ndarray]:
     X, y, _ = make_dataset(cfg, meta.get("tmin", 0.5), meta.get("tmax", 2.5))
     _, te = split(y, meta.get("test_fraction", 0.25), meta.get("split_seed", 0))
     return X[te], y[te]
+
+
+def file_inputs(model, path, n: int | None = None) -> np.ndarray:
+    """Epochs X [n, C, T] (volts) of the EEG file ``path`` (GDF/EDF/FIF, read by
+    :func:`attnspec.zoo.eeg_io.read_mi_epochs`) for a loaded checkpoint: the epoch window
+    ``meta["tmin"]``/``meta["tmax"]`` (default 0.5, 2.5), the classes of ``meta["sim"]`` (default left and
+    right hand) and the model's sampling rate (resampled when the file's differs)."""
+    from .eeg_io import read_mi_epochs
+
+    meta = getattr(model, "zoo_meta", {}) or {}
+    sim = meta.get("sim", {})
+    ep = read_mi_epochs(path, meta.get("tmin", 0.5), meta.get("tmax", 2.5),
+                        classes=tuple(sim.get("classes", ("left_hand", "right_hand"))),
+                        resample=model.config.get("sfreq") or sim.get("sfreq"))
+    return ep.X if n is None else ep.X[:n]
+
+
+def checkpoint_inputs(model, n: int | None = None, inputs=None) -> np.ndarray:
+    """:func:`file_inputs` of ``inputs`` (a path) or, when None, :func:`heldout_inputs`; first ``n`` trials."""
+    return heldout_inputs(model, n) if inputs is None else file_inputs(model, inputs, n)

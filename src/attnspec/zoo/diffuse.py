@@ -3,10 +3,10 @@
 :class:`DiffuseCorrectedMHA` is an :class:`~attnspec.zoo.attention.MHA` with a second pass::
 
     pass 1   S = Q K^T / sqrt(d_h);  A1 = softmax(beta * S)                       [B, H, L, L]
-    detect   sel = SELECTION_SCORE(A1, allowed, beta)                             [B, H, L]
+    detect   gap = entropy_gap(A1, allowed, beta)                                 [B, H, L]
              (normalized attention entropy against the Gaussian-equivalent null, see
-             :mod:`attnspec.zoo.selection`; sel <= margin means "as flat as a random head")
-             w = sigmoid((margin - sel) / width)        soft diffuse indicator, no gradient
+             :mod:`attnspec.zoo.entropy_gap`; gap <= margin means "as flat as a random head")
+             w = sigmoid((margin - gap) / width)        soft flatness indicator, no gradient
     pass 2   sd  = std of S_i. over the allowed keys      (no gradient)           [B, H, L]
              t   = max(1, (1 + g_h) / sd),  g_h = softplus(rho_h) >= 0 learned per head (init ``init_gain``
                                                         = 1: target spread 2, above the score scale 1.5
@@ -19,9 +19,9 @@
     output   C_h = A_h V_h, out_proj(concat_h C_h)
 
 With ``correction=False`` (or :meth:`DiffuseCorrectionNet.set_correction(False)`) pass 2 is skipped
-and the block is a plain MHA with the same parameters. The recorded ``scores`` are the refined S'
-(so ``probs == softmax(beta * scores)`` holds in both modes); ``extra`` keeps ``pass1_probs``,
-``diffuse_weight`` and ``gain``.
+and the block is a plain MHA with the same parameters. The attention the block applies (and the
+diagnosis reads) is softmax(beta * S') in both modes; after each forward ``block.extra`` keeps
+``pass1_probs``, ``diffuse_weight`` and ``gain`` of that call.
 
 :class:`DiffuseCorrectionNet` (input x [B, C, T] volts)::
 
@@ -37,7 +37,7 @@ import math
 import torch
 from torch import nn
 
-from . import selection
+from .entropy_gap import DEFAULT_MARGIN, entropy_gap
 from .attention import MHA, masked_softmax
 from .base import ZooModel
 from .staged import MultiScaleLocal, TransformerLayer
@@ -48,7 +48,7 @@ __all__ = ["DiffuseCorrectedMHA", "DiffuseCorrectionNet"]
 class DiffuseCorrectedMHA(MHA):
     """MHA with detection and temperature correction of diffuse attention (see module docstring)."""
 
-    def __init__(self, d_model: int, n_heads: int, correction: bool = True, margin: float = selection.DEFAULT_MARGIN,
+    def __init__(self, d_model: int, n_heads: int, correction: bool = True, margin: float = DEFAULT_MARGIN,
                  width: float = 0.02, init_gain: float = 1.0, path: str = "time"):
         super().__init__(d_model, n_heads, path=path)
         self.correction, self.margin, self.width = bool(correction), float(margin), float(width)
@@ -63,16 +63,15 @@ class DiffuseCorrectedMHA(MHA):
             return scores, {}
         with torch.no_grad():
             p1 = masked_softmax(self.beta * scores, allowed)
-            sel = selection.SELECTION_SCORE(p1, allowed, self.beta)
-            w = torch.sigmoid((self.margin - sel) / self.width).nan_to_num(0.0)       # [B, H, L]
+            gap = entropy_gap(p1, allowed, self.beta)
+            w = torch.sigmoid((self.margin - gap) / self.width).nan_to_num(0.0)       # [B, H, L]
             a = allowed.expand_as(scores)
             n = a.sum(-1).clamp_min(1)
             mean = (scores * a).sum(-1) / n
             sd = (((scores - mean[..., None]) ** 2 * a).sum(-1) / n).sqrt().clamp_min(1e-3)
         t = torch.clamp((1.0 + self.gains()[None, :, None]) / sd, min=1.0)
         gain = 1.0 + w * (t - 1.0)
-        extra = dict(pass1_probs=p1, diffuse_weight=w, gain=gain) if self.recording else {}
-        return scores * gain[..., None], extra
+        return scores * gain[..., None], dict(pass1_probs=p1, diffuse_weight=w, gain=gain)
 
 
 class DiffuseCorrectionNet(ZooModel):
@@ -82,7 +81,7 @@ class DiffuseCorrectionNet(ZooModel):
 
     def __init__(self, n_channels: int, n_times: int, n_classes: int, correction: bool = True, kernel: int = 31,
                  n_filters: int = 16, pool: int = 32, stride: int = 16, d_model: int = 32, n_heads: int = 4,
-                 n_layers: int = 2, dropout: float = 0.2, margin: float = selection.DEFAULT_MARGIN,
+                 n_layers: int = 2, dropout: float = 0.2, margin: float = DEFAULT_MARGIN,
                  init_gain: float = 1.0):
         super().__init__(n_channels, n_times, n_classes, correction=bool(correction), kernel=kernel,
                          n_filters=n_filters, pool=pool, stride=stride, d_model=d_model, n_heads=n_heads,

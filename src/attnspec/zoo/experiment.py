@@ -1,11 +1,11 @@
 """One experiment = simulate MI-EEG, split, train a zoo model, evaluate, save, diagnose.
 
-Used by the scripts in ``examples/`` and by ``benchmarks/bench_zoo.py``. The held-out split is by
+The diagnosis is the public one, ``attnspec.diagnose(model, X_test)`` (the model implements
+:class:`attnspec.CustomAttention`). Used by the scripts in ``examples/`` and by ``benchmarks/bench_zoo.py``. The held-out split is by
 trial (stratified, all subjects in both sets). Chance level = 1 / n_classes.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +17,7 @@ from .checkpoint import build, save
 from .eeg_sim import SimConfig, make_dataset
 from .train import TrainResult, split, train_and_evaluate
 
-__all__ = ["Experiment", "default_sim", "DEFAULT_EPOCHS", "QUICK_EPOCHS", "run_experiment", "diffuse_table"]
+__all__ = ["Experiment", "default_sim", "DEFAULT_EPOCHS", "QUICK_EPOCHS", "run_experiment", "write_diagnosis"]
 
 CLASSES = {2: ("left_hand", "right_hand"), 4: ("left_hand", "right_hand", "feet", "tongue")}
 
@@ -72,10 +72,10 @@ def run_experiment(arch: str, sim: SimConfig, model_kwargs: dict | None = None, 
         out = Path(out)
         save(model, out / "checkpoint", meta)
     if diagnose:
-        from .adapter import diagnose_model
+        from ..diagnostics import diagnose as _diagnose
 
         t0 = time.perf_counter()
-        exp.diagnosis = diagnose_model(model, X[te][:diagnose_trials])
+        exp.diagnosis = _diagnose(model, X[te][:diagnose_trials], model_name=f"{type(model).__name__} ({arch})")
         exp.extra["diagnose_seconds"] = time.perf_counter() - t0
         if out is not None:
             write_diagnosis(exp.diagnosis, out / "diagnosis")
@@ -83,31 +83,9 @@ def run_experiment(arch: str, sim: SimConfig, model_kwargs: dict | None = None, 
 
 
 def write_diagnosis(diag, directory: Path, report: bool = True) -> list[Path]:
-    """CSV tables + summary, and the HTML report when :mod:`attnspec.report` is available."""
+    """CSV tables + summary, and the HTML report (unless ``report`` is False)."""
     directory = Path(directory)
     paths = diag.to_csv(directory)
-    if not report:
-        return paths
-    try:
+    if report:
         paths.append(diag.report(directory / "report.html"))
-    except (ImportError, AttributeError, NotImplementedError) as e:  # report layer not there yet
-        (directory / "report_skipped.txt").write_text(f"HTML report not written: {e}\n")
     return paths
-
-
-def diffuse_table(model, X, margin: float | None = None):
-    """Per-head table of the zoo's entropy-vs-null selection score on epochs X (see
-    :func:`attnspec.zoo.selection.head_diffuse_table`)."""
-    from .attention import record_attention
-    from .selection import DEFAULT_MARGIN, head_diffuse_table
-
-    model.eval()
-    with torch.no_grad(), record_attention(model) as recs:
-        model(torch.as_tensor(np.asarray(X), dtype=torch.float32))
-        tab = head_diffuse_table(recs, DEFAULT_MARGIN if margin is None else margin)
-    return tab
-
-
-def result_json(exp: Experiment) -> str:
-    d = dict(arch=exp.arch, **{k: v for k, v in exp.result.to_dict().items() if k != "history"}, **exp.extra)
-    return json.dumps(d, indent=1)

@@ -1,0 +1,206 @@
+"""Custom attention models diagnosed through the public API: :class:`CustomAttention` and its adapter.
+
+A model that is not a transformers family (EEG, SPD or any research model) is diagnosed by
+:func:`attnspec.diagnose` when it implements :class:`CustomAttention`:
+
+``attention_blocks()``
+    yields ``(name, block)`` for every attention block, in forward order. Each block follows the
+    per-block protocol of :mod:`attnspec.models.protocol` (``attnspec_protocol = 1``, ``n_heads``,
+    ``head_dim``, ``attn_probe`` called on the post-softmax weights ``A`` ``(B, H, L, L)``,
+    ``value_probe`` called on the values ``(B, H_kv, L, head_dim)``, ``out_proj`` applied to the
+    head-major concatenation of the contexts ``A_h V_h``). A block may also expose
+
+    * ``structure_mask``: the boolean structure mask of its last forward call, ``(L, L)`` or
+      ``(B, L, L)``, True where query ``i`` may attend key ``j`` (``None``: no structure). The
+      diagnosis intersects it with the padding mask, so every statistic (identification, entropy
+      baselines, null heads) ignores the pairs the block never allows;
+    * ``path``: a label of the attention path the block implements (e.g. ``temporal``); it becomes the
+      ``path`` column of the tables.
+
+``functional_output(*args)``
+    what head removal is measured on: ``(B, F)`` (one vector per input, e.g. pooled pre-classifier
+    features) or ``(B, L, F)``. The removal effect of a head is ``1 - cos`` between this output with
+    and without the head, averaged over inputs (for ``(B, L, F)`` outputs, of the mean over real tokens).
+
+Head removal is the library's own: a forward pre-hook on the block's ``out_proj`` zeroes (or
+mean-replaces) the head's slice of the concatenated contexts (:func:`attnspec.models.ablate`).
+
+:func:`custom_adapter` wraps such a model in a :class:`~attnspec.models.adapters.ModelAdapter` (kind
+``'generic'``) whose sites are the library's :class:`~attnspec.models.protocol.AttentionSite` of each block
+plus its structure mask, and whose forward is the functional output. :func:`custom_inputs` turns inputs
+``X`` ``(B, ...)`` into the batch the diagnosis runs on. Example::
+
+    class Net(nn.Module):                      # blocks: modules following attnspec.models.protocol
+        def attention_blocks(self):
+            return [(n, m) for n, m in self.named_modules() if getattr(m, "attnspec_protocol", 0) == 1]
+        def functional_output(self, x):        # pooled features before the classifier, (B, F)
+            return self.features(x)
+
+    diag = attnspec.diagnose(net, X)            # tables with 'block' (and 'path') columns
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import nn
+
+from .adapters import AdapterError, ModelAdapter, adapt
+from .hooks import capture
+from .protocol import AttentionSite
+
+__all__ = ["CustomAttention", "StructuredSite", "custom_adapter", "custom_inputs", "is_custom", "site_labels"]
+
+
+@runtime_checkable
+class CustomAttention(Protocol):
+    """A model whose attention blocks attnspec diagnoses (see the module docstring).
+
+    Methods
+    -------
+    attention_blocks() -> iterable of (str, nn.Module)
+        Every attention block in forward order, each following :mod:`attnspec.models.protocol`,
+        optionally with ``structure_mask`` (bool ``(L, L)`` or ``(B, L, L)``, True = allowed) and ``path``.
+    functional_output(*args) -> torch.Tensor
+        ``(B, F)`` or ``(B, L, F)``: the output head removal is measured on.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> from attnspec.models.custom import CustomAttention
+    >>> class Net(nn.Module):
+    ...     def attention_blocks(self):
+    ...         return []
+    ...     def functional_output(self, x):
+    ...         return x.mean(1)
+    >>> isinstance(Net(), CustomAttention), isinstance(nn.Linear(2, 2), CustomAttention)
+    (True, False)
+    """
+
+    def attention_blocks(self) -> Iterable[tuple[str, nn.Module]]: ...
+
+    def functional_output(self, *args: Any) -> torch.Tensor: ...
+
+
+def is_custom(model: Any) -> bool:
+    """True for a model implementing :class:`CustomAttention` (an adapter or a transformers model is not).
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> is_custom(nn.MultiheadAttention(4, 2))
+    False
+    """
+    return isinstance(model, nn.Module) and isinstance(model, CustomAttention)
+
+
+@dataclass
+class StructuredSite(AttentionSite):
+    """An :class:`AttentionSite` whose allowed set also applies its block's structure mask.
+
+    ``structure()`` returns the mask of the block's last forward call: bool ``(L, L)`` or ``(B, L, L)``
+    (True = query ``i`` may attend key ``j``) or ``None``. :meth:`allowed` is the padding (and causal,
+    window) rule of the base class intersected with it; the diagnosis reads it after each forward pass.
+    """
+
+    structure: Callable[[], torch.Tensor | None] | None = None
+    path: str = ""
+
+    def allowed(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        ok = super().allowed(attention_mask)
+        sm = self.structure() if self.structure is not None else None
+        if sm is None:
+            return ok
+        sm = torch.as_tensor(sm).to(device=ok.device, dtype=torch.bool)
+        if sm.shape[-2:] != ok.shape[-2:] or sm.dim() not in (2, 3):
+            raise ValueError(f"{self.name}: structure_mask has shape {tuple(sm.shape)}; expected (L, L) or (B, L, L) "
+                             f"with L = {ok.shape[-1]}")
+        return ok & (sm if sm.dim() == 3 else sm[None])
+
+
+class _FunctionalOutput(nn.Module):
+    """The forward the diagnosis runs: ``model.functional_output(*args)``, a ``(B, F)`` output repeated over the
+    ``n_tokens`` tokens (``(B, L, F)``; its mean over real tokens is the vector itself)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any, n_tokens: int | None = None, **kwargs: Any) -> torch.Tensor:
+        out = self.model.functional_output(*args, **kwargs)
+        if not isinstance(out, torch.Tensor) or out.dim() not in (2, 3):
+            raise AdapterError(f"{type(self.model).__name__}.functional_output must return a (B, F) or (B, L, F) "
+                               f"tensor, got {getattr(out, 'shape', type(out).__name__)}")
+        if out.dim() == 2:
+            if n_tokens is None:
+                raise AdapterError("a (B, F) functional output needs the token count: build the inputs with "
+                                   "attnspec.models.custom.custom_inputs")
+            out = out[:, None, :].expand(-1, int(n_tokens), -1)
+        return out
+
+
+def custom_adapter(model: nn.Module) -> ModelAdapter:
+    """:class:`ModelAdapter` of a :class:`CustomAttention` model: one :class:`StructuredSite` per block of
+    ``model.attention_blocks()`` (in that order), built from the per-block protocol's sites
+    (:func:`attnspec.models.adapt`); its forward is the model's functional output.
+
+    Raises
+    ------
+    AdapterError
+        The model does not implement :class:`CustomAttention`, has no block, or a block does not follow
+        :mod:`attnspec.models.protocol`.
+    """
+    if not is_custom(model):
+        raise AdapterError(f"{type(model).__name__} does not implement attnspec.CustomAttention "
+                           "(attention_blocks() and functional_output(*args))")
+    blocks = list(model.attention_blocks())
+    if not blocks:
+        raise AdapterError(f"{type(model).__name__}.attention_blocks() yields no block")
+    found = {id(s.module): s for s in adapt(model).sites}
+    sites = []
+    for name, block in blocks:
+        base = found.get(id(block))
+        if base is None:
+            raise AdapterError(f"{name}: block does not follow attnspec.models.protocol (attnspec_protocol = 1, "
+                               "n_heads, head_dim, attn_probe, value_probe, out_proj)")
+        kw = {f.name: getattr(base, f.name) for f in fields(AttentionSite)}
+        kw.update(index=len(sites), name=name)
+        sites.append(StructuredSite(**kw, structure=lambda b=block: getattr(b, "structure_mask", None),
+                                    path=str(getattr(block, "path", "") or "")))
+    return ModelAdapter(_FunctionalOutput(model), sites, "generic", None, family=f"custom/{type(model).__name__}")
+
+
+def custom_inputs(adapter: ModelAdapter, X: Any, attention_mask: torch.Tensor | None = None) -> dict:
+    """The batch :func:`attnspec.diagnose` runs a custom model on: ``X`` (array or tensor ``(B, ...)``, cast to
+    the model's floating dtype), the token count ``L`` read from one forward of the first input, and
+    ``attention_mask`` ``(B, L)`` (default all ones: every token real).
+
+    Raises
+    ------
+    ValueError
+        ``X`` is empty, the blocks see different token counts, or ``attention_mask`` is not ``(B, L)``.
+    """
+    p = next(adapter.model.parameters(), None)
+    dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
+    x = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X, dtype=dtype)
+    if x.dim() == 0 or x.shape[0] == 0:
+        raise ValueError(f"inputs must have at least one item on axis 0, got shape {tuple(x.shape)}")
+    with torch.no_grad(), capture(adapter.sites) as cap:
+        adapter.model.model.functional_output(x[:1].to(adapter.device))
+    lengths = {int(w.shape[-1]) for w in cap.weights if w is not None}
+    if len(lengths) != 1:
+        raise ValueError(f"the attention blocks see different token counts {sorted(lengths)}; diagnose blocks with "
+                         "one token count at a time")
+    L = lengths.pop()
+    mask = torch.ones(x.shape[0], L, dtype=torch.long) if attention_mask is None else torch.as_tensor(attention_mask)
+    if tuple(mask.shape) != (x.shape[0], L):
+        raise ValueError(f"attention_mask must have shape (B, L) = ({x.shape[0]}, {L}), got {tuple(mask.shape)}")
+    return {"args": (x,), "kwargs": {"n_tokens": L}, "attention_mask": mask.long()}
+
+
+def site_labels(adapter: ModelAdapter) -> list[dict]:
+    """``[{"layer": i, "block": name, "path": label}, ...]`` for the sites of a :func:`custom_adapter`."""
+    return [{"layer": s.index, "block": s.name, "path": getattr(s, "path", "")} for s in adapter.sites]
