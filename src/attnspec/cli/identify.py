@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from ._options import HelpFormatter, add_config_arguments, config_from_args, wri
 ORDER = 50
 
 FREE_PARAMETERS = ("beta", "psi", "phi", "scale")
-TEXT_SUFFIXES = (".csv", ".txt", ".tsv", ".dat")
 
 
 def _free(text: str) -> tuple[str, ...]:
@@ -69,60 +67,15 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _numbers(path: Path, values, where: str) -> np.ndarray:
-    try:
-        return np.asarray(values, dtype=float).ravel()
-    except (TypeError, ValueError):
-        raise CLIError("INPUT", path, f"{where} must be a flat list of numbers") from None
-
-
 def load_spectrum(path: Path, model: str = "softmax") -> tuple[np.ndarray, dict | None]:
-    """Eigenvalues (1-D, not yet validated) and, for JSON input, the configuration dictionary it carries.
+    """:func:`attnspec.identify.read_spectrum` with its errors as :class:`CLIError` naming ``INPUT``."""
+    from ..identify import SpectrumFileError, read_spectrum
 
-    Raises :class:`CLIError` (naming ``INPUT``) for a missing, unreadable or malformed file or an unknown format.
-    """
     check_input_file("INPUT", path)
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
-        try:
-            arr = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise CLIError("INPUT", path, f"is not a readable .npy array ({e})") from None
-        return _numbers(path, arr, "its array"), None
-    if suffix not in (".json", *TEXT_SUFFIXES):
-        raise CLIError("INPUT", path, f"unknown format (suffix {path.suffix or 'none'!r}); give .npy, .json, "
-                                      f"{', '.join(TEXT_SUFFIXES)}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise CLIError("INPUT", path, f"is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise CLIError("INPUT", path, f"is not valid JSON ({e})") from None
-        if isinstance(data, list):
-            return _numbers(path, data, "its list"), None
-        if not isinstance(data, dict):
-            raise CLIError("INPUT", path, "JSON must be a list of eigenvalues or an object holding one")
-        for key in (f"{model}_eigenvalues", "eigenvalues", "eigs"):
-            if key in data:
-                cfg = data.get("config")
-                if cfg is not None and not isinstance(cfg, dict):
-                    raise CLIError("INPUT", path, "its 'config' must be an object (an MHSA configuration)")
-                return _numbers(path, [np.nan if v is None else v for v in data[key]]
-                                if isinstance(data[key], list) else data[key], f"'{key}'"), cfg
-        raise CLIError("INPUT", path, f"has no '{model}_eigenvalues', 'eigenvalues' or 'eigs' array")
-    vals = []
-    for i, line in enumerate(text.splitlines()):
-        for tok in line.replace(",", " ").replace(";", " ").split():
-            try:
-                vals.append(float(tok))
-            except ValueError:
-                if i == 0 and not vals:
-                    break  # a header line
-                raise CLIError("INPUT", path, f"line {i + 1}: {tok!r} is not a number") from None
-    return np.asarray(vals, dtype=float), None
+        return read_spectrum(path, model)
+    except SpectrumFileError as e:
+        raise CLIError("INPUT", path, e.reason) from None
 
 
 def run(args: argparse.Namespace) -> int:

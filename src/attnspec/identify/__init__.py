@@ -14,8 +14,8 @@ from .family import Family, MarchenkoPasturFamily, MHSAFamily, TabulatedBetaFami
 from .fit import Fit, fit_family
 from .identifiability import fisher_report, jacobian
 from .laws import TabulatedLaw, attention_law, marchenko_pastur_law
-from .spectrum import SpectrumError, check_spectrum
+from .spectrum import SpectrumError, SpectrumFileError, check_spectrum, read_spectrum
 
 __all__ = ["Identification", "identify", "bootstrap", "Family", "MHSAFamily", "MarchenkoPasturFamily",
            "TabulatedBetaFamily", "TabulatedFamily", "Fit", "fit_family", "fisher_report", "jacobian", "TabulatedLaw", "attention_law",
-           "marchenko_pastur_law", "SpectrumError", "check_spectrum"]
+           "marchenko_pastur_law", "SpectrumError", "SpectrumFileError", "check_spectrum", "read_spectrum"]
