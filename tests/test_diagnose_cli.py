@@ -103,3 +103,21 @@ def test_cli_diagnoses_a_vision_transformer_on_images(vit_dir, tmp_path):
     assert json.loads((out / "summary.json").read_text())["n_texts"] == 5
     assert main(["diagnose", "--model", str(vit_dir), "--images", str(tmp_path / "none"), "--out", str(tmp_path / "x")]) == 2
     assert main(["diagnose", "--model", str(vit_dir), "--texts", str(imgs / "0.png"), "--out", str(tmp_path / "y")]) == 2
+
+
+def test_cli_inputs_flag_is_checked_before_loading(model_dir, tmp_path, capsys):
+    """``--inputs`` (EEG epochs) applies to attnspec.zoo checkpoints only, and must be an existing EEG file."""
+    from pathlib import Path
+
+    zoo_ck = Path(__file__).parent / "data" / "zoo_tiny" / "staged"
+    fif = tmp_path / "rec.fif"
+    fif.write_bytes(b"")
+    rc = main(["diagnose", "--model", str(model_dir), "--inputs", str(fif), "--out", str(tmp_path / "o"), "--quiet"])
+    assert rc == 2 and "applies to attnspec.zoo checkpoints only" in capsys.readouterr().err
+    rc = main(["diagnose", "--model", str(zoo_ck), "--inputs", str(tmp_path / "rec.txt"), "--out", str(tmp_path / "o"),
+               "--quiet"])
+    assert rc == 2 and "is not an EEG file" in capsys.readouterr().err
+    rc = main(["diagnose", "--model", str(zoo_ck), "--inputs", str(tmp_path / "missing.fif"), "--out",
+               str(tmp_path / "o"), "--quiet"])
+    assert rc == 2 and "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
