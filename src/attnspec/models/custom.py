@@ -28,15 +28,8 @@ mean-replaces) the head's slice of the concatenated contexts (:func:`attnspec.mo
 :func:`custom_adapter` wraps such a model in a :class:`~attnspec.models.adapters.ModelAdapter` (kind
 ``'generic'``) whose sites are the library's :class:`~attnspec.models.protocol.AttentionSite` of each block
 plus its structure mask, and whose forward is the functional output. :func:`custom_inputs` turns inputs
-``X`` ``(B, ...)`` into the batch the diagnosis runs on. Example::
-
-    class Net(nn.Module):                      # blocks: modules following attnspec.models.protocol
-        def attention_blocks(self):
-            return [(n, m) for n, m in self.named_modules() if getattr(m, "attnspec_protocol", 0) == 1]
-        def functional_output(self, x):        # pooled features before the classifier, (B, F)
-            return self.features(x)
-
-    diag = attnspec.diagnose(net, X)            # tables with 'block' (and 'path') columns
+``X`` ``(B, ...)`` into the batch the diagnosis runs on (a complete example: :func:`custom_adapter`).
+``attnspec.diagnose(net, X)`` does both and adds ``block`` and ``path`` columns to the tables.
 """
 from __future__ import annotations
 
@@ -152,6 +145,47 @@ def custom_adapter(model: nn.Module) -> ModelAdapter:
     AdapterError
         The model does not implement :class:`CustomAttention`, has no block, or a block does not follow
         :mod:`attnspec.models.protocol`.
+
+    Examples
+    --------
+    A causal block written against the per-block protocol, in a model implementing the protocol
+    (also the examples of :func:`custom_inputs` and :func:`site_labels`):
+
+    >>> import torch
+    >>> from torch import nn
+    >>> class Block(nn.Module):
+    ...     attnspec_protocol, path = 1, "time"
+    ...     def __init__(self, d=8, H=2, L=5):
+    ...         super().__init__()
+    ...         self.n_heads, self.head_dim = H, d // H
+    ...         self.qkv, self.out_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+    ...         self.attn_probe, self.value_probe = nn.Identity(), nn.Identity()
+    ...         self.structure_mask = torch.ones(L, L, dtype=torch.bool).tril()
+    ...     def forward(self, x):
+    ...         B, L, _ = x.shape
+    ...         q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+    ...         s = (q @ k.transpose(-1, -2)).masked_fill(~self.structure_mask, float("-inf"))
+    ...         A = self.attn_probe(s.softmax(-1))
+    ...         return self.out_proj((A @ self.value_probe(v)).transpose(1, 2).reshape(B, L, -1))
+    >>> class Net(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.block = Block()
+    ...     def attention_blocks(self):
+    ...         return [("block", self.block)]
+    ...     def functional_output(self, x):
+    ...         return self.block(x).mean(1)
+    >>> adapter = custom_adapter(Net())
+    >>> batch = custom_inputs(adapter, torch.randn(3, 5, 8))
+    >>> tuple(batch["attention_mask"].shape), batch["kwargs"]
+    ((3, 5), {'n_tokens': 5})
+    >>> with torch.no_grad():
+    ...     tuple(adapter.run(batch).shape)          # (B, F) features repeated over the 5 tokens
+    (3, 5, 8)
+    >>> int(adapter.sites[0].allowed(batch["attention_mask"])[0].sum())   # the 15 pairs of the lower triangle
+    15
+    >>> site_labels(adapter)
+    [{'layer': 0, 'block': 'block', 'path': 'time'}]
     """
     if not is_custom(model):
         raise AdapterError(f"{type(model).__name__} does not implement attnspec.CustomAttention "
@@ -181,7 +215,12 @@ def custom_inputs(adapter: ModelAdapter, X: Any, attention_mask: torch.Tensor | 
     Raises
     ------
     ValueError
-        ``X`` is empty, the blocks see different token counts, or ``attention_mask`` is not ``(B, L)``.
+        ``X`` is empty, no block runs in ``functional_output``, the blocks see different token counts, or
+        ``attention_mask`` is not ``(B, L)``.
+
+    Examples
+    --------
+    See :func:`custom_adapter`.
     """
     p = next(adapter.model.parameters(), None)
     dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
@@ -191,6 +230,9 @@ def custom_inputs(adapter: ModelAdapter, X: Any, attention_mask: torch.Tensor | 
     with torch.no_grad(), capture(adapter.sites) as cap:
         adapter.model.model.functional_output(x[:1].to(adapter.device))
     lengths = {int(w.shape[-1]) for w in cap.weights if w is not None}
+    if not lengths:
+        raise ValueError("no attention block ran during functional_output(X[:1]): it must run the blocks of "
+                         "attention_blocks() (their attn_probe)")
     if len(lengths) != 1:
         raise ValueError(f"the attention blocks see different token counts {sorted(lengths)}; diagnose blocks with "
                          "one token count at a time")
@@ -202,5 +244,10 @@ def custom_inputs(adapter: ModelAdapter, X: Any, attention_mask: torch.Tensor | 
 
 
 def site_labels(adapter: ModelAdapter) -> list[dict]:
-    """``[{"layer": i, "block": name, "path": label}, ...]`` for the sites of a :func:`custom_adapter`."""
+    """``[{"layer": i, "block": name, "path": label}, ...]`` for the sites of a :func:`custom_adapter`.
+
+    Examples
+    --------
+    See :func:`custom_adapter`.
+    """
     return [{"layer": s.index, "block": s.name, "path": getattr(s, "path", "")} for s in adapter.sites]
