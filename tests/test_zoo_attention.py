@@ -8,7 +8,7 @@ import torch
 from attnspec.models import HeadEdit, ablate, adapt, capture
 from attnspec.models.custom import custom_adapter, custom_inputs
 from attnspec.zoo.anisotropic import AnisotropicAttentionNet
-from attnspec.zoo.attention import MHA, masked_softmax
+from attnspec.zoo.attention import MHA
 from attnspec.zoo.diffuse import DiffuseCorrectionNet
 from attnspec.zoo.entropy_gap import entropy_gap, entropy_gap_table, null_normalized_entropy
 
