@@ -6,9 +6,9 @@ For a point with evaluations ``E`` the result holds
   Monte-Carlo spectrum (moments m1..m4, atom at zero, quantiles, max) plus ``quantiles_100``, the
   empirical quantiles at levels ``(i + 1/2)/100``, ``i = 0..99`` (enough to redraw CDFs);
 * ``law`` (if in ``E``): the limiting law from :func:`attnspec.theory.solve_law` (moments, right edge,
-  atom at zero, ``quantiles_100``), ``source='solver'``; when the solver is not importable, the
-  closed forms of :mod:`.closed_form` with ``source='closed-form'`` (entries without a closed form are
-  ``null``; a solver failure is recorded in ``solver_error``);
+  atom at zero, ``quantiles_100``), ``source='solver'``; when the solver fails, the closed forms of
+  :mod:`.closed_form` with ``source='closed-form'`` (entries without a closed form are ``null``; the
+  failure is recorded in ``solver_error``);
 * ``distances``: ``softmax~surrogate`` (W1, KS, bulk versions, outliers above the surrogate edge) and
   ``law~softmax``, ``law~surrogate`` (from :func:`attnspec.theory.law_distances`: W1, KS, bulk W1,
   outliers above the law's edge) when both sides exist;
@@ -28,37 +28,30 @@ from ..spectra import summarize
 from .closed_form import closed_form_moments
 from .spec import SweepPoint
 
-__all__ = ["evaluate_point", "run_point", "U_LEVELS", "jsonable"]
+__all__ = ["evaluate_point", "run_point", "U_LEVELS"]
 
 #: Quantile levels stored for every spectrum and law.
 U_LEVELS = (np.arange(100) + 0.5) / 100
 
 
 def _law(config):
-    """(law object or None, law summary dict, seconds)."""
+    """(law object or None, law summary dict, seconds). A solver failure keeps the point: the closed forms
+    of :mod:`.closed_form` stand in (``source='closed-form'``, the error in ``solver_error``)."""
+    from ..theory import solve_law
+
     t0 = time.perf_counter()
     try:
-        from ..theory import solve_law  # the operator-valued solver (may not be installed yet)
-    except ImportError:
-        solve_law = None
-    error = None
-    if solve_law is not None:
-        try:
-            law = solve_law(config)
-        except Exception as exc:  # noqa: BLE001 (a solver failure must not lose the Monte-Carlo results)
-            error, solve_law = f"{type(exc).__name__}: {exc}", None
-    if solve_law is not None:
-        m = [float(x) for x in np.ravel(law.moments)[:4]]
-        out = {"source": "solver", "moments": m, "right_edge": float(law.right_edge),
-               "atom_at_zero": float(law.atom_at_zero),
-               "quantiles_100": np.asarray(law.quantile(U_LEVELS), dtype=float)}
-        return law, out, time.perf_counter() - t0
-    cf = closed_form_moments(config)
-    out = {"source": "closed-form", "moments": [cf["m1"], cf["m2"], cf["m3"], cf["m4"]], "right_edge": cf["right_edge"],
-           "atom_at_zero": None, "quantiles_100": None}
-    if error:
-        out["solver_error"] = error
-    return None, out, time.perf_counter() - t0
+        law = solve_law(config)
+    except Exception as exc:  # noqa: BLE001 (a solver failure must not lose the Monte-Carlo results)
+        cf = closed_form_moments(config)
+        out = {"source": "closed-form", "moments": [cf["m1"], cf["m2"], cf["m3"], cf["m4"]],
+               "right_edge": cf["right_edge"], "atom_at_zero": None, "quantiles_100": None,
+               "solver_error": f"{type(exc).__name__}: {exc}"}
+        return None, out, time.perf_counter() - t0
+    out = {"source": "solver", "moments": [float(x) for x in np.ravel(law.moments)[:4]],
+           "right_edge": float(law.right_edge), "atom_at_zero": float(law.atom_at_zero),
+           "quantiles_100": np.asarray(law.quantile(U_LEVELS), dtype=float)}
+    return law, out, time.perf_counter() - t0
 
 
 def evaluate_point(point: SweepPoint) -> dict[str, Any]:
@@ -97,11 +90,11 @@ def run_point(point_data: dict[str, Any], evaluator=None) -> dict[str, Any]:
     ``evaluator`` (a callable ``SweepPoint -> dict``) defaults to :func:`evaluate_point`.
     """
     point = SweepPoint.from_dict(point_data)
-    try:
-        from distributed import get_worker
+    from distributed import get_worker
 
+    try:
         worker = get_worker().address
-    except (ImportError, ValueError):
+    except ValueError:   # not on a Dask worker (n_workers=0)
         worker = "local"
     started = time.time()
     results = (evaluator or evaluate_point)(point)

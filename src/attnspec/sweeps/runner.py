@@ -80,11 +80,6 @@ class SweepReport:
     owner: str = ""
 
     @property
-    def skipped(self) -> int:
-        """Former name of :attr:`already_stored`."""
-        return self.already_stored
-
-    @property
     def accounted(self) -> int:
         """The sum of the counts (equals :attr:`total`)."""
         return (self.already_stored + self.computed + self.computed_elsewhere + len(self.failed)
@@ -152,15 +147,16 @@ class _Heartbeat:
 
 
 class _Queue:
-    """The points this runner has yet to settle, claimed one at a time."""
+    """The points this runner has yet to settle, claimed one at a time, and what becomes of each."""
 
-    def __init__(self, store: ResultStore, todo: list[SweepPoint], owner: str, report: SweepReport,
-                 run_started_at: float, stale_after: float):
-        self.store, self.owner, self.report = store, owner, report
-        self.run_started_at, self.stale_after = run_started_at, stale_after
+    def __init__(self, store: ResultStore, todo: list[SweepPoint], report: SweepReport, run_started_at: float,
+                 stale_after: float, poll_s: float, progress: bool):
+        self.store, self.report, self.owner = store, report, report.owner
+        self.run_started_at, self.stale_after, self.poll_s = run_started_at, stale_after, poll_s
         self.pending: deque[SweepPoint] = deque(todo)
         self.held: list[SweepPoint] = []          # claimed by live other runners at the last look
         self.seen_held: set[str] = set()
+        self.bar = tqdm(total=len(todo), desc=f"sweep {report.name}", unit="pt", disable=not progress, leave=False)
 
     def take(self) -> SweepPoint | None:
         """The next point this runner has claimed, or ``None`` if no pending point can be claimed now."""
@@ -183,9 +179,43 @@ class _Queue:
                 raise RuntimeError(f"unknown claim outcome {outcome!r}")
         return None
 
-    def requeue_held(self) -> None:
+    def store_result(self, p: SweepPoint, out: dict) -> None:
+        """Write a finished point (one transaction)."""
+        r = self.report
+        if self.store.put(p, out["results"], sweep=r.name, started_at=out["started_at"], finished_at=out["finished_at"],
+                          worker=out["worker"], version=r.code_version):
+            r.computed += 1
+        else:   # stored meanwhile by a runner that took over our claim (it thought us dead)
+            r.computed_elsewhere += 1
+        self.bar.update(1)
+
+    def fail(self, p: SweepPoint, err: str) -> None:
+        """Record a failed point (retried by the next run)."""
+        self.store.record_failure(p.key, err, sweep=self.report.name, owner=self.owner)
+        self.report.failed.append((p.key, err))
+        log.warning("sweep point %s failed: %s", p.key[:12], err.strip().splitlines()[-1] if err.strip() else err)
+        self.bar.update(1)
+
+    def wait_for_held(self, deadline: float | None) -> bool:
+        """Sleep, then put the points held elsewhere back in the queue; False when none or out of time."""
+        if not self.held:
+            return False
+        if deadline is not None and time.monotonic() >= deadline:
+            self.report.left_to_others.extend(p.key for p in self.held)
+            self.held = []
+            return False
+        time.sleep(self.poll_s if deadline is None else max(0.0, min(self.poll_s, deadline - time.monotonic())))
         self.pending.extend(self.held)
         self.held = []
+        return True
+
+    def close(self) -> None:
+        """Release this runner's remaining claims and close the progress bar."""
+        try:
+            self.store.release(self.owner)
+        finally:
+            self.bar.update(self.bar.total - self.bar.n if self.bar.total > self.bar.n else 0)
+            self.bar.close()
 
 
 def run_sweep(points: Sequence[SweepPoint], db: str | Path, *, name: str = "sweep", scheduler: str | None = None,
@@ -216,64 +246,37 @@ def run_sweep(points: Sequence[SweepPoint], db: str | Path, *, name: str = "swee
     heartbeat_s : seconds between heartbeats of this runner's claims
     stale_after : a claim whose heartbeat is older than this (seconds) is taken over; claims of dead
         processes on this host are taken over at once
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> rep = run_sweep(pts, db, n_workers=0, progress=False)
+    >>> rep.computed, run_sweep(pts, db, n_workers=0, progress=False).already_stored
+    (2, 2)
     """
-    t_start = time.perf_counter()
-    run_started_at = time.time()
+    t_start, run_started_at = time.perf_counter(), time.time()
     points = _unique(points)
-    version = code_version()
-    owner = new_owner_id()
     with ResultStore(db) as store:
         done = store.finished_keys(p.key for p in points)
         todo = [p for p in points if p.key not in done]
         report = SweepReport(name=name, db=Path(db), total=len(points), already_stored=len(points) - len(todo),
-                             scheduler=scheduler, code_version=version, owner=owner)
-        if not todo:
-            report.elapsed_s = time.perf_counter() - t_start
-            return report
-        queue = _Queue(store, todo, owner, report, run_started_at, stale_after)
-        bar = tqdm(total=len(todo), desc=f"sweep {name}", unit="pt", disable=not progress, leave=False)
-
-        def store_one(p: SweepPoint, out: dict) -> None:
-            if store.put(p, out["results"], sweep=name, started_at=out["started_at"], finished_at=out["finished_at"],
-                         worker=out["worker"], version=version):
-                report.computed += 1
-            else:   # stored meanwhile by a runner that took over our claim (it thought us dead)
-                report.computed_elsewhere += 1
-            bar.update(1)
-
-        def fail_one(p: SweepPoint, err: str) -> None:
-            store.record_failure(p.key, err, sweep=name, owner=owner)
-            report.failed.append((p.key, err))
-            log.warning("sweep point %s failed: %s", p.key[:12], err.strip().splitlines()[-1] if err.strip() else err)
-            bar.update(1)
-
-        def wait_for_held(deadline: float | None) -> bool:
-            """Sleep, then put the points held elsewhere back in the queue; False when out of time."""
-            if not queue.held:
-                return False
-            if deadline is not None and time.monotonic() >= deadline:
-                report.left_to_others.extend(p.key for p in queue.held)
-                queue.held = []
-                return False
-            time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
-            queue.requeue_held()
-            return True
-
-        try:
-            with _Heartbeat(Path(db), owner, heartbeat_s):
-                if n_workers == 0 and scheduler is None and client is None:
-                    report.workers = 0
-                    _run_serial(queue, store_one, fail_one, evaluator, wait_for_held, wait_for_others)
-                else:
-                    _run_dask(queue, store_one, fail_one, report, scheduler, n_workers, client, evaluator,
-                              cluster_kwargs or {}, wait_for_held, wait_for_others)
-        finally:
+                             scheduler=scheduler, code_version=code_version(), owner=new_owner_id())
+        if todo:
+            queue = _Queue(store, todo, report, run_started_at, stale_after, poll_s, progress)
             try:
-                store.release(owner)
+                with _Heartbeat(Path(db), report.owner, heartbeat_s):
+                    if n_workers == 0 and scheduler is None and client is None:
+                        _run_serial(queue, evaluator, wait_for_others)
+                    else:
+                        _run_dask(queue, scheduler, n_workers, client, evaluator, cluster_kwargs or {},
+                                  wait_for_others)
             finally:
-                bar.update(bar.total - bar.n if bar.total > bar.n else 0)
-                bar.close()
-                report.elapsed_s = time.perf_counter() - t_start
+                queue.close()
+    report.elapsed_s = time.perf_counter() - t_start
     if report.accounted != report.total:  # pragma: no cover (a bug, not a runtime condition)
         log.error("sweep report counts do not add up: %s", report)
     return report
@@ -283,7 +286,7 @@ def _deadline(wait_for_others: float | None) -> float | None:
     return None if wait_for_others is None else time.monotonic() + max(0.0, wait_for_others)
 
 
-def _run_serial(queue, store_one, fail_one, evaluator, wait_for_held, wait_for_others) -> None:
+def _run_serial(queue: _Queue, evaluator, wait_for_others) -> None:
     deadline = None
     while True:
         p = queue.take()
@@ -291,18 +294,17 @@ def _run_serial(queue, store_one, fail_one, evaluator, wait_for_held, wait_for_o
             try:
                 out = run_point(p.to_dict(), evaluator)
             except Exception:  # noqa: BLE001 (a failing point must not stop the sweep)
-                fail_one(p, traceback.format_exc())
+                queue.fail(p, traceback.format_exc())
             else:
-                store_one(p, out)
+                queue.store_result(p, out)
             continue
         if deadline is None and queue.held:
             deadline = _deadline(wait_for_others)
-        if not wait_for_held(deadline):
+        if not queue.wait_for_held(deadline):
             return
 
 
-def _run_dask(queue, store_one, fail_one, report, scheduler, n_workers, client, evaluator, cluster_kwargs,
-              wait_for_held, wait_for_others) -> None:
+def _run_dask(queue: _Queue, scheduler, n_workers, client, evaluator, cluster_kwargs, wait_for_others) -> None:
     from distributed import Client, LocalCluster, as_completed
 
     cluster = own_client = None
@@ -316,8 +318,8 @@ def _run_dask(queue, store_one, fail_one, report, scheduler, n_workers, client, 
                 own_client = client = Client(cluster)
             else:
                 own_client = client = Client(scheduler)
-        report.workers = len(client.scheduler_info(n_workers=-1)["workers"])
-        capacity = max(2, 2 * report.workers)
+        queue.report.workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        capacity = max(2, 2 * queue.report.workers)
         inflight: dict = {}
         ac = as_completed()
 
@@ -339,14 +341,14 @@ def _run_dask(queue, store_one, fail_one, report, scheduler, n_workers, client, 
                 try:
                     out = fut.result()
                 except Exception as exc:  # noqa: BLE001
-                    fail_one(p, "".join(traceback.format_exception_only(type(exc), exc)))
+                    queue.fail(p, "".join(traceback.format_exception_only(type(exc), exc)))
                 else:
-                    store_one(p, out)
+                    queue.store_result(p, out)
                 fut.release()
                 continue
             if deadline is None and queue.held:
                 deadline = _deadline(wait_for_others)
-            if not wait_for_held(deadline):
+            if not queue.wait_for_held(deadline):
                 return
     finally:
         if own_client is not None:
