@@ -19,7 +19,8 @@ import pytest
 
 from attnspec import MHSAConfig
 from attnspec.cli import build_parser, main
-from attnspec.cli._checks import LAW_BETA_MAX, SIMULATE_BETA_MAX, estimate_simulation_cost
+from attnspec.cli._checks import LAW_BETA_MAX, SIMULATE_BETA_MAX
+from attnspec.cli._cost import estimate_simulation_cost
 
 M = ["--d-model", "100", "--seq-len", "100"]
 
