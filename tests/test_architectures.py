@@ -37,7 +37,9 @@ T5 = tr.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_de
 # decoder heads differ from the encoder's: geometry read per stack
 BART = tr.BartConfig(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
                      decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128)
-SEQ2SEQ = {"t5", "t5-base-model", "bart", "bart-base-model"}
+_BART_KEYS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+              "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings")
+SEQ2SEQ = {"t5", "t5-base-model", "bart", "bart-base-model", "mbart"}
 TEXTS = ["The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat.",
          "Return a new sorted list from the items in the iterable.",
          "Numbers are added up.",
@@ -64,6 +66,7 @@ def _supported():
         "t5-base-model": (tr.T5Model, T5),
         "bart": (tr.BartForConditionalGeneration, BART),
         "bart-base-model": (tr.BartModel, BART),
+        "mbart": (tr.MBartForConditionalGeneration, tr.MBartConfig(**{k: getattr(BART, k) for k in _BART_KEYS})),
         "distilbert": (tr.DistilBertModel, tr.DistilBertConfig(vocab_size=V, dim=32, hidden_dim=64, n_heads=4,
                                                                 n_layers=2, max_position_embeddings=128)),
         "gpt2": (tr.GPT2LMHeadModel, tr.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=128)),
@@ -89,7 +92,7 @@ def _supported():
 
 #: Variants of a family already covered by another entry: their CLI run is marked slow (the attention and
 #: removal checks, a second or less each, always run).
-_VARIANTS = {"t5-base-model", "bart-base-model", "albert-groups", "deberta-v2-conv", "roberta", "xlm-roberta", "electra", "mistral", "qwen2", "qwen3",
+_VARIANTS = {"t5-base-model", "bart-base-model", "mbart", "albert-groups", "deberta-v2-conv", "roberta", "xlm-roberta", "electra", "mistral", "qwen2", "qwen3",
              "gemma", "gemma2", "gemma3", "olmo", "phi", "qwen3-moe"}
 #: Vision transformers: image inputs (attnspec.models.image_inputs on generated images), no tokenizer, no CLI yet.
 VISION = {
@@ -164,7 +167,7 @@ def _n_sites(model):
     c = model.config
     if c.model_type == "t5":
         return c.num_layers + 2 * c.num_decoder_layers
-    if c.model_type == "bart":
+    if c.model_type in ("bart", "mbart"):
         return c.encoder_layers + 2 * c.decoder_layers
     return c.num_hidden_layers
 
@@ -342,8 +345,7 @@ def test_encoder_decoder_sites(saved, name):
     n_dec = len(getattr(dec, "block", None) or dec.layers)
     n_enc = len(ad.sites) - 2 * n_dec
     assert n_enc == 2 and n_dec == 3
-    assert ad.model is model and ad.family == name.split("-")[0]
-    assert ad.decoder_start == model.config.decoder_start_token_id
+    assert ad.model is model and ad.family == name.split("-")[0].removeprefix("m")
     assert ad.kind == ("encoder" if name.endswith("base-model") else "causal-lm") and not ad.can_reuse
     assert [(s.stack, s.role) for s in ad.sites] == ([("encoder", "self")] * n_enc
                                                      + [("decoder", "self"), ("decoder", "cross")] * n_dec)
@@ -351,11 +353,16 @@ def test_encoder_decoder_sites(saved, name):
     assert all(s.module in (enc_mods if s.stack == "encoder" else dec_mods) for s in ad.sites)
     assert [s.causal for s in ad.sites] == [s.stack == "decoder" and s.role == "self" for s in ad.sites]
     assert len({s.name for s in ad.sites}) == len(ad.sites) and all(s.name.startswith(s.stack) for s in ad.sites)
-    H_dec = 2 if name.startswith("bart") else 4
+    H_dec = 4 if name.startswith("t5") else 2
     assert [s.n_heads for s in ad.sites] == [4] * n_enc + [H_dec] * (len(ad.sites) - n_enc)
     inputs = ad._ids(batch)
     assert torch.equal(inputs["decoder_input_ids"][:, 1:], batch["input_ids"][:, :-1])
-    assert (inputs["decoder_input_ids"][:, 0] == model.config.decoder_start_token_id).all()
+    if name == "mbart":    # no start token: the text's last real token (the language code) starts the decoder
+        last = batch["input_ids"].gather(1, batch["attention_mask"].sum(1, keepdim=True) - 1)[:, 0]
+        assert ad.decoder_start == -1 and torch.equal(inputs["decoder_input_ids"][:, 0], last)
+    else:
+        assert ad.decoder_start == model.config.decoder_start_token_id
+        assert (inputs["decoder_input_ids"][:, 0] == ad.decoder_start).all()
     assert "teacher forcing" in ad.notes[0] and "cross-attention" in ad.notes[0]
 
 

@@ -74,7 +74,8 @@ class ModelAdapter:
         The entry of :data:`attnspec.models.architectures.ARCHITECTURES` the model was detected as.
     decoder_start : int or None
         Encoder-decoders (T5, BART): the decoder reads the text itself, shifted right behind this start
-        token (``decoder_input_ids = [start, x_0, ..., x_{L-2}]``, teacher forcing), with the encoder's
+        token (``decoder_input_ids = [start, x_0, ..., x_{L-2}]``, teacher forcing; ``-1``: the text's last
+        real token, mBART's language code, as mBART's own ``shift_tokens_right`` does), with the encoder's
         padding mask; with an LM head (``kind='causal-lm'``) position ``t`` predicts ``x_t``
         (:class:`attnspec.models.ablation.FunctionalMetric` scores every real token), without one the
         effect is the shift of the decoder's mean-pooled output. ``None``: not an encoder-decoder.
@@ -111,7 +112,10 @@ class ModelAdapter:
             return {"pixel_values": batch["pixel_values"].to(device=d, dtype=p.dtype)}
         ids, mask = batch["input_ids"].to(d), batch["attention_mask"].to(d)
         if self.decoder_start is not None:   # encoder-decoders: the text shifted right, teacher forcing
-            dec = torch.cat([torch.full_like(ids[:, :1], self.decoder_start), ids[:, :-1]], dim=1)
+            first = torch.full_like(ids[:, :1], self.decoder_start)
+            if self.decoder_start < 0:       # mBART: the text's last real token (its language code) starts it
+                first = ids.gather(1, (mask.sum(1, keepdim=True) - 1).clamp_min(0))
+            dec = torch.cat([first, ids[:, :-1]], dim=1)
             return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": mask}
         return {"input_ids": ids, "attention_mask": mask}
 
@@ -254,6 +258,8 @@ def _seq2seq(model: nn.Module, arch: Architecture, dec: nn.Module) -> ModelAdapt
     enc = stack_of(arch, model)
     cfg = model.config
     start = getattr(cfg, "decoder_start_token_id", None)
+    if start is None and cfg.model_type == "mbart":
+        start = -1          # mBART's own convention (shift_tokens_right): the last real token, its language code
     if start is None:
         raise ArchitectureError(f"{type(model).__name__} ({arch.family}): config.decoder_start_token_id is None; "
                                 "the decoder's input (the text shifted right) needs it")
@@ -274,7 +280,8 @@ def _seq2seq(model: nn.Module, arch: Architecture, dec: nn.Module) -> ModelAdapt
     effect = ("Removal effect: the increase of the seq2seq LM loss of predicting each real token of the text "
               "(nats per token)." if lm else "No LM head: the removal effect is the shift (1 - cos) of the "
               "decoder's mean-pooled output.")
-    note = _SEQ2SEQ_NOTE.format(name=type(model).__name__, start=start, effect=effect)
+    note = _SEQ2SEQ_NOTE.format(name=type(model).__name__, effect=effect,
+                                start=f"(id {start})" if start >= 0 else "(its last real token, mBART's language code)")
     return ModelAdapter(model, sites, "causal-lm" if lm else "encoder", None, family=arch.family, base=None,
                         decoder=True, architecture=arch, decoder_start=int(start), notes=(note,))
 

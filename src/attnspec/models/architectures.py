@@ -333,8 +333,8 @@ def resolve(arch: Architecture, model: nn.Module) -> tuple[nn.Module, list, dict
     return base, list(layers), {"n_heads": H, "n_kv_heads": Hkv}
 
 
-_COLUMNS = ("family", "examples", "model_types", "attention", "q", "k", "v", "o", "kv_sharing", "position",
-            "scaling", "softcap", "mask", "capture", "status")
+_COLUMNS = ("family", "examples", "model_types", "attention", "q", "k", "v", "o", "kv_sharing", "cross_attention",
+            "position", "scaling", "softcap", "mask", "capture", "status")
 
 
 def architectures_table():
@@ -348,6 +348,11 @@ def architectures_table():
         r["kv_sharing"] = f"grouped ({'/'.join(a.kv_heads)})" if a.kv_heads else "none"
         if a.family == "falcon":
             r["kv_sharing"] = "multi-query or grouped (multi_query, num_kv_heads)"
+        r["cross_attention"] = "none"
+        if a.cross:
+            c = cross_paths(a)
+            r["cross_attention"] = (f"decoder layers: {c.q} / {c.k} / {c.v} / {c.o} (queries from the decoder, keys "
+                                    "and values from the encoder's output)")
         r["status"] = "supported"
         rows.append({c: r.get(c, "") for c in _COLUMNS})
     for x in REFUSED:
@@ -367,6 +372,7 @@ def format_architectures(width: int = 100) -> str:
                  f"  model_type: {r['model_types']}"]
         if r["status"] == "supported":
             lines += [f"  q/k/v/o: {r['q']} / {r['k']} / {r['v']} / {r['o']}", f"  key/value sharing: {r['kv_sharing']}",
+                      *([f"  cross-attention: {r['cross_attention']}"] if r["cross_attention"] != "none" else []),
                       f"  position: {r['position']}", f"  scaling: {r['scaling']}; softcap: {r['softcap']}",
                       f"  mask: {r['mask']}; capture: {r['capture']}"]
         else:
