@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from attnspec.spectra import (atom_at_zero, gram_eigenvalues, ks_distance, ks_to_cdf, log_moments, moments,
+from attnspec.spectra import (zero_fraction, gram_eigenvalues, ks_distance, ks_to_cdf, log_moments, moments,
                               quantiles, split_outliers, wasserstein1, wasserstein1_to_cdf)
 
 
@@ -47,7 +47,7 @@ def test_distances_to_a_cdf():
 def test_moments_atom_quantiles():
     x = np.array([0.0, 0.0, 1.0, 2.0, 3.0])
     np.testing.assert_allclose(moments(x), [6 / 5, 14 / 5, 36 / 5, 98 / 5])
-    assert atom_at_zero(x) == pytest.approx(0.4)
+    assert zero_fraction(x) == pytest.approx(0.4)
     np.testing.assert_allclose(quantiles(x, [0, 0.5, 1]), [0, 1, 3])
     bulk, out = split_outliers(np.array([5.0, 1.0, 2.0, 2.03, 2.05]), edge=2.0, rel_tol=0.02)
     np.testing.assert_array_equal(bulk, [1.0, 2.0, 2.03])

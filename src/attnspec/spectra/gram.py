@@ -26,6 +26,12 @@ def gram_eigenvalues(Y: np.ndarray) -> np.ndarray:
     ndarray, shape (..., l)
         Ascending eigenvalues of ``Y Y^T``, clipped at 0 (round-off can make exact zeros slightly
         negative).
+
+    Examples
+    --------
+    >>> Y = np.array([[1.0], [1.0]])                      # l = 2, n = 1: Y Y^T has eigenvalues 0 and 2
+    >>> gram_eigenvalues(Y)
+    array([0., 2.])
     """
     Y = np.asarray(Y)
     if Y.ndim < 2:
