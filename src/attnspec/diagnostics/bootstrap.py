@@ -72,24 +72,39 @@ def interval(reps: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.nda
     return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
 
 
-def weighted_mean(x: np.ndarray, wx: np.ndarray) -> np.ndarray:
-    """Weighted means ``(n_boot,)`` of values ``x`` ``(n,)`` under per-value weights ``wx`` ``(n_boot, n)``."""
+def weighted_mean(x: np.ndarray, ix: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted means ``(n_boot,)`` of values ``x`` ``(n,)`` of texts ``ix`` under text weights ``w``
+    ``(n_boot, n_texts)``: per text sums first, so the cost is one pass over ``x``."""
+    n_texts = w.shape[1]
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (wx @ x) / wx.sum(1)
+        return (w @ np.bincount(ix, weights=x, minlength=n_texts)) / (w @ np.bincount(ix, minlength=n_texts))
 
 
-def weighted_w1(x: np.ndarray, wx: np.ndarray, y: np.ndarray, wy: np.ndarray) -> np.ndarray:
+def weighted_w1(x: np.ndarray, ix: np.ndarray, y: np.ndarray, iy: np.ndarray, w: np.ndarray) -> np.ndarray:
     """W1 distances ``(n_boot,)`` between the weighted empirical laws of ``x`` and ``y``.
 
-    ``x`` ``(n,)`` and ``y`` ``(m,)`` values, ``wx`` ``(n_boot, n)`` and ``wy`` ``(n_boot, m)`` non-negative
-    weights (each value's text weight). ``W1 = int |F_x(z) - F_y(z)| dz`` with ``F`` the weighted CDFs:
-    one sort of the pooled values, then one cumulative sum per replicate (vectorized over replicates).
-    With unit weights it equals :func:`attnspec.spectra.wasserstein1` of the two samples."""
+    ``x`` ``(n,)`` and ``y`` ``(m,)`` values; ``ix``, ``iy`` the text (column of ``w``) of each value;
+    ``w`` ``(n_boot, n_texts)`` the texts' weights. Replicate ``b`` gives value ``x_k`` the weight
+    ``w[b, ix_k]``; ``W1 = int |F_x(z) - F_y(z)| dz`` with ``F`` the weighted CDFs. One sort of the
+    pooled values, then one gather, cumulative sum and dot product per replicate (vectorized over
+    replicates). With unit weights it equals :func:`attnspec.spectra.wasserstein1` of the two samples.
+    """
+    n_texts = w.shape[1]
+    sx = w @ np.bincount(ix, minlength=n_texts).astype(np.float64)
+    sy = w @ np.bincount(iy, minlength=n_texts).astype(np.float64)
     z = np.concatenate([x, y])
     order = np.argsort(z, kind="stable")
     dz = np.diff(z[order])
+    t = np.concatenate([ix, iy])[order]
     with np.errstate(invalid="ignore", divide="ignore"):
-        sx, sy = wx.sum(1, keepdims=True), wy.sum(1, keepdims=True)
-        signed = np.concatenate([wx / sx, -wy / sy], axis=1)[:, order]
-    F = np.cumsum(signed, axis=1)[:, :-1]
-    return np.abs(F) @ dz
+        if np.array_equal(sx, sy):                  # same texts and counts (all the uses here): one scale
+            sign = np.where(order < x.size, 1.0, -1.0)
+            G = w[:, t] * sign
+            scale = sx
+        else:
+            coef_x, coef_y = 1.0 / sx[:, None], -1.0 / sy[:, None]
+            G = w[:, t] * np.where(order[None] < x.size, coef_x, coef_y)
+            scale = np.ones_like(sx)
+        np.cumsum(G, axis=1, out=G)
+        np.abs(G, out=G)
+        return (G[:, :-1] @ dz) / scale

@@ -14,6 +14,12 @@ _SELECTION = (
     "random scores Q K^T/sqrt(d) of the theory's model). About 0 for noise-like heads; positive for heads "
     "whose attention is structured beyond their temperature.")
 
+_LO = ("Lower end of the 95 % bootstrap interval of {} (Poisson bootstrap over texts, 200 replicates by "
+       "default, percentile interval).")
+_HI = "Upper end of the 95 % bootstrap interval of {}."
+_SPEC_BOOT = (" Each eigenvalue of the pooled spectra carries its text's weight; the fitted Gaussian equivalents and "
+              "null heads are held fixed.")
+
 COLUMNS: dict[str, dict[str, str]] = {
     "heads": {
         "layer": "Layer index (0-based).",
@@ -22,21 +28,37 @@ COLUMNS: dict[str, dict[str, str]] = {
         "attention": "Mask of the layer: bidirectional or causal, with the sliding window if any.",
         "n_tokens": "Real tokens the head's statistics were computed from (all texts).",
         "score_scale": "Standard deviation of the head's row-centered logits: the inverse temperature it actually uses.",
-        "beta_hat": "Least-squares slope of l*A_ij - 1 on the standardized scores; a random head has beta_hat = score_scale.",
+        "beta_hat": ("Least-squares slope of l*A_ij - 1 on the standardized scores; a random head on long texts has "
+                     "beta_hat = score_scale (on short texts and hot heads less: see beta_null)."),
+        "beta_hat_lo": _LO.format("beta_hat"),
+        "beta_hat_hi": _HI.format("beta_hat"),
+        "beta_null": ("beta_hat of the layer's null head at this head's score scale (random Gaussian scores, same masks "
+                      "and text lengths): what the fit returns for a random head here. score_scale - beta_null is the "
+                      "finite-size bias of beta_hat (25 % at score scale 2 on 8-64 built-in texts)."),
+        "beta_corrected": ("beta_hat + score_scale - beta_null: beta_hat with the random-head bias at this scale and "
+                           "these lengths removed (exact for heads with Gaussian scores)."),
+        "beta_corrected_lo": _LO.format("beta_corrected") + " The three terms are re-weighted together.",
+        "beta_corrected_hi": _HI.format("beta_corrected"),
         "alpha_hat": "Residual standard deviation of that fit: the size of the nonlinear remainder.",
         "alpha_null": "Gaussian-score value of alpha at this score scale, sqrt(e^{s^2} - 1 - s^2).",
         "r2": "Share of the variance of l*A - 1 explained by linear mixing of the scores.",
         "spec_w1": "W1 distance between the head's centered output spectrum and its fitted Gaussian equivalent's.",
         "spec_w1_rel": ("spec_w1 over the equivalent's mean eigenvalue (the equivalent: same inputs, values and W_O, "
                         "attention replaced by (11^T + beta_hat S + alpha_hat Z)/l)."),
+        "spec_w1_rel_lo": _LO.format("spec_w1_rel") + _SPEC_BOOT,
+        "spec_w1_rel_hi": _HI.format("spec_w1_rel"),
         "spec_ks": "Kolmogorov-Smirnov distance between the same two spectra.",
         "spec_outliers_per_text": "Eigenvalues above the equivalent's largest, per text.",
         "spec_m1": "Mean eigenvalue of the head's centered output spectrum.",
         "spec_m1_ge": "Mean eigenvalue of its Gaussian equivalent's spectrum.",
         "null_w1_rel": "spec_w1_rel of the null head (random scores at the head's temperature).",
         "selection_score": _SELECTION,
-        "selection": ("Label: selective (selection_score >= threshold), diffuse (below, score_scale <= 1.5), sparse "
-                      "(below, score_scale > 1.5), or undetermined (fewer real tokens than the documented minimum)."),
+        "selection_score_lo": _LO.format("selection_score") + _SPEC_BOOT,
+        "selection_score_hi": _HI.format("selection_score"),
+        "selection": ("Label, a test against the 95 % interval of selection_score: selective (lower bound >= threshold, "
+                      "log 2; nominal false-positive rate 2.5 % for a head at the threshold), diffuse (upper bound below "
+                      "the threshold, score_scale <= 1.5), sparse (upper bound below, score_scale > 1.5), or undetermined "
+                      "(the interval contains the threshold, or fewer real tokens than min_tokens, 400 by default)."),
         "diffuse": "selection == 'diffuse'.",
         "entropy": "Clark et al. (2019): mean over real query tokens of the attention entropy.",
         "entropy_uniform": "Mean of log(number of attended tokens): the entropy of uniform attention.",
@@ -49,6 +71,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "cka_excess": "cka_mean - cka_null_mean.",
         "energy_share": "Share of the layer's output energy sum_h ||Y_h||^2 carried by this head.",
         "removal_spec_shift": "(a) W1 between the layer's output spectrum with and without the head, over its mean eigenvalue.",
+        "removal_spec_shift_lo": _LO.format("removal_spec_shift") + _SPEC_BOOT,
+        "removal_spec_shift_hi": _HI.format("removal_spec_shift"),
         "removal_spec_shift_ge": ("(a) The same shift for the layer's Gaussian equivalent losing the same head: the "
                                   "Gaussian-equivalent prediction for the H-1 remaining heads."),
         "removal_effect": ("(b) Exact ablation (head context set to 0): next-token loss increase in nats per token "
@@ -59,9 +83,15 @@ COLUMNS: dict[str, dict[str, str]] = {
         "removal_effect_se": ("Standard error of removal_effect over texts (texts as clusters, so the spread over sampled "
                               "positions within a text is included); NaN for heads not removed exactly."),
         "removal_effect_mean_se": "Standard error of removal_effect_mean.",
+        "removal_effect_lo": _LO.format("removal_effect") + " NaN for heads not removed exactly.",
+        "removal_effect_hi": _HI.format("removal_effect"),
+        "removal_effect_mean_lo": _LO.format("removal_effect_mean"),
+        "removal_effect_mean_hi": _HI.format("removal_effect_mean"),
         "removal_first_order": ("(d) First-order removal effect from one backward pass: -dNLL/dxi_h per predicted token "
                                 "(causal LM) or (1/2)(probe derivative)^2 per text (encoder), same units as removal_effect."),
         "removal_first_order_se": "Standard error of removal_first_order over texts.",
+        "removal_first_order_lo": _LO.format("removal_first_order"),
+        "removal_first_order_hi": _HI.format("removal_first_order"),
         "removal_estimate": ("Best available removal effect: removal_effect where the head was removed exactly, else "
                              "removal_first_order (modes 'screened' and 'first-order')."),
         "removal_source": "Where removal_estimate comes from: 'exact' or 'first-order'.",
@@ -127,6 +157,24 @@ HEATMAPS = [
 ]
 
 
+#: How the intervals are made and what each verdict's false-positive rate is (docs/columns.md, the report).
+VERDICTS = (
+    "Every `_lo` / `_hi` pair is a 95 % percentile interval from a Poisson bootstrap over texts "
+    "(`attnspec.diagnostics.bootstrap`): each text gets 200 Poisson(1) weights (`n_boot`), seeded by the diagnosis "
+    "seed and the text's position, and every per-text sum is accumulated once more per replicate, so the model runs "
+    "once. Intervals describe the spread over texts of the corpus; they hold the fitted Gaussian equivalents and "
+    "null heads fixed. The `selection` label is a test: `selective` only when the lower bound of `selection_score` "
+    "reaches the threshold (log 2), i.e. a one-sided test at 2.5 % for a head whose score sits at the threshold; "
+    "`diffuse` / `sparse` only when the upper bound lies below it; otherwise `undetermined`, as for every head "
+    "when the corpus has fewer than `min_tokens` real tokens (400 by default; the summary states it as "
+    "`min_tokens_for_label`). On randomly initialized BERT, RoBERTa, GPT-2 and Llama (2 seeds each, 4 to 64 "
+    "texts) no head is labelled selective (`tests/test_calibration_random.py` allows at most 5 %). "
+    "`cka_excess` has no interval and no verdict: CKA is a ratio of squared norms of Gram sums over all texts, "
+    "and its bootstrap would need one Gram matrix (`(H d_head)^2` numbers) per replicate and layer, or the "
+    "text-by-text products, which grow with the corpus; read it against `cka_null_mean` and the validity benchmark. "
+    "Removal effects also keep their texts-as-clusters standard errors (`_se`).")
+
+
 def describe(name: str, table: str = "heads") -> str:
     """Meaning of column ``name`` of ``table``; ``KeyError`` for a column outside the vocabulary."""
     return COLUMNS[table][name]
@@ -136,7 +184,7 @@ def markdown() -> str:
     """The vocabulary as Markdown (the content of ``docs/columns.md``)."""
     out = ["# Columns of a diagnosis", "",
            "Generated from `attnspec.diagnostics.columns` (the tables, the report and this page read the same "
-           "vocabulary).", ""]
+           "vocabulary).", "", "## Intervals and verdicts", "", VERDICTS, ""]
     for table, cols in COLUMNS.items():
         out += [f"## `{table}.csv`", "", "| column | meaning |", "|---|---|"]
         out += [f"| `{k}` | {v.replace('|', '/')} |" for k, v in cols.items()]

@@ -34,16 +34,17 @@ class TextWeights:
         self.w = weights(seed, self.ids, n_boot)
         self.n_boot = n_boot
 
-    def __call__(self, order) -> np.ndarray:
-        return self.w[:, np.searchsorted(self.ids, np.asarray(order, dtype=np.int64))]
+    def column(self, order) -> np.ndarray:
+        """Columns of :attr:`w` of the texts ``order``."""
+        return np.searchsorted(self.ids, np.asarray(order, dtype=np.int64))
 
 
-def _rel_w1(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Replicates of ``W1(x, y) / m1(y)`` under per-eigenvalue weights ``w`` (shared by ``x`` and ``y``)."""
+def _rel_w1(x: np.ndarray, y: np.ndarray, idx: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Replicates of ``W1(x, y) / m1(y)``; both spectra have the text index ``idx`` (same texts and counts)."""
     if x.size == 0 or y.size == 0:
         return np.full(w.shape[0], np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return weighted_w1(x, w, y, w) / weighted_mean(y, w)
+        return weighted_w1(x, idx, y, idx, w) / weighted_mean(y, idx, w)
 
 
 def _pairs(lo_hi: tuple[np.ndarray, np.ndarray], name: str) -> dict[str, np.ndarray]:
@@ -72,14 +73,15 @@ def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, t
     if "beta_null" in out and ns.boot_scores is not None:
         f0r = ns.fit_replicates()
         out.update(_pairs(interval(fr["beta_hat"] + fr["score_scale"] - f0r["beta_hat"], level), "beta_corrected"))
-    wh = sp.text_weights(tw)
-    d = np.stack([_rel_w1(sp.pooled(sp.heads["act"][h]), sp.pooled(sp.heads["ge"][h]), wh) for h in range(H)], 1)
-    d0 = np.stack([_rel_w1(sp.pooled(sp.heads["null"][h]), sp.pooled(sp.heads["nullge"][h]), wh)
+    ih = sp.text_index(tw.column)
+    d = np.stack([_rel_w1(sp.pooled(sp.heads["act"][h]), sp.pooled(sp.heads["ge"][h]), ih, tw.w)
+                  for h in range(H)], 1)
+    d0 = np.stack([_rel_w1(sp.pooled(sp.heads["null"][h]), sp.pooled(sp.heads["nullge"][h]), ih, tw.w)
                    for h in range(H)], 1)
     out.update(_pairs(interval(d, level), "spec_w1_rel"))
     out.update(_pairs(interval(sel.selection_score(d, d0), level), "selection_score"))
-    wl = sp.text_weights(tw, layer=True)
+    il = sp.text_index(tw.column, layer=True)
     full = sp.pooled(sp.layer["act"])
-    shift = np.stack([_rel_w1(sp.pooled(sp.removed[h]), full, wl) for h in range(H)], 1)
+    shift = np.stack([_rel_w1(sp.pooled(sp.removed[h]), full, il, tw.w) for h in range(H)], 1)
     out.update(_pairs(interval(shift, level), "removal_spec_shift"))
     return out

@@ -7,8 +7,8 @@ The four contexts ``A V`` (head, equivalent, null, null equivalent) are built on
 time; the spectra need only the contexts ``(B, H, L, d_head)``. :class:`LayerSpectra` keeps the pooled
 eigenvalues (one array per batch and spectrum, texts in batch order) with each batch's text positions
 and lengths, and the head-pair Gram sums; merging concatenates and adds, so every distance computed
-from it depends only on the multiset of texts. :meth:`LayerSpectra.text_weights` gives each pooled
-eigenvalue its text's bootstrap weights (:mod:`..bootstrap`): a text of ``l_b`` real tokens contributes
+from it depends only on the multiset of texts. :meth:`LayerSpectra.text_index` gives each pooled
+eigenvalue its text (for the bootstrap weights) (:mod:`..bootstrap`): a text of ``l_b`` real tokens contributes
 its top ``min(l_b - 1, d_head)`` eigenvalues to a head spectrum and ``min(l_b - 1, d_out)`` to a layer
 spectrum (:mod:`..spectral`).
 """
@@ -140,15 +140,15 @@ class LayerSpectra:
         out.order, out.lengths = self.order + other.order, self.lengths + other.lengths
         return out
 
-    def text_weights(self, w_of_text, layer: bool = False) -> np.ndarray:
-        """Bootstrap weights ``(n_boot, n)`` of the pooled eigenvalues (in pooling order, i.e. before the
-        sort of :meth:`head`): ``w_of_text(order) -> (n_boot, B)`` gives the texts' weights; each text's
-        weight is repeated over its ``min(l_b - 1, width)`` eigenvalues (``width``: ``d_out`` for a layer
-        spectrum, the head width otherwise)."""
+    def text_index(self, column_of, layer: bool = False) -> np.ndarray:
+        """The text of every pooled eigenvalue (in pooling order, i.e. before the sort of :meth:`head`), as
+        ``column_of(order) -> (B,)`` columns (e.g. of a bootstrap weight matrix): each text's column is
+        repeated over its ``min(l_b - 1, width)`` eigenvalues (``width``: ``d_out`` for a layer spectrum,
+        the head width otherwise)."""
         width = self.d_out if layer else self.head_dim
-        cols = [np.repeat(w_of_text(o), np.minimum(n - 1, width).clip(min=0), axis=1)
+        cols = [np.repeat(column_of(o), np.minimum(n - 1, width).clip(min=0))
                 for o, n in zip(self.order, self.lengths)]
-        return np.concatenate(cols, axis=1) if cols else np.zeros((0, 0))
+        return np.concatenate(cols) if cols else np.zeros(0, np.int64)
 
     @staticmethod
     def pooled(arrays: list) -> np.ndarray:
