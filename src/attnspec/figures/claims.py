@@ -57,9 +57,34 @@ def _distance_row(law, sim, d: int, draws: int) -> dict:
 
 
 def law_vs_montecarlo(out: Path, ds=(250, 500, 1000, 2000), seed: int = 0, progress: bool = True) -> dict:
-    """W1/KS between the law and softmax/surrogate draws per ``d``: ``max(1, 2000 // d)`` draws at each ``d``
-    (every size pools about 2000 eigenvalues), distances per draw averaged; histograms at the largest ``d``.
-    ``*_first_draw`` keeps the single-draw distances (docs/theory.md quotes one draw each)."""
+    """W1/KS between the law and softmax/surrogate draws per ``d``, and ``law_vs_montecarlo.png``.
+
+    ``max(1, 2000 // d)`` draws at each ``d`` (every size pools about 2000 eigenvalues); the distances of
+    :func:`attnspec.theory.law_distances` are computed per draw and averaged (``*_sd``: their standard deviation,
+    ``*_first_draw``: the first draw's, as docs/theory.md quotes one draw each). Left panel: histograms at the
+    largest ``d`` over the law; right: W1 against ``d`` (log-log).
+
+    Parameters
+    ----------
+    out : Path
+        Folder of the PNG.
+    ds : sequence of int
+        Widths ``d = l = d_out`` (``d_qk = d_v = d/4``).
+    seed : int
+    progress : bool
+
+    Returns
+    -------
+    dict
+        ``figure`` (file name), ``law_moments``, ``law_right_edge`` and one row per ``d``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> r = law_vs_montecarlo(Path(tempfile.mkdtemp()), ds=(64,), progress=False)
+    >>> r["figure"], r["rows"][0]["draws"], round(r["law_moments"][0], 6)
+    ('law_vs_montecarlo.png', 31, 1.718282)
+    """
     from ..simulation import simulate
 
     law = solve_law(_h4(400))
@@ -89,7 +114,29 @@ def law_vs_montecarlo(out: Path, ds=(250, 500, 1000, 2000), seed: int = 0, progr
 
 
 def edge_vs_beta(out: Path, betas=None, progress: bool = True) -> dict:
-    """Right edge of the attention-matrix law vs beta, against ``4 sigma^2``, at gamma = psi = 1 and gamma = 0.5."""
+    """Right edge ``E`` of the attention-matrix law against the Marchenko–Pastur edge ``4 sigma^2``
+    (``sigma^2 = e^{beta^2} - 1``), at ``gamma = psi = 1`` and ``gamma = 1/2``, and ``edge_vs_beta.png``.
+
+    Parameters
+    ----------
+    out : Path
+    betas : sequence of float, optional
+        Default: 25 values from 0.1 to 2.5.
+    progress : bool
+
+    Returns
+    -------
+    dict
+        ``figure`` and, per ``gamma=...``, ``beta``, ``edge``, ``mp_edge`` and ``ratio = E / (4 sigma^2)``
+        (27/16 as ``beta -> 0`` at ``gamma = psi = 1``, 1 as ``beta`` grows).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> r = edge_vs_beta(Path(tempfile.mkdtemp()), betas=[0.5, 1.0], progress=False)
+    >>> r["figure"], [round(q, 3) for q in r["gamma=1"]["ratio"]]
+    ('edge_vs_beta.png', [1.576, 1.311])
+    """
     betas = np.round(np.linspace(0.1, 2.5, 25), 3) if betas is None else np.asarray(betas, dtype=float)
     res = {}
     with _bar(2 * betas.size, "edge vs beta", progress) as bar:
@@ -148,8 +195,33 @@ def _sharing_numbers(eig: dict, laws: dict, noise: np.ndarray) -> dict:
 
 
 def sharing(out: Path, d: int = 2000, seed: int = 0, progress: bool = True) -> dict:
-    """Sharing variants vs independent heads: laws (identical) and softmax spectra (KS, W1 to independent),
-    with the seed-to-seed noise of independent heads as the yardstick."""
+    """Sharing variants (:data:`SHARING`) vs independent heads, ``H = 4``, and ``sharing.png``.
+
+    The laws (solved per variant) are identical; the softmax spectra are compared with independent heads by
+    KS and W1 (:func:`attnspec.spectra.ks_distance`, :func:`attnspec.spectra.wasserstein1`), with independent
+    heads at ``seed + 1`` as the seed-to-seed yardstick (``seed_noise``).
+
+    Parameters
+    ----------
+    out : Path
+    d : int
+        Width of the simulations (``d_qk = d_v = d/4``).
+    seed : int
+    progress : bool
+
+    Returns
+    -------
+    dict
+        ``figure``, ``d``, per variant ``ks_to_independent``, ``w1_to_independent``, ``law_moments``,
+        ``law_right_edge``, ``law_max_rel_moment_change``; and ``seed_noise``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> r = sharing(Path(tempfile.mkdtemp()), d=64, progress=False)
+    >>> r["MQA"]["law_max_rel_moment_change"] < 1e-9
+    True
+    """
     from ..simulation import simulate
 
     eig, laws = {}, {}
@@ -181,7 +253,31 @@ def sharing(out: Path, d: int = 2000, seed: int = 0, progress: bool = True) -> d
 
 
 def tying(out: Path, d: int = 1000, seed: int = 0, progress: bool = True) -> dict:
-    """``W_V = W_K`` inside each head vs independent values: laws and Monte-Carlo draws."""
+    """``W_V = W_K`` inside each head vs independent values, ``H = 4``: laws, one draw each, ``tying.png``.
+
+    Tying raises the law's first moment from ``alpha^2 + beta^2 = e - 1`` to
+    ``alpha^2 + beta^2 (1 + gamma/psi) = e + 3`` at ``beta = 1``, ``psi = 1/4`` (``m1_closed_form``).
+
+    Parameters
+    ----------
+    out : Path
+    d : int
+    seed : int
+    progress : bool
+
+    Returns
+    -------
+    dict
+        ``figure``, ``d`` and per case ``law_moments``, ``law_right_edge``, ``m1_closed_form``, ``distances``
+        (to the softmax and surrogate draws), ``softmax_m1``, ``surrogate_m1``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> r = tying(Path(tempfile.mkdtemp()), d=64, progress=False)
+    >>> round(r["tied W_V = W_K"]["law_moments"][0], 5), round(r["tied W_V = W_K"]["m1_closed_form"], 5)
+    (5.71828, 5.71828)
+    """
     from ..simulation import simulate
 
     res, sims, laws = {}, {}, {}
@@ -211,14 +307,20 @@ def tying(out: Path, d: int = 1000, seed: int = 0, progress: bool = True) -> dic
 
 
 def all_figures(out: Path, quick: bool = False, seed: int = 0, progress: bool = True) -> dict:
-    """All four figures into ``out``; ``quick`` uses small sizes (d = 250, 500 and five betas) for smoke runs.
+    """All four figures into ``out`` (created if missing): :func:`law_vs_montecarlo` at ``d = 250..2000``,
+    :func:`edge_vs_beta`, :func:`sharing` at ``d = 2000``, :func:`tying` at ``d = 1000``; ``quick``: ``d = 250,
+    500``, five betas, ``d = 250`` (a smoke run, about 10 s).
+
+    Returns
+    -------
+    dict
+        Each figure's name -> what its function returns (``attnspec figures`` writes it to ``figures.json``).
 
     Examples
     --------
     >>> import tempfile
-    >>> r = edge_vs_beta(Path(tempfile.mkdtemp()), betas=[0.5, 1.0], progress=False)
-    >>> r["figure"], [round(q, 3) for q in r["gamma=1"]["ratio"]]
-    ('edge_vs_beta.png', [1.576, 1.311])
+    >>> sorted(all_figures(Path(tempfile.mkdtemp()), quick=True, progress=False))
+    ['edge_vs_beta', 'law_vs_montecarlo', 'sharing', 'tying']
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,14 @@ def law_vs_simulation(out: Path, d: int, seed: int = 0, log: Callable[[str], Non
     dict
         Per configuration: ``config``, ``law_moments``, ``law_right_edge``, ``law_seconds``, ``distances``
         (:func:`attnspec.theory.law_distances` to each sample) and ``figure``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp())
+    >>> r = law_vs_simulation(out, 32)
+    >>> r["four_heads"]["figure"], (out / r["four_heads"]["figure"]).is_file()
+    ('figures/four_heads.png', True)
     """
     from ..simulation import simulate
     from ..theory import law_distances, solve_law

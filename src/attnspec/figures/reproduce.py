@@ -68,6 +68,14 @@ def hayase2025_figure(result, hist: dict[str, np.ndarray], path: str | Path) -> 
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from attnspec.reproduce import hayase2025
+    >>> r = hayase2025(d=32, draws=1)
+    >>> hayase2025_figure(r, r.histogram(), Path(tempfile.mkdtemp()) / "h.png").name
+    'h.png'
     """
     s = result.summary
     fig, (ax, bx) = pyplot().subplots(1, 2, figsize=(11, 4.2))

@@ -157,6 +157,13 @@ def structure_figures(out_dir, quick: bool = False, progress: bool = True, n_wor
     ------
     RuntimeError
         When a sweep point failed (the first error is quoted).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> paths = structure_figures(tempfile.mkdtemp(), quick=True, progress=False, n_workers=0)
+    >>> [p.name for p in paths]
+    ['structure_heads_widths.png', 'structure_sharing.png', 'structure_numbers.json']
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
