@@ -73,3 +73,20 @@ def test_bad_structure_mask_and_output_are_named():
     net.functional_output = lambda x: Net.functional_output(net, x).sum()
     with pytest.raises(attnspec.models.AdapterError, match="must return a \\(B, F\\) or \\(B, L, F\\) tensor"):
         attnspec.diagnose(net, torch.randn(2, 12, 16))
+
+
+def test_a_model_in_training_mode_is_left_unchanged():
+    torch.manual_seed(0)
+    net = Net()
+    net.norm = nn.BatchNorm1d(12)                         # running statistics move on a training-mode forward
+    inner = net.functional_output
+
+    def with_norm(x):
+        return inner(net.norm(x))
+    net.functional_output = with_norm
+    net.train()
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    attnspec.diagnose(net, torch.randn(4, 12, 16), removal="none", gradient=False)
+    assert net.training
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, state[k]), k

@@ -209,8 +209,9 @@ def custom_adapter(model: nn.Module) -> ModelAdapter:
 
 def custom_inputs(adapter: ModelAdapter, X: Any, attention_mask: torch.Tensor | None = None) -> dict:
     """The batch :func:`attnspec.diagnose` runs a custom model on: ``X`` (array or tensor ``(B, ...)``, cast to
-    the model's floating dtype), the token count ``L`` read from one forward of the first input, and
-    ``attention_mask`` ``(B, L)`` (default all ones: every token real).
+    the model's floating dtype), the token count ``L`` read from one forward of the first input (in eval
+    mode, without gradient: the model is not changed), and ``attention_mask`` ``(B, L)`` (default all ones:
+    every token real).
 
     Raises
     ------
@@ -227,8 +228,14 @@ def custom_inputs(adapter: ModelAdapter, X: Any, attention_mask: torch.Tensor | 
     x = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X, dtype=dtype)
     if x.dim() == 0 or x.shape[0] == 0:
         raise ValueError(f"inputs must have at least one item on axis 0, got shape {tuple(x.shape)}")
-    with torch.no_grad(), capture(adapter.sites) as cap:
-        adapter.model.model.functional_output(x[:1].to(adapter.device))
+    model = adapter.model.model
+    was_training = model.training
+    model.eval()           # a token count must not move batch-norm statistics or draw dropout
+    try:
+        with torch.no_grad(), capture(adapter.sites) as cap:
+            model.functional_output(x[:1].to(adapter.device))
+    finally:
+        model.train(was_training)
     lengths = {int(w.shape[-1]) for w in cap.weights if w is not None}
     if not lengths:
         raise ValueError("no attention block ran during functional_output(X[:1]): it must run the blocks of "
