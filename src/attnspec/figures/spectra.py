@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spectra import atom_at_zero, pooled
+from ..spectra import pooled, zero_fraction
 
 __all__ = ["plot_spectra", "spectra_top", "COLORS"]
 
@@ -69,7 +69,7 @@ def plot_spectra(ax, samples: dict[str, np.ndarray], bins: int | None = None, lo
     edges = np.linspace(0.0, top, bins + 1)
     heavy, dens_max, dens_min = False, 0.0, np.inf
     for label, x in pools.items():
-        atom = atom_at_zero(x)
+        atom = zero_fraction(x)
         pos = x[x > 1e-9 * max(x.max(), 1e-300)]
         dens = np.histogram(pos, bins=edges)[0] / (x.size * np.diff(edges))
         beyond = int(np.sum(pos > top))
