@@ -22,13 +22,25 @@ __all__ = ["marchenko_pastur_moments", "marchenko_pastur_edges", "marchenko_past
 
 def marchenko_pastur_moments(ratio: float, k: int = 4, scale: float = 1.0) -> np.ndarray:
     """Moments ``m_1..m_k`` of ``scale * (1/p) X X^T``, ``X`` an ``n x p`` standard Gaussian, ``ratio = n/p``:
-    ``m_j = scale^j sum_{r=0}^{j-1} ratio^r / (r+1) C(j, r) C(j-1, r)`` (Narayana polynomials)."""
+    ``m_j = scale^j sum_{r=0}^{j-1} ratio^r / (r+1) C(j, r) C(j-1, r)`` (Narayana polynomials).
+
+    Examples
+    --------
+    >>> marchenko_pastur_moments(0.5, k=3)
+    array([1.  , 1.5 , 2.75])
+    """
     return np.array([scale ** j * sum(ratio ** r / (r + 1) * comb(j, r, exact=True) * comb(j - 1, r, exact=True)
                                       for r in range(j)) for j in range(1, k + 1)], dtype=float)
 
 
 def marchenko_pastur_edges(ratio: float, scale: float = 1.0) -> tuple[float, float]:
-    """Support edges ``scale (1 -+ sqrt(ratio))^2`` of the same law (the atom ``1 - 1/ratio`` aside)."""
+    """Support edges ``scale (1 -+ sqrt(ratio))^2`` of the same law (the atom ``1 - 1/ratio`` aside).
+
+    Examples
+    --------
+    >>> marchenko_pastur_edges(0.25)
+    (0.25, 2.25)
+    """
     return scale * (1 - math.sqrt(ratio)) ** 2, scale * (1 + math.sqrt(ratio)) ** 2
 
 
@@ -94,17 +106,35 @@ def marchenko_pastur_quantile(u, scale: float = 1.0) -> np.ndarray:
     return 4.0 * s * np.sin(hi) ** 2
 
 def fuss_catalan_moments(s: int, k: int = 4) -> np.ndarray:
-    """Moments of ``P P^T`` with ``P = X_1 ... X_s`` (square, iid ``N(0, 1/n)``): ``C((s+1) j, j) / (s j + 1)``."""
+    """Moments of ``P P^T`` with ``P = X_1 ... X_s`` (square, iid ``N(0, 1/n)``): ``C((s+1) j, j) / (s j + 1)``.
+
+    Examples
+    --------
+    >>> fuss_catalan_moments(2, k=3)                      # 1, 3, 12 for a product of two squares
+    array([ 1.,  3., 12.])
+    """
     return np.array([comb((s + 1) * j, j, exact=True) / (s * j + 1) for j in range(1, k + 1)], dtype=float)
 
 
 def mp_edge(beta: float) -> float:
-    """Marchenko–Pastur edge ``4 sigma^2`` of an iid ``l x l`` matrix with the attention variance."""
+    """Marchenko–Pastur edge ``4 sigma^2`` of an iid ``l x l`` matrix with the attention variance.
+
+    Examples
+    --------
+    >>> round(mp_edge(1.0), 6)                            # 4 (e - 1)
+    6.873127
+    """
     return 4.0 * sigma2_of_beta(beta)
 
 
 def attention_moments(beta: float, gamma: float, psi: float) -> np.ndarray:
-    """``m_1..m_4`` of the single-head attention matrix law, convention A (docs/theory.md, "Closed forms")."""
+    """``m_1..m_4`` of the single-head attention matrix law, convention A (docs/theory.md, "Closed forms").
+
+    Examples
+    --------
+    >>> np.round(attention_moments(1.0, gamma=1.0, psi=1.0), 4)
+    array([  1.7183,   6.905 ,  36.6758, 223.457 ])
+    """
     s2 = sigma2_of_beta(beta)
     c = psi / gamma
     b4, b6, b8 = beta ** 4, beta ** 6, beta ** 8
@@ -118,7 +148,13 @@ def attention_moments(beta: float, gamma: float, psi: float) -> np.ndarray:
 
 def attention_edge(beta: float, gamma: float, psi: float) -> float:
     """Right edge ``(min_{0 < G < sqrt(c)/beta} 1/G + R(G))^2`` with
-    ``R(G) = alpha^2 G + c beta^2 G / (c - beta^2 G^2)`` (convention A)."""
+    ``R(G) = alpha^2 G + c beta^2 G / (c - beta^2 G^2)`` (convention A).
+
+    Examples
+    --------
+    >>> round(attention_edge(1.0, gamma=1.0, psi=1.0), 6)
+    9.009543
+    """
     a2, c = alpha2_of_beta(beta), psi / gamma
     top = math.sqrt(c) / beta
 
@@ -200,6 +236,11 @@ def first_moment(config: MHSAConfig) -> float:
     (convention B: ``tr (X^T X)^2 = l (1 + gamma)``), ``t_h = gamma/psi_h`` for tied or key-dependent
     values and 0 otherwise, ``s`` the key-dependent scale (1 otherwise). Convention A without tying:
     ``e^{beta^2} - 1``; tied: ``alpha^2 + beta^2 sum_h w_h (gamma + psi_h)/psi_h``.
+
+    Examples
+    --------
+    >>> round(first_moment(MHSAConfig.uniform(64, 64, heads=2)), 6)     # e - 1
+    1.718282
     """
     if config.target == "attention":
         return config.sigma2
@@ -215,6 +256,13 @@ def second_moment(config: MHSAConfig) -> float | None:
 
     Attention matrix: ``2 sigma^4 + beta^4/c``. Output (any heads, widths, K/V sharing):
     ``(1 + gamma/omega) sigma^4 + sum_h w_h^2 [beta^4 gamma/psi_h + sigma^4 (1 + gamma/phi_h)]``.
+
+    Examples
+    --------
+    >>> round(second_moment(MHSAConfig.uniform(64, 64, heads=2)), 4)
+    11.3337
+    >>> second_moment(MHSAConfig.uniform(64, 64, inputs="gaussian")) is None
+    True
     """
     if config.inputs != "orthonormal":
         return None
@@ -234,6 +282,11 @@ def atom_at_zero(config: MHSAConfig) -> float:
     Attention matrix: 0 (``alpha Z`` is square and of full rank; ``beta = 0`` aside). Output:
     ``Y = [T_1 V_1, ..., T_H V_H] W_O`` with ``T_h`` invertible, so ``rank = min(l, d_out, sum_h r_h)``,
     ``r_h = d_v^h`` (convention A), ``min(d, d_v^h)`` (B), times ``d_qk^h`` caps for key-dependent values.
+
+    Examples
+    --------
+    >>> atom_at_zero(MHSAConfig.uniform(64, 64, d_v=16))  # rank d_v = 16 of l = 64
+    0.75
     """
     g = config.gamma
     if config.beta == 0:

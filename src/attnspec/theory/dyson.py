@@ -37,7 +37,15 @@ __all__ = ["LawSolverError", "DysonSolver"]
 
 
 class LawSolverError(RuntimeError):
-    """The Dyson equation did not converge. ``z`` and ``residuals`` hold the failing points."""
+    """The Dyson equation did not converge. ``z`` and ``residuals`` hold the failing points.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> err = LawSolverError("no convergence", np.array([1 + 1e-9j]), np.array([1e-3]))
+    >>> str(err)
+    'no convergence: 1 point(s) failed: z=1+1e-09j (residual 1.00e-03)'
+    """
 
     def __init__(self, message: str, z: np.ndarray, residuals: np.ndarray):
         self.z = np.asarray(z)
@@ -54,6 +62,16 @@ class DysonSolver:
     Internally ``G`` is stored compactly: only the entries inside the components of its support (one per
     orbit of head exchanges), as an array ``(n_points, K + 1)`` whose last column is the constant 0 (entries
     outside). ``symmetric=False`` ignores the exchanges and solves the full equation (for checks).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.theory import build_pencil, closed_forms
+    >>> solver = DysonSolver(build_pencil(MHSAConfig.uniform(64, 64, target="attention")))
+    >>> g, _ = solver.solve_near_axis(np.array([30.0]), 1.0, y0=1.0)     # g(30 + 1i)
+    >>> bool(np.isclose(g[0], closed_forms.attention_stieltjes([30 + 1j], 1.0, 1.0, 1.0)[0]))
+    True
     """
 
     def __init__(self, pencil: Pencil, tol: float = 1e-12, maxit: int = 40, max_depth: int = 12,

@@ -41,7 +41,13 @@ __all__ = ["GaussianBlock", "Factor", "Monomial", "Placement", "Pencil", "pencil
 
 @dataclass(frozen=True)
 class GaussianBlock:
-    """An iid ``N(0, 1/d)`` block of size ``(rows d) x (cols d)``."""
+    """An iid ``N(0, 1/d)`` block of size ``(rows d) x (cols d)``.
+
+    Examples
+    --------
+    >>> GaussianBlock("W", rows=1.0, cols=0.5)            # a d x d/2 block
+    GaussianBlock(name='W', rows=1.0, cols=0.5)
+    """
     name: str
     rows: float
     cols: float
@@ -49,7 +55,13 @@ class GaussianBlock:
 
 @dataclass(frozen=True)
 class Factor:
-    """One factor of a monomial: ``coef * block`` (or its transpose)."""
+    """One factor of a monomial: ``coef * block`` (or its transpose).
+
+    Examples
+    --------
+    >>> Factor("W", transpose=True)                       # W^T
+    Factor(block='W', transpose=True, coef=1.0)
+    """
     block: str
     transpose: bool = False
     coef: float = 1.0
@@ -57,7 +69,13 @@ class Factor:
 
 @dataclass(frozen=True)
 class Monomial:
-    """``coef * F_1 F_2 ... F_k`` belonging to head ``head`` (-1: none)."""
+    """``coef * F_1 F_2 ... F_k`` belonging to head ``head`` (-1: none).
+
+    Examples
+    --------
+    >>> Monomial(2.0, (Factor("A"), Factor("B")), head=0)   # 2 A B in head 0
+    Monomial(coef=2.0, factors=(Factor(block='A', transpose=False, coef=1.0), Factor(block='B', transpose=False, coef=1.0)), head=0)
+    """
     coef: float
     factors: tuple[Factor, ...]
     head: int = -1
@@ -66,7 +84,14 @@ class Monomial:
 @dataclass(frozen=True)
 class Placement:
     """Gaussian block ``block`` (untransposed) at pencil position ``(row, col)`` with ``coef``;
-    the Hermitian partner ``coef * block^T`` sits at ``(col, row)``."""
+    the Hermitian partner ``coef * block^T`` sits at ``(col, row)``.
+
+    Examples
+    --------
+    >>> p = pencil_from_monomials([Monomial(1.0, (Factor("X"),))], {"X": GaussianBlock("X", 1.0, 0.5)})
+    >>> p.placements
+    (Placement(block='X', row=0, col=1, coef=1.0, head=-1),)
+    """
     block: str
     row: int
     col: int
@@ -81,6 +106,12 @@ class Pencil:
     ``ratios[a]`` is the size of pencil block ``a`` over ``d``; ``out = (out1, out2)``; ``a0`` holds
     the scalar multiples of the identity; ``multiplicity[h]`` weights head ``h``'s contributions to
     the covariance map on the output blocks (identical-head reduction).
+
+    Examples
+    --------
+    >>> p = pencil_from_monomials([Monomial(1.0, (Factor("X"),))], {"X": GaussianBlock("X", 1.0, 0.5)})
+    >>> p.size, p.labels, round(p.norm_bound(), 4)        # ||X|| <= 1 + sqrt(1/2)
+    (2, ('out1', 'out2'), 1.7071)
     """
     labels: tuple[str, ...]
     ratios: np.ndarray
@@ -146,6 +177,13 @@ def closure(pencil: Pencil) -> tuple[np.ndarray, tuple]:
     Start from the pattern of ``A_0`` and the diagonal; add every ``eta[a, b]`` whose read entry
     ``g[c, d]`` lies inside a component; repeat. Returns ``(comp, (a, b, c, d, coef))`` restricted to the
     terms whose read entry can be non-zero.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> comp, terms = closure(build_pencil(MHSAConfig.uniform(64, 64, heads=2)))
+    >>> comp.shape, len(terms)
+    ((8,), 5)
     """
     m = pencil.size
     a, b, c, d, coef = pencil.covariance_terms()
@@ -164,7 +202,14 @@ def closure(pencil: Pencil) -> tuple[np.ndarray, tuple]:
 
 
 def heads_coupled(pencil: Pencil) -> bool:
-    """Whether some component of ``G``'s support (:func:`closure`) holds pencil blocks of two heads."""
+    """Whether some component of ``G``'s support (:func:`closure`) holds pencil blocks of two heads.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> heads_coupled(build_pencil(MHSAConfig.uniform(64, 64, heads=2)))
+    False
+    """
     comp, _ = closure(pencil)
     heads = np.array(pencil.heads)
     return any(len(set(heads[(comp == k) & (heads >= 0)])) > 1 for k in np.unique(comp))
@@ -176,6 +221,12 @@ def pencil_from_monomials(monomials: list[Monomial], blocks: dict[str, GaussianB
 
     The trie merges right factors ``(block, transpose, coef, head)`` shared by several monomials;
     nodes of different heads are never merged, so that each pencil block belongs to one head.
+
+    Examples
+    --------
+    >>> blocks = {"A": GaussianBlock("A", 1.0, 1.0), "B": GaussianBlock("B", 1.0, 1.0)}
+    >>> pencil_from_monomials([Monomial(1.0, (Factor("A"), Factor("B")))], blocks).size   # A B: two trie levels
+    4
     """
     def shape(f: Factor) -> tuple[float, float]:
         b = blocks[f.block]
@@ -245,6 +296,13 @@ def config_monomials(config: MHSAConfig, heads: list[int] | None = None) -> tupl
     values ``V{value_group}``; tying uses ``K`` as the value block, key-dependent values
     ``V_h = (s/sqrt(psi_h)) Kt_h Mt_{value group}``. ``heads`` restricts to a subset of heads
     (the coefficients keep the full-layer normalization).
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> monomials, blocks = config_monomials(MHSAConfig.uniform(64, 64, heads=2))
+    >>> len(monomials), sorted(blocks)[:4]
+    (4, ['K0', 'K1', 'Q0', 'Q1'])
     """
     g, om, beta = config.gamma, config.omega, config.beta
     alpha = math.sqrt(max(config.alpha2, 0.0))

@@ -83,7 +83,19 @@ def head_symmetries(pencil: Pencil) -> list[tuple[int, int, np.ndarray]]:
 
 def read_orbits(ukeys: np.ndarray, m: int, exchanges: list) -> tuple[np.ndarray, np.ndarray]:
     """``(orbit, reps)`` of the read entries ``ukeys = min(c, d) m + max(c, d)`` (sorted) under the group the
-    exchanges generate: the orbit of every entry (numbered by first member) and each orbit's first member."""
+    exchanges generate: the orbit of every entry (numbered by first member) and each orbit's first member.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.theory.pencil import build_pencil, closure
+    >>> pencil = build_pencil(MHSAConfig.uniform(64, 64, heads=2, inputs="gaussian"))   # two heads coupled by X
+    >>> comp, (a, b, c, d, coef) = closure(pencil)
+    >>> keys = np.unique(np.minimum(c, d) * pencil.size + np.maximum(c, d))
+    >>> orbit, reps = read_orbits(keys, pencil.size, head_symmetries(pencil))
+    >>> keys.size, reps.size                              # 31 read entries, 17 unknowns
+    (31, 17)
+    """
     n = ukeys.size
     if not exchanges:
         return np.arange(n), np.arange(n)
@@ -113,7 +125,14 @@ def entry_orbits(where: np.ndarray, K: int, exchanges: list) -> tuple[np.ndarray
     """``(cmap, first)``: for the compact layout ``where`` of ``G`` (``K`` entries inside components, ``K``
     itself the zero slot), the orbit of every compact index under the exchanges (``cmap[K]`` = the number
     of orbits, the new zero slot) and each orbit's first compact index. ``G`` and ``M`` are constant on
-    orbits, so one value per orbit is stored."""
+    orbits, so one value per orbit is stored.
+
+    Examples
+    --------
+    >>> where = np.array([[0, 2], [2, 1]])                # entries 0 and 1 inside, 2 = the zero slot
+    >>> entry_orbits(where, 2, [])                        # no exchanges: every entry its own orbit
+    (array([0, 1, 2]), array([0, 1]))
+    """
     if not exchanges:
         return np.arange(K + 1), np.arange(K)
     x, y = np.nonzero(where < K)
@@ -132,7 +151,17 @@ class Unit:
     """A union of components of ``G``'s support closed under head exchanges, inverted by symmetry (module
     docstring). Local indices refer to ``blocks``; ``classes`` holds, per class of heads, the local positions
     ``i0`` (first head) and ``i1`` (second head) and the scatter ``(rows, cols, weights, bi, bj)`` of
-    ``(I - 1 1^T / n_c) (x) B_c``."""
+    ``(I - 1 1^T / n_c) (x) B_c``.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.theory.pencil import build_pencil, closure
+    >>> pencil = build_pencil(MHSAConfig.uniform(64, 64, heads=2, inputs="gaussian"))   # two heads coupled by X
+    >>> units, _ = plan_units(pencil, closure(pencil)[0], head_symmetries(pencil))
+    >>> units[0].blocks                                   # pencil blocks of the first unit
+    array([ 2,  3, 14, 15])
+    """
     blocks: np.ndarray
     Q: np.ndarray
     classes: list
@@ -173,7 +202,17 @@ class Unit:
 class SymmetricInverse:
     """The entries of ``G = M^{-1}`` on every unit at once: all small matrices (:meth:`Unit.small_matrices`)
     of one size are gathered by one product with compact ``M``, inverted in one batch (closed forms for sizes
-    1 and 2) and scattered back by one product."""
+    1 and 2) and scattered back by one product.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.theory.pencil import build_pencil, closure
+    >>> pencil = build_pencil(MHSAConfig.uniform(64, 64, heads=2, inputs="gaussian"))   # two heads coupled by X
+    >>> from attnspec.theory import DysonSolver
+    >>> isinstance(DysonSolver(pencil).sym_inverse, SymmetricInverse)   # built by the solver from plan_units
+    True
+    """
 
     def __init__(self, units: list[Unit], where: np.ndarray, K: int):
         by_size: dict[int, list] = {}
@@ -242,7 +281,17 @@ def _unit(ub: np.ndarray, borb: np.ndarray, owned: dict, classes: list[list[int]
 
 def plan_units(pencil: Pencil, comp: np.ndarray, exchanges: list) -> tuple[list[Unit], np.ndarray]:
     """``(units, in_unit)``: the symmetric units of ``G``'s support (components ``comp``) under the
-    exchanges, unbound (see :meth:`Unit.bind`), and per component whether it belongs to one."""
+    exchanges, unbound (see :meth:`Unit.bind`), and per component whether it belongs to one.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.theory.pencil import build_pencil, closure
+    >>> pencil = build_pencil(MHSAConfig.uniform(64, 64, heads=2, inputs="gaussian"))   # two heads coupled by X
+    >>> units, in_unit = plan_units(pencil, closure(pencil)[0], head_symmetries(pencil))
+    >>> len(units), int(in_unit.sum())
+    (5, 9)
+    """
     m = pencil.size
     ncomp = int(comp.max()) + 1
     owned, classes = _classes(pencil, exchanges)
