@@ -3,7 +3,8 @@
 Supported out of the box (never by modifying the model):
 
 * the transformers families of :data:`attnspec.models.architectures.ARCHITECTURES` (BERT-likes, MPNet,
-  DistilBERT, GPT-2, GPT-NeoX/Pythia, Llama/Mistral/Qwen/Gemma/OLMo/Phi, Phi-3, Falcon), each described by
+  ALBERT, DeBERTa-v2/v3, DistilBERT, T5 and BART (encoder self-attention, decoder self- and cross-attention),
+  GPT-2, GPT-NeoX/Pythia, Llama/Mistral/Qwen/Gemma/OLMo/Phi, Phi-3, Falcon, ViT/DeiT/DINOv2), each described by
   one declarative entry (where its projections live, head layout, grouped or multi-query keys and values,
   position encoding, masks) and detected by :func:`attnspec.models.architectures.detect`, which checks the
   structure before claiming a family and refuses the families of ``REFUSED`` with the reason;
