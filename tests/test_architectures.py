@@ -92,9 +92,10 @@ def _supported():
 
 #: Variants of a family already covered by another entry: their CLI run is marked slow (the attention and
 #: removal checks, a second or less each, always run).
-_VARIANTS = {"t5-base-model", "bart-base-model", "mbart", "albert-groups", "deberta-v2-conv", "roberta", "xlm-roberta", "electra", "mistral", "qwen2", "qwen3",
-             "gemma", "gemma2", "gemma3", "olmo", "phi", "qwen3-moe"}
-#: Vision transformers: image inputs (attnspec.models.image_inputs on generated images), no tokenizer, no CLI yet.
+_VARIANTS = {"t5-base-model", "bart-base-model", "mbart", "albert-groups", "deberta-v2-conv", "roberta", "xlm-roberta",
+             "electra", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "olmo", "phi", "qwen3-moe"}
+#: Vision transformers: image inputs (attnspec.models.image_inputs on generated images), no tokenizer (their CLI
+#: run, --images, is in tests/test_diagnose_cli.py).
 VISION = {
     "vit": (tr.ViTModel, tr.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                                       image_size=32, patch_size=8)),
