@@ -31,11 +31,23 @@ def test_self_contained(report):
     assert text.startswith("<!DOCTYPE html>")
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
     assert "<script" not in text
-    assert text.count("data:image/png;base64,") == 1            # the layer spectra
+    assert text.count("data:image/png;base64,") == 2            # the per-head intervals, the layer spectra
     assert text.count('<figure class="hm">') == 11              # one heat map table per score
     assert 'title="layer 2, head 3: selection_score = ' in text  # exact values in tooltips
     for word in ("selection_score", "Gaussian", "Voita", "Clark", "Michel"):
         assert word in text
+
+
+def test_intervals_and_how_to_read(report):
+    """The report shows the intervals (figure and table columns), how each diagnostic reads with the validity
+    benchmark's figures, and the random-head beta_hat bias at these lengths."""
+    text = report.read_text()
+    assert 'id="intervals"' in text
+    for col in ("selection_score_lo", "selection_score_hi", "beta_hat_lo", "beta_null", "removal_effect_hi"):
+        assert f"<th>{col}</th>" in text, col
+    assert "How to read this" in text and "AUC 1.00" in text and "AUC 0.25" in text
+    assert "Random-head <code>beta_hat</code> at these text lengths" in text
+    assert "undetermined: <b>" in text
 
 
 def _chromium():

@@ -10,7 +10,7 @@ from .removal import spearman, spearman_table
 from .steps.fit import CorpusStats
 from .steps.tables import TableOptions
 
-__all__ = ["build_summary", "removal_summary"]
+__all__ = ["build_summary", "removal_summary", "random_head_beta", "verdicts"]
 
 _NOTE_CAUSAL = ("causal attention: the theory (docs/theory.md) assumes every query sees all l tokens. Here query i "
                 "sees n_i = i keys; the Gaussian equivalent is applied row by row with l -> n_i, and the uniform part "
@@ -64,6 +64,33 @@ def _notes(sites, corpus: CorpusStats, min_tokens: int, adapter=None) -> list[st
     return notes
 
 
+def random_head_beta(heads: pd.DataFrame) -> dict:
+    """What ``beta_hat`` returns for a random head at these text lengths: per band of ``score_scale``, the
+    heads in it and the median relative bias ``beta_null / score_scale - 1`` (``beta_null``: the null head's
+    fit at the head's scale, same masks). Negative: ``beta_hat`` underestimates hot heads on short texts."""
+    if "beta_null" not in heads:
+        return {}
+    out = {}
+    s, b = heads["score_scale"].to_numpy(float), heads["beta_null"].to_numpy(float)
+    for lo, hi in ((0.0, 1.0), (1.0, 1.5), (1.5, 2.5), (2.5, np.inf)):
+        keep = (s >= lo) & (s < hi) & np.isfinite(b) & (s > 0)
+        if keep.any():
+            out[f"score_scale_{lo:g}_to_{hi:g}"] = {"heads": int(keep.sum()),
+                                                    "median_relative_bias": float(np.median(b[keep] / s[keep] - 1))}
+    return out
+
+
+def verdicts(opt: TableOptions) -> dict:
+    """How the labels were decided: replicates, interval level, nominal false-positive rate, token minimum."""
+    from .bootstrap import LEVEL
+    return {"n_boot": opt.n_boot, "interval_level": LEVEL if opt.n_boot else None,
+            "selective_if": "selection_score_lo >= selection_threshold" if opt.n_boot else "selection_score >= threshold",
+            "diffuse_or_sparse_if": "selection_score_hi < selection_threshold" if opt.n_boot else "score < threshold",
+            "nominal_false_positive_rate_selective": (1 - LEVEL) / 2 if opt.n_boot else None,
+            "min_tokens_for_verdict": opt.min_tokens,
+            "no_verdict": "cka_excess (no interval: see docs/columns.md)"}
+
+
 def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timings, source, max_length, bucket_size,
              seed, model_name) -> dict:
     sites = adapter.sites
@@ -76,7 +103,8 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         "max_length": max_length, "bucket_size": bucket_size,
         "removal_effect": opt.effect_name if opt.removal in ("exact", "screened") else None, "activation_reuse": bool(adapter.can_reuse),
         "selection_threshold": opt.threshold, "beta_max_diffuse": sel.BETA_MAX_DIFFUSE,
-        "min_tokens_for_label": opt.min_tokens, **counts,
+        "min_tokens_for_label": opt.min_tokens, **counts, "verdicts": verdicts(opt),
+        "random_head_beta_hat": random_head_beta(heads),
         "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)},
         "spearman": spearman_table(heads), "notes": _notes(sites, corpus, opt.min_tokens, adapter),
         "seed": seed, "timings_s": {k: round(v, 3) for k, v in timings.items()},
