@@ -14,7 +14,14 @@ __all__ = ["jsonable", "write_json"]
 
 def jsonable(obj: Any) -> Any:
     """Plain JSON data: mappings and sequences recursively, arrays to lists, numpy scalars to Python,
-    non-finite floats to ``None`` (JSON has no inf/nan)."""
+    non-finite floats to ``None`` (JSON has no inf/nan).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> jsonable({"a": np.array([1.0, np.inf]), 2: np.int64(3)})
+    {'a': [1.0, None], '2': 3}
+    """
     if isinstance(obj, Mapping):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -31,7 +38,15 @@ def jsonable(obj: Any) -> Any:
 
 
 def write_json(path: str | Path, data: Any, indent: int = 1) -> Path:
-    """Write JSON atomically (temporary file, then rename): never a half-written file."""
+    """Write JSON atomically (temporary file, then rename): never a half-written file.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, json
+    >>> p = write_json(pathlib.Path(tempfile.mkdtemp()) / "out.json", {"x": float("nan")})
+    >>> json.loads(p.read_text())
+    {'x': None}
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

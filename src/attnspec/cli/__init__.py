@@ -33,7 +33,13 @@ def _one_line(text: str) -> str:
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with one-line errors: ``attnspec <command>: error: --flag VALUE: allowed``, exit 2.
 
-    Subparsers inherit the class (``add_subparsers`` uses the parent's type)."""
+    Subparsers inherit the class (``add_subparsers`` uses the parent's type).
+
+    Examples
+    --------
+    >>> ArgumentParser(prog="attnspec demo").prog
+    'attnspec demo'
+    """
 
     def error(self, message: str):  # noqa: D401 - argparse API
         message = re.sub(r"^argument ([^:]+): ", r"\1 ", _one_line(message))
@@ -41,6 +47,13 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``attnspec`` parser with one subcommand per module of this package (sorted by ``ORDER``).
+
+    Examples
+    --------
+    >>> build_parser().parse_args(["law", "--beta", "0.5"]).beta
+    0.5
+    """
     parser = ArgumentParser(
         prog="attnspec", formatter_class=HelpFormatter,
         description="Random-matrix diagnostics of multi-head self-attention: simulate softmax MHSA and its "
@@ -69,6 +82,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); the exit status (2 for user errors).
+
+    Examples
+    --------
+    >>> main(["--version"])
+    attnspec ...
+    0
+    """
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

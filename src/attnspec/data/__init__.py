@@ -21,7 +21,13 @@ CORPUS_SOURCE = ("sentences of CPython 3.11 standard-library docstrings (Lib/*.p
 
 
 def builtin_texts(n: int | None = None) -> list[str]:
-    """The first ``n`` paragraphs of the built-in corpus (all when ``n`` is None)."""
+    """The first ``n`` paragraphs of the built-in corpus (all when ``n`` is None).
+
+    Examples
+    --------
+    >>> len(builtin_texts()), builtin_texts(1)[0][:40]
+    (2048, 'The repeat() method is a convenience to ')
+    """
     lines = files(__name__).joinpath(CORPUS_FILE).read_text(encoding="utf-8").splitlines()
     texts = [t for t in lines if t.strip()]
     if n is not None:
@@ -35,6 +41,13 @@ def packed_texts(tokenizer, n: int, n_tokens: int) -> list[str]:
     """``n`` texts of at least ``n_tokens`` tokens each: consecutive corpus sentences joined by spaces.
 
     Truncate to ``n_tokens`` when tokenizing (``max_length``) for texts of exactly that length.
+
+    Examples
+    --------
+    >>> words = lambda text: {"input_ids": text.split()}     # any tokenizer returning input_ids
+    >>> texts = packed_texts(words, n=2, n_tokens=50)
+    >>> len(texts), all(len(t.split()) >= 50 for t in texts)
+    (2, True)
     """
     out, cur = [], []
     for s in builtin_texts():

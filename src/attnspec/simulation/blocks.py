@@ -27,7 +27,14 @@ __all__ = ["Blocks", "draw_blocks", "stack_blocks"]
 
 @dataclass(frozen=True)
 class Blocks:
-    """Per-head blocks of one draw (shapes ``(l, w)``) or of a stack of draws (``(b, l, w)``)."""
+    """Per-head blocks of one draw (shapes ``(l, w)``) or of a stack of draws (``(b, l, w)``).
+
+    Examples
+    --------
+    >>> b = draw_blocks(MHSAConfig.uniform(32, 64, heads=2), np.random.default_rng(0))
+    >>> len(b.Q), b.Q[0].shape, b.W_O.shape
+    (2, (32, 32), (64, 64))
+    """
 
     Q: tuple[np.ndarray, ...]
     K: tuple[np.ndarray, ...]
@@ -36,7 +43,15 @@ class Blocks:
 
 
 def draw_blocks(config: MHSAConfig, rng: np.random.Generator) -> Blocks:
-    """Draw one realization of ``(Q_h, K_h, V_h)_h`` and ``W_O`` for ``config``."""
+    """Draw one realization of ``(Q_h, K_h, V_h)_h`` and ``W_O`` for ``config``.
+
+    Examples
+    --------
+    >>> cfg = MHSAConfig.uniform(32, 64, heads=2, key_groups=1)          # multi-query: one shared K
+    >>> b = draw_blocks(cfg, np.random.default_rng(0))
+    >>> b.K[0] is b.K[1], b.Q[0] is b.Q[1]
+    (True, False)
+    """
     l, d, H = config.seq_len, config.d_model, config.n_heads
     if config.inputs == "gaussian":
         X = rng.standard_normal((l, d)) / np.sqrt(d)
@@ -70,7 +85,14 @@ def draw_blocks(config: MHSAConfig, rng: np.random.Generator) -> Blocks:
 
 
 def stack_blocks(blocks: list[Blocks]) -> Blocks:
-    """Stack draws along a new leading axis, keeping shared heads shared."""
+    """Stack draws along a new leading axis, keeping shared heads shared.
+
+    Examples
+    --------
+    >>> b = draw_blocks(MHSAConfig.uniform(32, 64, heads=2), np.random.default_rng(0))
+    >>> stack_blocks([b, b]).Q[0].shape                   # (draws, l, d_qk)
+    (2, 32, 32)
+    """
     def stack(per_draw: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
         cache: dict[tuple[int, ...], np.ndarray] = {}
         out = []
