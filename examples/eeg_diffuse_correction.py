@@ -5,7 +5,7 @@ correction off and one with it on. Each is then evaluated with the correction of
 weights), reporting held-out accuracy and the fraction of heads flagged diffuse by
 
 * the zoo's in-model detector (normalized attention entropy against the Gaussian-equivalent null,
-  attnspec.zoo.selection): the score the correction itself uses;
+  attnspec.zoo.entropy_gap): the score the correction itself uses;
 * attnspec's diagnosis (spectral selection score against a null head, attnspec.diagnostics).
 
     python examples/eeg_diffuse_correction.py
@@ -15,8 +15,8 @@ from _zoo_common import parser, run
 
 if __name__ == "__main__":
     import pandas as pd
-    from attnspec.zoo.adapter import diagnose_model
-    from attnspec.zoo.experiment import diffuse_table
+    from attnspec import diagnose
+    from attnspec.zoo.entropy_gap import entropy_gap_table
     from attnspec.zoo.train import evaluate
 
     p = parser(__doc__.splitlines()[0], "diffuse")
@@ -30,13 +30,13 @@ if __name__ == "__main__":
         print(exp.result.line(f"diffuse (trained with correction {'on' if trained_with else 'off'})"))
         for eval_with in (False, True):
             m = exp.model.set_correction(eval_with)
-            tab = diffuse_table(m, exp.X_test)
+            tab = entropy_gap_table(m, exp.X_test)
             row = dict(trained="on" if trained_with else "off", evaluated="on" if eval_with else "off",
                        accuracy=evaluate(m, exp.X_test, exp.y_test), chance=exp.result.chance,
-                       diffuse_entropy=f"{int(tab.diffuse.sum())}/{len(tab)}",
-                       frac_entropy=float(tab.diffuse.mean()), mean_selection_entropy=float(tab.selection.mean()))
+                       diffuse_entropy=f"{int(tab.flat.sum())}/{len(tab)}",
+                       frac_entropy=float(tab.flat.mean()), mean_selection_entropy=float(tab.entropy_gap.mean()))
             if not args.no_diagnose:
-                d = diagnose_model(m, exp.X_test[:args.diagnose_trials])
+                d = diagnose(m, exp.X_test[:args.diagnose_trials])
                 lab = d.heads.selection.value_counts()
                 row.update(diffuse_diagnose=f"{int(d.heads.diffuse.sum())}/{len(d.heads)}",
                            labels_diagnose=" ".join(f"{k}={int(lab.get(k, 0))}" for k in ("diffuse", "sparse", "selective")),
