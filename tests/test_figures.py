@@ -9,7 +9,7 @@ import pytest
 from attnspec.cli import main
 from attnspec.config import MHSAConfig
 from attnspec.figures import law_label, plot_law, plot_spectra, png_data_uri, pyplot, save_figure
-from attnspec.figures.diagnosis import layer_spectra_figure
+from attnspec.figures.diagnosis import interval_figure, layer_spectra_figure
 from attnspec.figures.reproduce import _density_panel
 from attnspec.figures.sweeps import plot_sweep, sweep_plot
 from attnspec.reproduce import hayase2025
@@ -117,6 +117,22 @@ def test_layer_spectra_panels_are_density_histograms():
     np.testing.assert_allclose(step[1:-1:2, 1][:39], np.histogram(spectra[0]["actual"], bins=bins, density=True)[0])
     np.testing.assert_allclose(np.unique(step[:, 0]), bins)
     assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["gaussian equivalent", "actual"]
+
+
+def test_interval_figure_points_and_bars_are_the_table():
+    h = pd.DataFrame({"layer": [0, 0, 1], "selection": ["selective", "diffuse", "undetermined"],
+                      "selection_score": [1.2, -0.1, 0.3], "selection_score_lo": [0.9, -0.3, np.nan],
+                      "selection_score_hi": [1.5, 0.1, np.nan], "beta_hat": [1.5, 0.4, 0.8],
+                      "beta_hat_lo": [1.3, 0.3, 0.6], "beta_hat_hi": [1.7, 0.5, 1.0], "score_scale": [1.0, 1.0, 1.0],
+                      "beta_null": [0.7, 0.7, 0.7]})
+    top, bottom = interval_figure(h, 0.69).axes
+    np.testing.assert_array_equal(top.collections[1].get_offsets()[:, 1], h["selection_score"])
+    segments = top.collections[0].get_segments()          # NaN bounds: a bar of zero length at the point
+    assert [tuple(seg[:, 1]) for seg in segments] == [(0.9, 1.5), (-0.3, 0.1), (0.3, 0.3)]
+    assert top.lines[0].get_ydata()[0] == 0.69                            # the threshold
+    np.testing.assert_array_equal(bottom.collections[1].get_offsets()[:, 1], h["beta_hat"])
+    assert bottom.get_yscale() == "log" and [t.get_text() for t in bottom.get_legend().get_texts()] == [
+        "score scale", "random head (beta_null)"]
 
 
 def test_hayase_panel_draws_the_law_and_the_histograms(tmp_path):
