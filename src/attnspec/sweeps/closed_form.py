@@ -13,7 +13,17 @@ __all__ = ["closed_form_moments"]
 
 
 def closed_form_moments(config: MHSAConfig) -> dict:
-    """``{'m1', 'm2', 'm3', 'm4', 'right_edge'}``; ``None`` where no closed form exists."""
+    """``{'m1', 'm2', 'm3', 'm4', 'right_edge'}``; ``None`` where no closed form exists.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> cf = closed_form_moments(MHSAConfig.uniform(64, 64, target="attention"))
+    >>> round(cf["m1"], 4), round(cf["right_edge"], 4)
+    (1.7183, 9.0095)
+    >>> closed_form_moments(MHSAConfig.uniform(64, 64, inputs="gaussian"))["m2"] is None
+    True
+    """
     out: dict = {"m1": first_moment(config), "m2": second_moment(config), "m3": None, "m4": None, "right_edge": None}
     if config.target == "attention" and config.inputs == "orthonormal" and config.beta > 0:
         m = attention_moments(config.beta, config.gamma, config.psi[0])

@@ -55,7 +55,16 @@ def _law(config):
 
 
 def evaluate_point(point: SweepPoint) -> dict[str, Any]:
-    """The result dictionary of one point (see the module docstring)."""
+    """The result dictionary of one point (see the module docstring).
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import SweepPoint
+    >>> res = evaluate_point(SweepPoint(MHSAConfig.uniform(16, 16), evaluations=("surrogate",)))
+    >>> len(res["surrogate"]["moments"]), len(res["surrogate"]["quantiles_100"])
+    (4, 100)
+    """
     cfg = point.config
     res: dict[str, Any] = {"config": {"heads": cfg.n_heads, "gamma": cfg.gamma, "psi": list(cfg.psi),
                                       "phi": list(cfg.phi), "omega": cfg.omega, "sigma2": cfg.sigma2,
@@ -88,6 +97,15 @@ def run_point(point_data: dict[str, Any], evaluator=None) -> dict[str, Any]:
     """Worker entry point: decode, evaluate, and wrap with timing and the worker's address.
 
     ``evaluator`` (a callable ``SweepPoint -> dict``) defaults to :func:`evaluate_point`.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import SweepPoint
+    >>> p = SweepPoint(MHSAConfig.uniform(16, 16), evaluations=("surrogate",))
+    >>> out = run_point(p.to_dict())
+    >>> out["key"] == p.key, out["worker"]
+    (True, 'local')
     """
     point = SweepPoint.from_dict(point_data)
     from distributed import get_worker

@@ -32,7 +32,23 @@ def _flatten(prefix: str, obj, out: dict) -> None:
 
 
 def row_record(row: StoredPoint, tags: dict | None = None) -> dict:
-    """One flat record for a stored row (``tags`` override the stored ones)."""
+    """One flat record for a stored row (``tags`` override the stored ones).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> from attnspec.sweeps.runner import run_sweep
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
+    >>> from attnspec.sweeps.store import ResultStore
+    >>> with ResultStore(db) as store:
+    ...     rec = row_record(store.get(pts[1].key))
+    >>> rec["cfg.beta"], rec["heads"], round(rec["surrogate.m1"], 1)
+    (1.0, 1, 1.6)
+    """
     r = row.results
     rec = {"key": row.key, "sweep": row.sweep, "seed": row.seed, "draws": row.draws,
            "evaluations": ",".join(row.evaluations), "code_version": row.code_version,
@@ -60,13 +76,39 @@ def row_record(row: StoredPoint, tags: dict | None = None) -> dict:
 
 
 def to_frame(db: str | Path, sweep: str | None = None) -> pd.DataFrame:
-    """All rows of the store (or those first computed by ``sweep``) as a flat DataFrame."""
+    """All rows of the store (or those first computed by ``sweep``) as a flat DataFrame.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> from attnspec.sweeps.runner import run_sweep
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
+    >>> to_frame(db)[["cfg.beta", "surrogate.n"]].sort_values("cfg.beta").values.tolist()
+    [[0.5, 16.0], [1.0, 16.0]]
+    """
     with ResultStore(db) as store:
         return pd.DataFrame([row_record(r) for r in store.rows(sweep)])
 
 
 def points_frame(points: Sequence[SweepPoint], db: str | Path) -> pd.DataFrame:
-    """Rows for exactly ``points``, in their order, with *their* tags (points not stored yet are absent)."""
+    """Rows for exactly ``points``, in their order, with *their* tags (points not stored yet are absent).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> from attnspec.sweeps.runner import run_sweep
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
+    >>> points_frame(pts[::-1], db)["tag.beta"].tolist()  # in the order given, with the points' tags
+    [1.0, 0.5]
+    """
     recs = []
     with ResultStore(db) as store:
         for p in points:
@@ -77,7 +119,20 @@ def points_frame(points: Sequence[SweepPoint], db: str | Path) -> pd.DataFrame:
 
 
 def quantile_table(db: str | Path, points: Sequence[SweepPoint], model: str) -> np.ndarray:
-    """``(len(points), 100)`` stored quantiles of ``model`` (``'softmax'``, ``'surrogate'``, ``'law'``); NaN if absent."""
+    """``(len(points), 100)`` stored quantiles of ``model`` (``'softmax'``, ``'surrogate'``, ``'law'``); NaN if absent.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> from attnspec.sweeps.runner import run_sweep
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
+    >>> quantile_table(db, pts, "surrogate").shape
+    (2, 100)
+    """
     out = np.full((len(points), 100), np.nan)
     with ResultStore(db) as store:
         for i, p in enumerate(points):
@@ -89,7 +144,20 @@ def quantile_table(db: str | Path, points: Sequence[SweepPoint], model: str) -> 
 
 
 def to_parquet(db: str | Path, path: str | Path, sweep: str | None = None) -> Path:
-    """Write :func:`to_frame` to Parquet (tuple columns as strings)."""
+    """Write :func:`to_frame` to Parquet (tuple columns as strings).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> from attnspec.sweeps.runner import run_sweep
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
+    >>> to_parquet(db, db.with_suffix(".parquet")).suffix
+    '.parquet'
+    """
     df = to_frame(db, sweep)
     for col in df.columns:
         if df[col].map(lambda v: isinstance(v, tuple)).any():

@@ -61,6 +61,16 @@ class SweepReport:
     * ``failed_elsewhere``: keys of points another runner failed on during this run (not retried);
     * ``left_to_others``: keys still being computed by another live runner when ``wait_for_others``
       ran out (empty when waiting without limit).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> rep = run_sweep(pts + pts, pathlib.Path(tempfile.mkdtemp()) / "s.sqlite", n_workers=0, progress=False)
+    >>> rep.total, rep.computed, rep.accounted == rep.total
+    (2, 2, True)
     """
 
     name: str
@@ -106,7 +116,21 @@ def _unique(points: Sequence[SweepPoint]) -> list[SweepPoint]:
 
 
 def pending_points(points: Sequence[SweepPoint], db: str | Path) -> list[SweepPoint]:
-    """Points (de-duplicated) whose key is not yet in the store at ``db``."""
+    """Points (de-duplicated) whose key is not yet in the store at ``db``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> from attnspec.sweeps.runner import run_sweep
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
+    >>> more = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [1.0, 1.5]}, evaluations=("surrogate",))
+    >>> [p.config.beta for p in pending_points(more, db)]
+    [1.5]
+    """
     points = _unique(points)
     with ResultStore(db) as store:
         done = store.finished_keys(p.key for p in points)

@@ -50,6 +50,15 @@ class SweepPoint:
         Subset of ``('law', 'softmax', 'surrogate')``.
     tags : dict
         Free-form JSON-able labels (not part of the key).
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> p = SweepPoint(MHSAConfig.uniform(16, 16), seed=1, tags={"panel": "a"})
+    >>> p.key == SweepPoint(MHSAConfig.uniform(16, 16), seed=1).key    # tags are not part of the key
+    True
+    >>> SweepPoint.from_dict(p.to_dict()) == p
+    True
     """
 
     config: MHSAConfig
@@ -133,6 +142,13 @@ def expand_grid(base: MHSAConfig, axes: Mapping[str, Sequence[Any]] | None = Non
     """Cartesian product of ``axes`` (dict order; the last axis varies fastest) times ``seeds``.
 
     Every point's tags hold the axis values it was built from (plus ``tags``).
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> pts = expand_grid(MHSAConfig.uniform(64, 64, heads=4), {"heads": [1, 2], "beta": [0.5, 1.0]}, seeds=(0, 1))
+    >>> len(pts), [(p.config.n_heads, p.config.beta) for p in pts[::2]]
+    (8, [(1, 0.5), (1, 1.0), (2, 0.5), (2, 1.0)])
     """
     axes = dict(axes or {})
     names = list(axes)
@@ -177,6 +193,15 @@ def points_from_spec(spec: Mapping[str, Any]) -> tuple[str, list[SweepPoint]]:
         kv_groups = 1
 
     Returns ``(name, points)``.
+
+    Examples
+    --------
+    >>> spec = {"sweep": {"name": "demo", "seeds": [0]},
+    ...         "base": {"seq_len": 32, "d_model": 32, "d_qk": [8] * 4, "d_v": [8] * 4, "d_out": 32},
+    ...         "grid": {"heads": [1, 2, 4]}}
+    >>> name, pts = points_from_spec(spec)
+    >>> name, [p.config.d_qk for p in pts]
+    ('demo', [(32,), (16, 16), (8, 8, 8, 8)])
     """
     sweep = dict(spec.get("sweep", {}))
     if "base" not in spec:

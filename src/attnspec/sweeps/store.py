@@ -110,12 +110,24 @@ CREATE TABLE IF NOT EXISTS claims(
 
 
 def new_owner_id() -> str:
-    """A fresh runner identity ``host:pid:uuid`` (unique per call, also within one process)."""
+    """A fresh runner identity ``host:pid:uuid`` (unique per call, also within one process).
+
+    Examples
+    --------
+    >>> new_owner_id() != new_owner_id(), new_owner_id().count(":")
+    (True, 2)
+    """
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 def owner_alive(owner: str) -> bool | None:
-    """Whether the process of ``owner`` runs: ``True``/``False`` on this host, ``None`` (unknown) on another."""
+    """Whether the process of ``owner`` runs: ``True``/``False`` on this host, ``None`` (unknown) on another.
+
+    Examples
+    --------
+    >>> owner_alive(new_owner_id()), owner_alive("elsewhere.example:1:abc")   # this process; another host
+    (True, None)
+    """
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
@@ -138,7 +150,13 @@ def owner_alive(owner: str) -> bool | None:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """``attnspec.__version__``, plus ``+git:<describe>`` when the package sits in a git checkout."""
+    """``attnspec.__version__``, plus ``+git:<describe>`` when the package sits in a git checkout.
+
+    Examples
+    --------
+    >>> code_version().startswith(__version__)
+    True
+    """
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=here, capture_output=True,
@@ -152,7 +170,22 @@ def code_version() -> str:
 
 @dataclass(frozen=True)
 class StoredPoint:
-    """A row of ``points``, decoded."""
+    """A row of ``points``, decoded.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> from attnspec.sweeps.runner import run_sweep
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
+    >>> with ResultStore(db) as store:
+    ...     row = store.get(pts[0].key)
+    >>> row.config["beta"], row.evaluations, sorted(row.results)[:2]
+    (0.5, ['surrogate'], ['config', 'distances'])
+    """
 
     key: str
     sweep: str
@@ -174,6 +207,19 @@ class ResultStore:
     """SQLite store of finished sweep points (see the module docstring for schema and guarantees).
 
     Use as a context manager or call :meth:`close`. Opening creates the file and the schema.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.sweeps.spec import expand_grid
+    >>> from attnspec.sweeps.runner import run_sweep
+    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
+    >>> with ResultStore(db) as store:
+    ...     len(store.finished_keys()), store.integrity_check()
+    (2, 'ok')
     """
 
     def __init__(self, path: str | Path, timeout: float = 60.0):
