@@ -6,14 +6,18 @@
 * :mod:`.fit` — minimum bulk-W1 fit, outliers above the fitted edge apart;
 * :mod:`.core` — :func:`identify`: fit, parametric bootstrap intervals, calibrated goodness of fit,
   head-count profiling;
+* :mod:`.tables` — where the fits run: exact laws, or law tables around the fit for speed;
+* :mod:`.resample` — the two-stage parametric bootstrap (pilot draws, then refits of ``B`` draws);
 * :mod:`.identifiability` — Fisher information of the bulk quantiles, non-identifiable directions;
-* :mod:`.spectrum` — :func:`check_spectrum`: is the input a possible Gram spectrum.
+* :mod:`.spectrum` — :func:`read_spectrum` (``.npy``, text, JSON files) and :func:`check_spectrum`: is the
+  input a possible Gram spectrum.
 """
-from .core import Identification, bootstrap, identify
+from .core import Identification, identify
 from .family import Family, MarchenkoPasturFamily, MHSAFamily, TabulatedBetaFamily, TabulatedFamily
 from .fit import Fit, fit_family
 from .identifiability import fisher_report, jacobian
 from .laws import TabulatedLaw, attention_law, marchenko_pastur_law
+from .resample import bootstrap
 from .spectrum import SpectrumError, SpectrumFileError, check_spectrum, read_spectrum
 
 __all__ = ["Identification", "identify", "bootstrap", "Family", "MHSAFamily", "MarchenkoPasturFamily",

@@ -61,12 +61,23 @@ from .resample import bootstrap, pilot_draws, simulation_point
 from .spectrum import check_spectrum
 from .tables import fit_fast, refit_stand_in, refit_table
 
-__all__ = ["Identification", "identify", "bootstrap"]
+__all__ = ["Identification", "identify"]
 
 
 @dataclass
 class Identification:
-    """Result of :func:`identify` (``to_dict`` gives plain JSON)."""
+    """Result of :func:`identify` (``to_dict`` gives plain JSON).
+
+    Examples
+    --------
+    >>> from attnspec.identify import MarchenkoPasturFamily
+    >>> fam = MarchenkoPasturFamily(100, 200)
+    >>> x = fam.sample({"scale": 2.0}, np.random.default_rng(0))
+    >>> res = identify(x, family=fam, n_boot=19, seed=0)
+    >>> lo, hi = res.estimates["scale"]["ci_low"], res.estimates["scale"]["ci_high"]
+    >>> bool(lo < 2.0 < hi), res.gof["p_value"] > 0.05, sorted(res.to_dict())[:3]
+    (True, True, ['bootstrap_model', 'criterion', 'edge'])
+    """
 
     family: str
     fit: Fit

@@ -50,7 +50,15 @@ _VIRTUAL_D = 1 << 20
 
 
 class Family:
-    """Base class (see module docstring)."""
+    """Base class (see module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fam = MarchenkoPasturFamily(100, 200)             # a Family: names, bounds, quantiles, right_edge, sample
+    >>> fam.names, fam.to_eta({"scale": np.e}), fam.from_eta([0.0])
+    (('scale',), array([1.]), {'scale': 1.0})
+    """
 
     names: tuple[str, ...] = ()
     fixed: dict[str, float] = {}
@@ -99,7 +107,14 @@ class Family:
 
 
 def law_backend(config: MHSAConfig) -> str:
-    """``'closed-form'`` (attention target, convention A) or ``'solver'``."""
+    """``'closed-form'`` (attention target, convention A) or ``'solver'``.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> law_backend(MHSAConfig.uniform(64, 64, target="attention")), law_backend(MHSAConfig.uniform(64, 64, heads=2))
+    ('closed-form', 'solver')
+    """
     return "closed-form" if (config.target == "attention" and config.inputs == "orthonormal") else "solver"
 
 
@@ -113,6 +128,16 @@ class MHSAFamily(Family):
     free : names among ``beta, psi, phi, scale``
     fixed : values for parameters that are not free (default: from ``base``; ``scale`` 1)
     draws : independent draws pooled in one surrogate sample (match the observed spectrum's pooling)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.config import MHSAConfig
+    >>> fam = MHSAFamily(MHSAConfig.uniform(100, 100, target="attention"))       # free: beta
+    >>> round(float(fam.quantiles({"beta": 1.0}, np.array([0.5]))[0]), 4), round(fam.right_edge({"beta": 1.0}), 4)
+    (0.9079, 9.0095)
+    >>> fam.sample({"beta": 1.0}, np.random.default_rng(0)).shape    # a surrogate spectrum at l = 100
+    (100,)
     """
 
     def __init__(self, base: MHSAConfig, free=("beta",), fixed: Mapping[str, float] | None = None,
@@ -194,7 +219,15 @@ class MHSAFamily(Family):
 
 
 class MarchenkoPasturFamily(Family):
-    """``sigma^2 W W^T / n`` (``W`` ``p x n``) with free ``scale`` (= sigma^2) and optionally ``ratio`` = p/n."""
+    """``sigma^2 W W^T / n`` (``W`` ``p x n``) with free ``scale`` (= sigma^2) and optionally ``ratio`` = p/n.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fam = MarchenkoPasturFamily(100, 200)
+    >>> round(fam.right_edge({"scale": 2.0}), 4)          # 2 (1 + sqrt(1/2))^2
+    5.8284
+    """
 
     def __init__(self, p: int, n: int, free=("scale",)):
         self.p, self.n = p, n
@@ -246,6 +279,15 @@ class TabulatedBetaFamily(_Tabulated):
     by a cubic spline in ``beta`` (``log Q`` when positive) and linearly in ``u``. Use it to make a slow
     law (the operator-valued solver) cheap enough for bootstrap refits: the solver runs ``nodes``
     times once, instead of a few dozen times per fit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.config import MHSAConfig
+    >>> fam = MHSAFamily(MHSAConfig.uniform(100, 100, target="attention"))       # free: beta
+    >>> table = TabulatedBetaFamily(fam, 0.8, 1.2, nodes=9)
+    >>> bool(np.allclose(table.quantiles({"beta": 1.0}, [0.5]), fam.quantiles({"beta": 1.0}, [0.5])))
+    True
     """
 
     def __init__(self, inner: MHSAFamily, lo: float, hi: float, nodes: int = 41, n_u: int = 4001):
@@ -308,6 +350,16 @@ class TabulatedFamily(_Tabulated):
         a factor ``e^{0.1}``).
     nodes : int >= 4
         Nodes per shape parameter.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.config import MHSAConfig
+    >>> fam = MHSAFamily(MHSAConfig.uniform(100, 100, d_qk=50, target="attention"), free=("beta", "psi"))
+    >>> table = TabulatedFamily(fam, {"beta": 1.0, "psi": 0.5}, {"beta": 0.1, "psi": 0.2}, nodes=5)
+    >>> theta = {"beta": 1.0, "psi": 0.5}
+    >>> bool(np.allclose(table.quantiles(theta, [0.5]), fam.quantiles(theta, [0.5]))), table.on_border(theta)
+    (True, False)
     """
 
     def __init__(self, inner: MHSAFamily, center: Mapping[str, float], half_width: Mapping[str, float],

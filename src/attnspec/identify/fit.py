@@ -33,7 +33,18 @@ __all__ = ["Fit", "fit_family", "bulk_w1", "bulk_ks"]
 
 @dataclass
 class Fit:
-    """A fitted point: parameters, criterion, outliers."""
+    """A fitted point: parameters, criterion, outliers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.identify import MarchenkoPasturFamily
+    >>> fam = MarchenkoPasturFamily(100, 200)
+    >>> x = np.append(fam.sample({"scale": 2.0}, np.random.default_rng(0))[:-1], 50.0)    # one spike
+    >>> fit = fit_family(x, fam)
+    >>> round(fit.theta["scale"], 1), fit.n_outliers, fit.outliers
+    (2.0, 1, array([50.]))
+    """
 
     theta: dict[str, float]
     criterion: float               # W1 on the bulk (eigenvalue units)
@@ -57,13 +68,34 @@ def _u(n: int) -> np.ndarray:
 
 
 def bulk_w1(x_sorted: np.ndarray, family: Family, theta, n_bulk: int) -> float:
+    """The fit criterion ``(1/n) sum_{i <= n_bulk} |x_(i) - Q_theta((i - 1/2)/n)|`` (module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.identify import MarchenkoPasturFamily
+    >>> fam = MarchenkoPasturFamily(100, 200)
+    >>> x = fam.quantiles({"scale": 1.0}, (np.arange(100) + 0.5) / 100)   # the law's own midpoint quantiles
+    >>> bulk_w1(x, fam, {"scale": 1.0}, n_bulk=100)
+    0.0
+    """
     n = x_sorted.size
     q = family.quantiles(theta, _u(n)[:n_bulk])
     return float(np.sum(np.abs(x_sorted[:n_bulk] - q)) / n)
 
 
 def bulk_ks(x_sorted: np.ndarray, family: Family, theta, n_bulk: int) -> float:
-    """``sup |F_n - F_theta|`` over the bulk's points, with ``F_theta`` from the quantile table."""
+    """``sup |F_n - F_theta|`` over the bulk's points, with ``F_theta`` from the quantile table.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.identify import MarchenkoPasturFamily
+    >>> fam = MarchenkoPasturFamily(100, 200)
+    >>> x = fam.quantiles({"scale": 1.0}, (np.arange(100) + 0.5) / 100)
+    >>> round(bulk_ks(x, fam, {"scale": 1.0}, n_bulk=100), 3)    # 1/(2 n) for midpoint quantiles
+    0.005
+    """
     n = x_sorted.size
     xb = x_sorted[:n_bulk]
     u = np.linspace(0, 1, 4001)
@@ -139,7 +171,18 @@ def _minimize(x: np.ndarray, family: Family, n_bulk: int, start: dict, scan: int
 
 def fit_family(eigs: np.ndarray, family: Family, start: dict | None = None, rel_tol: float = 0.02,
                trim: float = 0.01, max_outlier_frac: float = 0.02) -> Fit:
-    """Fit ``family`` to the eigenvalues ``eigs`` (any shape, pooled) by minimum bulk W1 (module docstring)."""
+    """Fit ``family`` to the eigenvalues ``eigs`` (any shape, pooled) by minimum bulk W1 (module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.config import MHSAConfig
+    >>> from attnspec.identify import MHSAFamily
+    >>> fam = MHSAFamily(MHSAConfig.uniform(100, 100, target="attention"))
+    >>> x = fam.sample({"beta": 1.0}, np.random.default_rng(0))
+    >>> round(fit_family(x, fam).theta["beta"], 2)
+    1.0
+    """
     x = np.sort(np.asarray(eigs, dtype=float).ravel())
     n = x.size
     if n < 8:

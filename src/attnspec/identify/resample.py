@@ -79,7 +79,16 @@ def bootstrap(fit: Fit, family: Family, n_boot: int, seed: int = 0, refit_family
 
 def pilot_draws(fit: Fit, family: Family, refit: Family, seed: int, model: str | None) -> np.ndarray:
     """``PILOT_DRAWS`` spectra simulated at ``fit.theta`` and refitted on ``refit``: ``(PILOT_DRAWS, p)``
-    fit coordinates (seeds: children of ``SeedSequence([seed, 1])``)."""
+    fit coordinates (seeds: children of ``SeedSequence([seed, 1])``).
+
+    Examples
+    --------
+    >>> from attnspec.identify import MarchenkoPasturFamily, fit_family
+    >>> fam = MarchenkoPasturFamily(60, 120)
+    >>> fit = fit_family(fam.sample({"scale": 2.0}, np.random.default_rng(0)), fam)
+    >>> pilot_draws(fit, fam, fam, seed=0, model=None).shape      # log-scale coordinates of 5 refits
+    (5, 1)
+    """
     out = []
     for ss in np.random.SeedSequence([seed, 1]).spawn(PILOT_DRAWS):
         xb = np.sort(family.sample(fit.theta, np.random.default_rng(ss), model=model))

@@ -101,7 +101,16 @@ def fit_fast(x: np.ndarray, family: Family) -> tuple[Family, Fit]:
 
 def refit_stand_in(family: Family, theta: Mapping[str, float]) -> Family:
     """A cheap stand-in for bootstrap refits: a local ``beta`` table (``beta -+ 15 %``, 31 nodes) for MHSA
-    families with free ``beta`` (and ``scale``); tables and other families as they are."""
+    families with free ``beta`` (and ``scale``); tables and other families as they are.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> fam = MHSAFamily(MHSAConfig.uniform(100, 100, target="attention"))
+    >>> stand_in = refit_stand_in(fam, {"beta": 1.0})
+    >>> type(stand_in).__name__, stand_in.bounds["beta"]
+    ('TabulatedBetaFamily', (0.85, 1.15))
+    """
     if isinstance(family, (TabulatedBetaFamily, TabulatedFamily)):
         return family
     if isinstance(family, MHSAFamily) and "beta" in family.names and set(family.names) <= {"beta", "scale"}:
@@ -120,6 +129,16 @@ def refit_table(x: np.ndarray, wide: TabulatedFamily, fit: Fit, pilot: np.ndarra
     side. The final fit is redone on it, so that the fit and the refits share one interpolant (its
     error then largely cancels in the bias correction). ``pilot``: ``(P, p)`` refitted fit coordinates
     of pilot draws, or ``None``.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> fam = MHSAFamily(MHSAConfig.uniform(100, 100, d_qk=50, target="attention"), free=("beta", "psi"))
+    >>> x = np.sort(fam.sample({"beta": 1.0, "psi": 0.5}, np.random.default_rng(0)))
+    >>> wide, fit = fit_fast(x, fam)
+    >>> table, refit = refit_table(x, wide, fit, pilot=None)
+    >>> bool(table.bounds["beta"][0] < refit.theta["beta"] < table.bounds["beta"][1])
+    True
     """
     shape = list(wide.shape_names)
     inner = wide.inner
