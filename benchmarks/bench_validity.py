@@ -19,8 +19,10 @@ Writes ``results.csv``, ``beta.csv``, ``heads.csv``, ``pairs.csv`` and ``results
 Deterministic (seeded models, seeded diagnosis). Default budget: BERT, 5 strengths x 6 seeds x 3 corpus
 sizes, about 5 minutes on 2 cores (each added architecture as much again); ``--quick`` is 2 strengths x
 2 seeds x 2 corpus sizes.
+``--coverage N``: instead, the coverage of the 95 % bootstrap intervals of ``beta_hat`` and
+``beta_corrected`` over ``N`` planted-beta repetitions per ``--coverage-betas`` value (:func:`coverage`).
 Usage: ``python benchmarks/bench_validity.py [--quick] [--architectures bert gpt2] [--strengths 0 0.5 1]
-[--texts 8 64] [--seeds 3] [--out DIR]``.
+[--texts 8 64] [--seeds 3] [--out DIR]``; ``python benchmarks/bench_validity.py --coverage 100``.
 """
 from __future__ import annotations
 
@@ -82,6 +84,35 @@ def run_model(architecture: str, strength: float, seed: int, sizes: list[int]) -
             pr = pr.merge(attention_correlation(pm.path, texts, causal), on=["layer", "head_a", "head_b"])
             pairs.append(pr.assign(**tag))
     return heads, pairs, time.perf_counter() - t0
+
+
+def coverage(n_reps: int, beta: float, n_texts: int, architecture: str = "bert") -> pd.DataFrame:
+    """Coverage of the 95 % bootstrap intervals of ``beta_hat`` and ``beta_corrected`` for a planted beta.
+
+    Repetition = one head of a planted model at strength 0 whose every head has the planted ``beta``
+    (random Q/K rescaled so that the RMS of its row-centered logits is ``beta`` on the calibration texts).
+    Model ``k`` (seed ``k``) is diagnosed on its own ``n_texts`` built-in texts (the ``k``-th block, never
+    the calibration texts), so repetitions differ in model and texts; models are added until ``n_reps``
+    heads are collected (the first ``n_reps`` are kept). One row per repetition."""
+    rows, k = [], 0
+    corpus = builtin_texts(2048 - 64)
+    while len(rows) < n_reps:
+        texts = corpus[k * n_texts:(k + 1) * n_texts]
+        with tempfile.TemporaryDirectory() as d:
+            pm = build_planted_model(PlantSpec(strength=0.0, betas=(beta,), architecture=architecture), k, d)
+            model, tok = load_model(pm.path)
+            dg = attnspec.diagnose(model, tok, texts, seed=k, removal=False, gradient=False)
+        h = dg.heads.merge(pm.heads, on=["layer", "head"])
+        for r in h.itertuples():
+            rows.append({"model": k, "layer": r.layer, "head": r.head, "planted_beta": r.planted_beta,
+                         "score_scale": r.score_scale, "beta_hat": r.beta_hat, "beta_hat_lo": r.beta_hat_lo,
+                         "beta_hat_hi": r.beta_hat_hi, "beta_null": r.beta_null, "beta_corrected": r.beta_corrected,
+                         "beta_corrected_lo": r.beta_corrected_lo, "beta_corrected_hi": r.beta_corrected_hi})
+        k += 1
+    df = pd.DataFrame(rows[:n_reps])
+    for est in ("beta_hat", "beta_corrected"):
+        df[f"{est}_covers"] = (df[f"{est}_lo"] <= df["planted_beta"]) & (df["planted_beta"] <= df[f"{est}_hi"])
+    return df
 
 
 def _fmt(x: float) -> str:
@@ -154,6 +185,23 @@ def write_markdown(out: Path, res: pd.DataFrame, beta: pd.DataFrame, meta: str) 
     return text
 
 
+def coverage_report(args) -> str:
+    """Run :func:`coverage` for each beta (64 texts each); write ``coverage.csv``; the summary as text."""
+    t0 = time.perf_counter()
+    dfs = [coverage(args.coverage, b, 64, args.architectures[0]) for b in args.coverage_betas]
+    df = pd.concat(dfs, ignore_index=True)
+    df.to_csv(args.out / "coverage.csv", index=False)
+    g = df.groupby("planted_beta")
+    summ = pd.DataFrame({"repetitions": g.size(), "beta_hat covers": g["beta_hat_covers"].sum(),
+                         "beta_corrected covers": g["beta_corrected_covers"].sum(),
+                         "mean beta_hat": g["beta_hat"].mean(), "mean beta_corrected": g["beta_corrected"].mean(),
+                         "mean width beta_hat": g.apply(lambda x: (x["beta_hat_hi"] - x["beta_hat_lo"]).mean()),
+                         "mean width beta_corrected": g.apply(
+                             lambda x: (x["beta_corrected_hi"] - x["beta_corrected_lo"]).mean())}).reset_index()
+    return (f"## Coverage of the 95 % intervals ({args.architectures[0]}, 64 texts per repetition, "
+            f"{time.perf_counter() - t0:.0f} s)\n\n" + to_markdown(summ, 3))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--architectures", nargs="+", default=["bert"], choices=sorted(ARCHITECTURES))
@@ -163,7 +211,15 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="reduced budget: strengths 0 1, texts 16 64, 2 seeds")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("out/bench_validity"))
+    ap.add_argument("--coverage", type=int, default=0, metavar="N",
+                    help="only the interval coverage check: N planted-beta repetitions per --coverage-betas value")
+    ap.add_argument("--coverage-betas", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     args = ap.parse_args(argv)
+    if args.coverage:
+        torch.set_num_threads(args.threads)
+        args.out.mkdir(parents=True, exist_ok=True)
+        print(coverage_report(args), flush=True)
+        return
     if args.quick:
         args.strengths, args.texts, args.seeds = [0.0, 1.0], [16, 64], 2
     torch.set_num_threads(args.threads)
