@@ -1,11 +1,13 @@
 # attnspec: `make demo` and `make test` both create .venv and install everything pinned first.
+# `make test` runs the test suite and the Examples of every docstring under src/attnspec (pytest --doctest-modules,
+# configured in pyproject.toml); `make doctest` runs the docstring Examples alone.
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out/demo
 
-.PHONY: demo test test-fast bench lint clean
+.PHONY: demo test test-fast doctest bench lint clean
 
 $(STAMP): requirements.lock requirements-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +25,9 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+doctest: $(STAMP)
+	$(BIN)/python -m pytest -q src/attnspec
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
