@@ -66,3 +66,26 @@ def test_the_graph_sees_real_edges():
     g = _graph()
     assert "attnspec.theory.pencil" in g["attnspec.theory.dyson"]
     assert "attnspec.models.ablation" in g["attnspec.diagnostics.steps.removal"]
+
+
+def _reach(graph, start):
+    seen, todo = set(), [start]
+    while todo:
+        for v in graph[todo.pop()]:
+            if v not in seen:
+                seen.add(v)
+                todo.append(v)
+    return seen
+
+
+def test_layers_depend_downward():
+    """Configurations import nothing of the package; the random-matrix layers (spectra, theory, simulation,
+    identification) reach nothing above them (sweeps, figures, diagnostics, models, CLI, zoo)."""
+    g = _without_package_inits(_graph())
+    assert not {v for v in g["attnspec.config"] if v.startswith("attnspec.")}
+    above = ("attnspec.sweeps", "attnspec.figures", "attnspec.diagnostics", "attnspec.models", "attnspec.cli",
+             "attnspec.zoo", "attnspec.report", "attnspec.validation", "attnspec.plots")
+    for layer in ("attnspec.spectra", "attnspec.simulation", "attnspec.identify"):
+        for mod in [m for m in g if m == layer or m.startswith(layer + ".")]:
+            bad = sorted(v for v in _reach(g, mod) if v.startswith(above))
+            assert not bad, f"{mod} reaches {bad}"
