@@ -127,7 +127,9 @@ def test_signal_heads_keep_their_output_projection(planted):
 @pytest.mark.parametrize("seed", [0])
 def test_attnspec_ranks_a_planted_class_head_above_random_heads(tmp_path, seed):
     """End to end through load_model + diagnose: heads attending to the class tokens get the highest
-    selection scores; no head without a pattern is labelled selective."""
+    selection scores, at least one above the threshold; no head without a pattern is labelled selective, and
+    no class head is called noise-like (diffuse/sparse): the calibrated verdict leaves it selective or, when
+    the 95 % interval of its score reaches below the threshold on these 64 texts, undetermined."""
     torch.set_num_threads(1)
     spec = PlantSpec(strength=1.0, patterns=("class",), n_selective=1, n_pairs=0, n_important=0, **{
         k: v for k, v in SPEC.items() if k not in ("n_selective", "n_pairs", "n_important")})
@@ -136,7 +138,8 @@ def test_attnspec_ranks_a_planted_class_head_above_random_heads(tmp_path, seed):
     heads = attnspec.diagnose(model, tok, builtin_texts(64), removal=False, gradient=False).heads
     h = heads.merge(pm.heads, on=["layer", "head"])
     assert roc_auc(h["selection_score"], h["selective"]) == 1.0
-    assert (h.loc[h["selective"], "selection"] == "selective").any()
+    assert (h.loc[h["selective"], "selection_score"] >= math.log(2)).any()
+    assert h.loc[h["selective"], "selection"].isin(["selective", "undetermined"]).all()
     assert (h.loc[~h["selective"], "selection"] != "selective").all()
 
 
