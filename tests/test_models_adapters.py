@@ -194,3 +194,41 @@ def test_generic_modules(kind):
 def test_no_attention_raises():
     with pytest.raises(AdapterError, match="no supported attention"):
         adapt(nn.Sequential(nn.Linear(3, 3)))
+
+
+def test_per_block_protocol_is_attention_block_and_names_what_is_missing():
+    import attnspec
+    from attnspec.models import AttentionBlock, protocol
+
+    assert isinstance(_Custom(), AttentionBlock) and not hasattr(protocol, "CustomAttention")
+    assert attnspec.CustomAttention is not AttentionBlock                    # the model-level protocol is another thing
+
+    class Half(nn.Module):
+        attnspec_protocol = 1
+
+        def __init__(self):
+            super().__init__()
+            self.n_heads, self.out_proj = 2, nn.Linear(4, 4)
+
+    with pytest.raises(AdapterError, match="lacks head_dim, attn_probe, value_probe"):
+        adapt(Half())
+
+
+def test_site_structure_intersects_the_allowed_set():
+    site = adapt(_Custom()).sites[0]
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    assert site.structure is None and site.path == ""
+    plain = site.allowed(mask)
+    assert int(plain[0].sum()) == 9 and bool(plain[1].all())
+    band = (torch.arange(4)[:, None] - torch.arange(4)[None]).abs() <= 1      # (L, L): each token and its neighbours
+    site.structure = lambda: band
+    torch.testing.assert_close(site.allowed(mask), plain & band[None])
+    per_item = torch.stack([band, ~band])                                    # (B, L, L): one mask per input
+    site.structure = lambda: per_item
+    torch.testing.assert_close(site.allowed(mask), plain & per_item)
+    site.structure = lambda: None
+    assert torch.equal(site.allowed(mask), plain)
+    for bad in (torch.ones(3, 3, dtype=torch.bool), torch.ones(3, 4, 4, dtype=torch.bool), torch.ones(4, dtype=torch.bool)):
+        site.structure = lambda b=bad: b
+        with pytest.raises(ValueError, match=r"structure_mask has shape .* expected \(L, L\) or \(B, L, L\)"):
+            site.allowed(mask)

@@ -61,7 +61,7 @@ def test_library_head_removal_equals_zeroing_the_head_context():
 
 
 def test_key_padding_mask_and_protocol():
-    from attnspec.models.protocol import CustomAttention as BlockProtocol
+    from attnspec.models.protocol import AttentionBlock as BlockProtocol
 
     blk = MHA(8, 2).eval()
     assert isinstance(blk, BlockProtocol) and blk.head_dim == 4

@@ -9,7 +9,8 @@ Supported out of the box (never by modifying the model):
   position encoding, masks) and detected by :func:`attnspec.models.architectures.detect`, which checks the
   structure before claiming a family and refuses the families of ``REFUSED`` with the reason;
 * ``torch.nn.MultiheadAttention`` (self-attention, weights recomputed from the call's inputs);
-* custom modules following :class:`attnspec.models.protocol.CustomAttention`.
+* custom modules following the per-block protocol :class:`attnspec.models.protocol.AttentionBlock` (a whole
+  model with structure masks and a functional output: :class:`attnspec.CustomAttention`).
 
 Base models without a head (``LlamaModel``, ``GPT2Model``, ``BertModel``) get ``kind='encoder'``: the
 functional effect of a removal is the shift of their output representation (``1 - cos`` of mean-pooled
@@ -31,7 +32,7 @@ from .architectures import (ARCHITECTURES, Architecture, ArchitectureError, cros
                             get_path, resolve, stack_of)
 from .attention_calls import Application, register_applications
 from .emitters import register
-from .protocol import AttentionSite, CustomAttention
+from .protocol import AttentionBlock, AttentionSite
 
 __all__ = ["ModelAdapter", "adapt", "AdapterError"]
 
@@ -348,7 +349,7 @@ def _custom_sites(model: nn.Module) -> list[AttentionSite]:
     sites = []
     for name, mod in model.named_modules():
         if getattr(mod, "attnspec_protocol", None) == 1:
-            if not isinstance(mod, CustomAttention):
+            if not isinstance(mod, AttentionBlock):
                 missing = [a for a in ("n_heads", "head_dim", "attn_probe", "value_probe", "out_proj") if not hasattr(mod, a)]
                 raise AdapterError(f"{name}: sets attnspec_protocol = 1 but lacks {', '.join(missing)} "
                                    "(see attnspec.models.protocol)")
@@ -386,4 +387,4 @@ def adapt(model: nn.Module | ModelAdapter) -> ModelAdapter:
     raise AdapterError(f"{type(model).__name__}{f' (model_type {mtype!r})' if mtype else ''}: no supported attention "
                        f"layers. Supported: the transformers families {known} (attnspec diagnose "
                        "--list-architectures), torch.nn.MultiheadAttention, and modules following "
-                       "attnspec.models.protocol.CustomAttention")
+                       "attnspec.models.protocol.AttentionBlock")

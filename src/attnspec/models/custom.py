@@ -5,7 +5,7 @@ A model that is not a transformers family (EEG, SPD or any research model) is di
 
 ``attention_blocks()``
     yields ``(name, block)`` for every attention block, in forward order. Each block follows the
-    per-block protocol of :mod:`attnspec.models.protocol` (``attnspec_protocol = 1``, ``n_heads``,
+    per-block protocol :class:`~attnspec.models.protocol.AttentionBlock` (``attnspec_protocol = 1``, ``n_heads``,
     ``head_dim``, ``attn_probe`` called on the post-softmax weights ``A`` ``(B, H, L, L)``,
     ``value_probe`` called on the values ``(B, H_kv, L, head_dim)``, ``out_proj`` applied to the
     head-major concatenation of the contexts ``A_h V_h``). A block may also expose
@@ -27,14 +27,15 @@ mean-replaces) the head's slice of the concatenated contexts (:func:`attnspec.mo
 
 :func:`custom_adapter` wraps such a model in a :class:`~attnspec.models.adapters.ModelAdapter` (kind
 ``'generic'``) whose sites are the library's :class:`~attnspec.models.protocol.AttentionSite` of each block
-plus its structure mask, and whose forward is the functional output. :func:`custom_inputs` turns inputs
+with its structure mask and path label (``AttentionSite.structure``, ``AttentionSite.path``), and whose forward
+is the functional output. :func:`custom_inputs` turns inputs
 ``X`` ``(B, ...)`` into the batch the diagnosis runs on (a complete example: :func:`custom_adapter`).
 ``attnspec.diagnose(net, X)`` does both and adds ``block`` and ``path`` columns to the tables.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+from dataclasses import replace
+from typing import Any, Iterable, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -42,9 +43,8 @@ from torch import nn
 
 from .adapters import AdapterError, ModelAdapter, adapt
 from .hooks import capture
-from .protocol import AttentionSite
 
-__all__ = ["CustomAttention", "StructuredSite", "custom_adapter", "custom_inputs", "is_custom", "site_labels"]
+__all__ = ["CustomAttention", "custom_adapter", "custom_inputs", "is_custom", "site_labels"]
 
 
 @runtime_checkable
@@ -90,30 +90,6 @@ def is_custom(model: Any) -> bool:
     return isinstance(model, nn.Module) and isinstance(model, CustomAttention)
 
 
-@dataclass
-class StructuredSite(AttentionSite):
-    """An :class:`AttentionSite` whose allowed set also applies its block's structure mask.
-
-    ``structure()`` returns the mask of the block's last forward call: bool ``(L, L)`` or ``(B, L, L)``
-    (True = query ``i`` may attend key ``j``) or ``None``. :meth:`allowed` is the padding (and causal,
-    window) rule of the base class intersected with it; the diagnosis reads it after each forward pass.
-    """
-
-    structure: Callable[[], torch.Tensor | None] | None = None
-    path: str = ""
-
-    def allowed(self, attention_mask: torch.Tensor) -> torch.Tensor:
-        ok = super().allowed(attention_mask)
-        sm = self.structure() if self.structure is not None else None
-        if sm is None:
-            return ok
-        sm = torch.as_tensor(sm).to(device=ok.device, dtype=torch.bool)
-        if sm.shape[-2:] != ok.shape[-2:] or sm.dim() not in (2, 3):
-            raise ValueError(f"{self.name}: structure_mask has shape {tuple(sm.shape)}; expected (L, L) or (B, L, L) "
-                             f"with L = {ok.shape[-1]}")
-        return ok & (sm if sm.dim() == 3 else sm[None])
-
-
 class _FunctionalOutput(nn.Module):
     """The forward the diagnosis runs: ``model.functional_output(*args)``, a ``(B, F)`` output repeated over the
     ``n_tokens`` tokens (``(B, L, F)``; its mean over real tokens is the vector itself)."""
@@ -136,9 +112,10 @@ class _FunctionalOutput(nn.Module):
 
 
 def custom_adapter(model: nn.Module) -> ModelAdapter:
-    """:class:`ModelAdapter` of a :class:`CustomAttention` model: one :class:`StructuredSite` per block of
-    ``model.attention_blocks()`` (in that order), built from the per-block protocol's sites
-    (:func:`attnspec.models.adapt`); its forward is the model's functional output.
+    """:class:`ModelAdapter` of a :class:`CustomAttention` model: one :class:`AttentionSite` per block of
+    ``model.attention_blocks()`` (in that order), the per-block protocol's site (:func:`attnspec.models.adapt`)
+    with ``structure`` reading the block's ``structure_mask`` and ``path`` its ``path`` label; its forward is
+    the model's functional output.
 
     Raises
     ------
@@ -200,10 +177,9 @@ def custom_adapter(model: nn.Module) -> ModelAdapter:
         if base is None:
             raise AdapterError(f"{name}: block does not follow attnspec.models.protocol (attnspec_protocol = 1, "
                                "n_heads, head_dim, attn_probe, value_probe, out_proj)")
-        kw = {f.name: getattr(base, f.name) for f in fields(AttentionSite)}
-        kw.update(index=len(sites), name=name)
-        sites.append(StructuredSite(**kw, structure=lambda b=block: getattr(b, "structure_mask", None),
-                                    path=str(getattr(block, "path", "") or "")))
+        sites.append(replace(base, index=len(sites), name=name,
+                             structure=lambda b=block: getattr(b, "structure_mask", None),
+                             path=str(getattr(block, "path", "") or "")))
     return ModelAdapter(_FunctionalOutput(model), sites, "generic", None, family=f"custom/{type(model).__name__}")
 
 
@@ -257,4 +233,4 @@ def site_labels(adapter: ModelAdapter) -> list[dict]:
     --------
     See :func:`custom_adapter`.
     """
-    return [{"layer": s.index, "block": s.name, "path": getattr(s, "path", "")} for s in adapter.sites]
+    return [{"layer": s.index, "block": s.name, "path": s.path} for s in adapter.sites]

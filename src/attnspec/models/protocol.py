@@ -1,4 +1,4 @@
-"""What attnspec needs from one attention layer, and the protocol for custom attention modules.
+"""What attnspec needs from one attention layer, and the per-block protocol for custom attention modules.
 
 An :class:`AttentionSite` describes one multi-head self-attention layer of a model in terms of
 three hook points, all on *unmodified* modules (forward hooks only; nothing is patched):
@@ -13,10 +13,10 @@ three hook points, all on *unmodified* modules (forward hooks only; nothing is p
   are ``C_h W_O^h`` with ``W_O^h`` the rows ``h*d_head:(h+1)*d_head`` of :meth:`w_out`. Head
   removal is a forward *pre*-hook on ``out_proj`` that zeroes (or mean-replaces) a head's slice.
 
-Custom attention modules (EEG, SPD, ... models)
------------------------------------------------
-A module is diagnosed through :class:`CustomAttention` when it sets ``attnspec_protocol = 1`` and
-exposes:
+Custom attention blocks (EEG, SPD, ... models)
+----------------------------------------------
+A module is diagnosed through :class:`AttentionBlock` (the per-block protocol) when it sets
+``attnspec_protocol = 1`` and exposes:
 
 =====================  =========================================================================
 ``n_heads: int``       number of query heads ``H``
@@ -57,7 +57,10 @@ real tokens) to :func:`attnspec.diagnose`; the module itself must mask padded ke
 
 Functional effects of head removal on such models use the model's own output (see
 :class:`attnspec.models.adapters.ModelAdapter`): ``1 - cos`` of the mean-pooled output for a
-``(B, L, D)`` output, or a user ``effect_fn``.
+``(B, L, D)`` output. A whole model whose blocks follow this protocol may implement the model-level
+protocol :class:`attnspec.CustomAttention` (:mod:`attnspec.models.custom`): its ``functional_output``
+is then what head removal is measured on, and a block's ``structure_mask`` and ``path`` reach the
+site (:attr:`AttentionSite.structure`, :attr:`AttentionSite.path`).
 """
 from __future__ import annotations
 
@@ -67,12 +70,13 @@ from typing import Callable, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-__all__ = ["AttentionSite", "CustomAttention"]
+__all__ = ["AttentionSite", "AttentionBlock"]
 
 
 @runtime_checkable
-class CustomAttention(Protocol):
-    """Typed form of the custom-module protocol described in the module docstring."""
+class AttentionBlock(Protocol):
+    """Typed form of the per-block protocol described in the module docstring (one attention block;
+    the model-level protocol is :class:`attnspec.CustomAttention`)."""
 
     attnspec_protocol: int
     n_heads: int
@@ -140,6 +144,14 @@ class AttentionSite:
     recompute : callable or None
         For modules whose internals cannot be hooked (``nn.MultiheadAttention``): a function
         ``(module, args, kwargs) -> (A, V)`` recomputing weights and values from the call's inputs.
+    structure : callable or None
+        ``structure()`` returns the structure mask of the layer's last forward call: boolean ``(L, L)``
+        or ``(B, L, L)``, True where query ``i`` may attend key ``j``, or ``None`` (no structure).
+        :meth:`allowed` intersects it with the padding, causal and window rule. Set by
+        :func:`attnspec.models.custom.custom_adapter` from a block's ``structure_mask``; ``None``: no
+        structure.
+    path : str
+        Label of the attention path the layer implements (e.g. ``'temporal'``); ``''`` when unlabelled.
     """
 
     index: int
@@ -166,6 +178,8 @@ class AttentionSite:
     n_applications: int = 1
     stack: str | None = None
     role: str = "self"
+    structure: Callable[[], torch.Tensor | None] | None = None
+    path: str = ""
 
     def is_mine(self, counter: list) -> bool:
         """For a module shared by several layers (ALBERT): count one call in ``counter`` (a one-element list)
@@ -188,7 +202,31 @@ class AttentionSite:
 
     def allowed(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Boolean ``(B, L, L)`` from the site's metadata: query ``i`` may attend key ``j`` (both real
-        tokens, causal, window). The diagnosis prefers the recorded mask (``Capture.allowed``)."""
+        tokens, causal, window), intersected with :attr:`structure` when set. The diagnosis prefers the
+        recorded mask (``Capture.allowed``) when the site records one (``mask_kwarg``).
+
+        Parameters
+        ----------
+        attention_mask : Tensor
+            ``(B, L)``, nonzero for real tokens.
+
+        Raises
+        ------
+        ValueError
+            ``structure()`` returns a mask whose shape is neither ``(L, L)`` nor ``(B, L, L)``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch import nn
+        >>> lin = nn.Linear(4, 4)
+        >>> site = AttentionSite(0, "a", lin, lin, n_heads=2, n_kv_heads=2, head_dim=2, d_out=4, causal=True)
+        >>> int(site.allowed(torch.ones(1, 3)).sum())                      # lower triangle of 3 x 3
+        6
+        >>> site.structure = lambda: torch.eye(3, dtype=torch.bool)        # each token attends itself only
+        >>> int(site.allowed(torch.ones(1, 3)).sum())
+        3
+        """
         valid = attention_mask.bool()
         B, L = valid.shape
         ok = valid[:, :, None] & valid[:, None, :]
@@ -198,7 +236,14 @@ class AttentionSite:
             ok = ok & (dist >= 0)[None]
         if self.window is not None:
             ok = ok & ((dist if self.causal else dist.abs()) < self.window)[None]
-        return ok
+        sm = self.structure() if self.structure is not None else None
+        if sm is None:
+            return ok
+        sm = torch.as_tensor(sm).to(device=ok.device, dtype=torch.bool)
+        if sm.dim() not in (2, 3) or sm.shape[-2:] != ok.shape[-2:] or (sm.dim() == 3 and sm.shape[0] not in (1, B)):
+            raise ValueError(f"{self.name}: structure_mask has shape {tuple(sm.shape)}; expected (L, L) or (B, L, L) "
+                             f"with B = {B}, L = {L}")
+        return ok & (sm if sm.dim() == 3 else sm[None])
 
     def describe(self) -> str:
         att = "causal" if self.causal else "bidirectional"
