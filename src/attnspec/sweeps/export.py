@@ -36,12 +36,8 @@ def row_record(row: StoredPoint, tags: dict | None = None) -> dict:
 
     Examples
     --------
-    >>> import tempfile, pathlib
-    >>> from attnspec.config import MHSAConfig
-    >>> from attnspec.sweeps.spec import expand_grid
-    >>> from attnspec.sweeps.runner import run_sweep
-    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
-    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> import tempfile; from attnspec.config import MHSAConfig; from attnspec.sweeps import expand_grid, run_sweep
+    >>> db, pts = tempfile.mkdtemp() + "/s.sqlite", expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]})
     >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
     >>> from attnspec.sweeps.store import ResultStore
     >>> with ResultStore(db) as store:
@@ -80,12 +76,8 @@ def to_frame(db: str | Path, sweep: str | None = None) -> pd.DataFrame:
 
     Examples
     --------
-    >>> import tempfile, pathlib
-    >>> from attnspec.config import MHSAConfig
-    >>> from attnspec.sweeps.spec import expand_grid
-    >>> from attnspec.sweeps.runner import run_sweep
-    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
-    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> import tempfile; from attnspec.config import MHSAConfig; from attnspec.sweeps import expand_grid, run_sweep
+    >>> db, pts = tempfile.mkdtemp() + "/s.sqlite", expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]})
     >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
     >>> to_frame(db)[["cfg.beta", "surrogate.n"]].sort_values("cfg.beta").values.tolist()
     [[0.5, 16.0], [1.0, 16.0]]
@@ -99,12 +91,8 @@ def points_frame(points: Sequence[SweepPoint], db: str | Path) -> pd.DataFrame:
 
     Examples
     --------
-    >>> import tempfile, pathlib
-    >>> from attnspec.config import MHSAConfig
-    >>> from attnspec.sweeps.spec import expand_grid
-    >>> from attnspec.sweeps.runner import run_sweep
-    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
-    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> import tempfile; from attnspec.config import MHSAConfig; from attnspec.sweeps import expand_grid, run_sweep
+    >>> db, pts = tempfile.mkdtemp() + "/s.sqlite", expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]})
     >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
     >>> points_frame(pts[::-1], db)["tag.beta"].tolist()  # in the order given, with the points' tags
     [1.0, 0.5]
@@ -123,14 +111,10 @@ def quantile_table(db: str | Path, points: Sequence[SweepPoint], model: str) -> 
 
     Examples
     --------
-    >>> import tempfile, pathlib
-    >>> from attnspec.config import MHSAConfig
-    >>> from attnspec.sweeps.spec import expand_grid
-    >>> from attnspec.sweeps.runner import run_sweep
-    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
-    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> import tempfile; from attnspec.config import MHSAConfig; from attnspec.sweeps import expand_grid, run_sweep
+    >>> db, pts = tempfile.mkdtemp() + "/s.sqlite", expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]})
     >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
-    >>> quantile_table(db, pts, "surrogate").shape
+    >>> quantile_table(db, pts, "law").shape
     (2, 100)
     """
     out = np.full((len(points), 100), np.nan)
@@ -148,14 +132,10 @@ def to_parquet(db: str | Path, path: str | Path, sweep: str | None = None) -> Pa
 
     Examples
     --------
-    >>> import tempfile, pathlib
-    >>> from attnspec.config import MHSAConfig
-    >>> from attnspec.sweeps.spec import expand_grid
-    >>> from attnspec.sweeps.runner import run_sweep
-    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
-    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
+    >>> import tempfile; from attnspec.config import MHSAConfig; from attnspec.sweeps import expand_grid, run_sweep
+    >>> db, pts = tempfile.mkdtemp() + "/s.sqlite", expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]})
     >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
-    >>> to_parquet(db, db.with_suffix(".parquet")).suffix
+    >>> to_parquet(db, db + ".parquet").suffix
     '.parquet'
     """
     df = to_frame(db, sweep)

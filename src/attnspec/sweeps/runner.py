@@ -64,13 +64,11 @@ class SweepReport:
 
     Examples
     --------
-    >>> import tempfile, pathlib
-    >>> from attnspec.config import MHSAConfig
-    >>> from attnspec.sweeps.spec import expand_grid
-    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
-    >>> rep = run_sweep(pts + pts, pathlib.Path(tempfile.mkdtemp()) / "s.sqlite", n_workers=0, progress=False)
-    >>> rep.total, rep.computed, rep.accounted == rep.total
-    (2, 2, True)
+    >>> from pathlib import Path
+    >>> rep = SweepReport(name="demo", db=Path("s.sqlite"), total=5, already_stored=2, computed=2,
+    ...                   failed=[("k", "ValueError")])
+    >>> rep.accounted == rep.total, str(rep).split(":")[1].strip()
+    (True, '5 points')
     """
 
     name: str
@@ -120,15 +118,13 @@ def pending_points(points: Sequence[SweepPoint], db: str | Path) -> list[SweepPo
 
     Examples
     --------
-    >>> import tempfile, pathlib
+    >>> import tempfile
     >>> from attnspec.config import MHSAConfig
     >>> from attnspec.sweeps.spec import expand_grid
-    >>> from attnspec.sweeps.runner import run_sweep
-    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
-    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
-    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
-    >>> more = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [1.0, 1.5]}, evaluations=("surrogate",))
-    >>> [p.config.beta for p in pending_points(more, db)]
+    >>> db = tempfile.mkdtemp() + "/s.sqlite"
+    >>> _ = run_sweep(expand_grid(MHSAConfig.uniform(16, 16), {"beta": [1.0]}), db, n_workers=0, progress=False)
+    >>> more = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [1.0, 1.5]})
+    >>> [p.config.beta for p in pending_points(more + more, db)]           # de-duplicated, stored ones left out
     [1.5]
     """
     points = _unique(points)

@@ -174,17 +174,9 @@ class StoredPoint:
 
     Examples
     --------
-    >>> import tempfile, pathlib
-    >>> from attnspec.config import MHSAConfig
-    >>> from attnspec.sweeps.spec import expand_grid
-    >>> from attnspec.sweeps.runner import run_sweep
-    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
-    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
-    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
-    >>> with ResultStore(db) as store:
-    ...     row = store.get(pts[0].key)
-    >>> row.config["beta"], row.evaluations, sorted(row.results)[:2]
-    (0.5, ['surrogate'], ['config', 'distances'])
+    >>> import dataclasses
+    >>> [f.name for f in dataclasses.fields(StoredPoint)][:5]       # what ResultStore.get and .rows return
+    ['key', 'sweep', 'config', 'seed', 'draws']
     """
 
     key: str
@@ -210,16 +202,16 @@ class ResultStore:
 
     Examples
     --------
-    >>> import tempfile, pathlib
+    >>> import tempfile
     >>> from attnspec.config import MHSAConfig
-    >>> from attnspec.sweeps.spec import expand_grid
-    >>> from attnspec.sweeps.runner import run_sweep
-    >>> pts = expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]}, evaluations=("surrogate",))
-    >>> db = pathlib.Path(tempfile.mkdtemp()) / "sweep.sqlite"
-    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
-    >>> with ResultStore(db) as store:
-    ...     len(store.finished_keys()), store.integrity_check()
-    (2, 'ok')
+    >>> from attnspec.sweeps.spec import SweepPoint
+    >>> p = SweepPoint(MHSAConfig.uniform(16, 16))
+    >>> with ResultStore(tempfile.mkdtemp() + "/s.sqlite") as store:
+    ...     first = store.put(p, {"m1": 1.7}, started_at=0.0, finished_at=2.0, worker="local")
+    ...     again = store.put(p, {"m1": 9.9}, started_at=0.0, finished_at=2.0)      # one row per key
+    ...     row = store.get(p.key)
+    >>> first, again, row.results, row.elapsed_s
+    (True, False, {'m1': 1.7}, 2.0)
     """
 
     def __init__(self, path: str | Path, timeout: float = 60.0):

@@ -156,11 +156,10 @@ class Unit:
     Examples
     --------
     >>> from attnspec.config import MHSAConfig
-    >>> from attnspec.theory.pencil import build_pencil, closure
-    >>> pencil = build_pencil(MHSAConfig.uniform(64, 64, heads=2, inputs="gaussian"))   # two heads coupled by X
-    >>> units, _ = plan_units(pencil, closure(pencil)[0], head_symmetries(pencil))
-    >>> units[0].blocks                                   # pencil blocks of the first unit
-    array([ 2,  3, 14, 15])
+    >>> from attnspec.theory import DysonSolver, build_pencil
+    >>> solver = DysonSolver(build_pencil(MHSAConfig.uniform(48, 48, heads=3, inputs="gaussian")))
+    >>> [u.blocks.size for u in solver.units][:3]         # the units the solver inverts by symmetry
+    [6, 12, 6]
     """
     blocks: np.ndarray
     Q: np.ndarray
