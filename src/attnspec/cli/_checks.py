@@ -3,7 +3,7 @@
 Everything here runs *before* any model is loaded or any computation starts, and reports a user
 error as one :class:`CLIError` (flag, value, allowed range), which :func:`attnspec.cli.main` prints
 as one line ``attnspec <command>: error: ...`` with exit status 2. Model arguments are checked in
-:mod:`._registry`, simulation costs in :mod:`._cost` (re-exported here for the subcommands).
+:mod:`._registry`, simulation costs in :mod:`._cost`.
 """
 from __future__ import annotations
 
@@ -13,14 +13,11 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ._cost import (available_memory, check_simulation_cost, estimate_simulation_cost, fmt_bytes, fmt_number,
-                    fmt_seconds)
 from ._errors import CLIError
 
 __all__ = ["CLIError", "SIMULATE_BETA_MAX", "LAW_BETA_MAX", "DEFAULT_TIME_LIMIT", "int_range", "positive_int",
            "nonneg_int", "float_range", "int_list", "check_output_dir", "check_output_file", "check_input_file",
-           "read_text_lines", "check_sqlite_file", "estimate_simulation_cost", "check_simulation_cost",
-           "fmt_number", "fmt_bytes", "fmt_seconds", "available_memory"]
+           "read_text_lines", "check_sqlite_file"]
 
 #: Largest beta for Monte-Carlo alone (``simulate`` without ``--with-law``, sweeps without the law):
 #: the surrogate's fourth moment grows like ``e^{4 beta^2}`` and overflows float64 from beta ~ 13.5

@@ -6,7 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from ._checks import LAW_BETA_MAX, check_output_file, fmt_number, int_range
+from ._checks import LAW_BETA_MAX, check_output_file, int_range
+from ._cost import fmt_number
 from ._options import HelpFormatter, add_config_arguments, config_from_args, write_json
 
 ORDER = 20

@@ -5,8 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._checks import (DEFAULT_TIME_LIMIT, LAW_BETA_MAX, SIMULATE_BETA_MAX, CLIError, check_output_file,
-                      check_simulation_cost, float_range, fmt_number, nonneg_int, positive_int)
+from ._checks import (DEFAULT_TIME_LIMIT, LAW_BETA_MAX, SIMULATE_BETA_MAX, CLIError, check_output_file, float_range,
+                      nonneg_int, positive_int)
+from ._cost import check_simulation_cost, fmt_number
 from ._options import HelpFormatter, add_config_arguments, config_from_args, write_json
 
 ORDER = 10

@@ -14,8 +14,8 @@ import numpy as np
 
 from ..config import CENTERINGS, INPUTS, TARGETS, VALUES, ConfigError, MHSAConfig
 from ._checks import (DEFAULT_TIME_LIMIT, LAW_BETA_MAX, SIMULATE_BETA_MAX, CLIError, check_input_file,
-                      check_output_file, check_simulation_cost, check_sqlite_file, float_range, int_list, nonneg_int,
-                      positive_int)
+                      check_output_file, check_sqlite_file, float_range, int_list, nonneg_int, positive_int)
+from ._cost import check_simulation_cost
 from ._options import HelpFormatter, add_config_arguments, config_from_args
 
 ORDER = 60
