@@ -24,20 +24,20 @@ def _free(text: str) -> tuple[str, ...]:
     return names
 
 
+DESCRIPTION = (
+    "Fit the Gaussian-equivalent law to an observed spectrum by minimum W1 of the bulk (quantile matching; eigenvalues "
+    "above the fitted edge are reported as outliers), with parametric-bootstrap confidence intervals (spectra of the "
+    "--model simulated at the observed size near the fit, each refitted; the offset of the refits corrects the "
+    "estimate), a goodness-of-fit test whose p-value is calibrated on the same draws, and a Fisher-information report "
+    "of the directions the spectrum does not pin down. The input must be a possible Gram spectrum: at least 10 finite "
+    "eigenvalues, not all zero, none negative beyond round-off (1e-6 x the largest). A warning goes to stderr when the "
+    f"fit fails its own goodness-of-fit test (p < 1 - level). beta is limited to [0, {LAW_BETA_MAX:g}] (the law "
+    "solver's range). Method, derivation and measured coverage: docs/identify.md; the model: docs/theory.md.")
+
+
 def register(sub) -> None:
-    p = sub.add_parser(
-        "identify", help="estimate beta (and optionally widths, head count, scale) from an observed spectrum",
-        description="Fit the Gaussian-equivalent law to an observed spectrum by minimum W1 of the bulk (quantile "
-                    "matching; eigenvalues above the fitted edge are reported as outliers), with parametric-bootstrap "
-                    "confidence intervals (spectra of the --model simulated at the observed size near the fit, each "
-                    "refitted; the offset of the refits corrects the estimate), a goodness-of-fit test whose p-value "
-                    "is calibrated on the same draws, and a "
-                    "Fisher-information report of the directions the spectrum does not pin down. The input must be a "
-                    "possible Gram spectrum: at least 10 finite eigenvalues, not all zero, none negative beyond "
-                    "round-off (1e-6 x the largest). A warning goes to stderr when the fit fails its own "
-                    f"goodness-of-fit test (p < 1 - level). beta is limited to [0, {LAW_BETA_MAX:g}] (the law "
-                    "solver's range). Method, derivation and measured coverage: docs/identify.md.",
-        formatter_class=HelpFormatter)
+    p = sub.add_parser("identify", description=DESCRIPTION, formatter_class=HelpFormatter,
+                       help="estimate beta (and optionally widths, head count, scale) from an observed spectrum")
     p.add_argument("input", type=Path, metavar="INPUT",
                    help="eigenvalues: .npy, .csv/.txt/.tsv/.dat (numbers separated by commas or whitespace; one header "
                         "line allowed), or JSON (a list, or an object with 'eigenvalues' or '<model>_eigenvalues', e.g. "
