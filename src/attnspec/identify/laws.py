@@ -6,8 +6,7 @@
   :func:`attnspec.theory.closed_forms.attention_quartic_roots`, and the density of the eigenvalues
   ``lambda = w^2`` of ``Y_att Y_att^T`` is ``rho(lambda) = -Im G(sqrt(lambda)) / (pi sqrt(lambda))``.
 * :func:`marchenko_pastur_law` — eigenvalues of ``sigma^2 W W^T / n`` for ``W`` ``p x n`` iid
-  ``N(0,1)``, ratio ``y = p/n <= 1``: ``rho = sqrt((b - x)(x - a)) / (2 pi sigma^2 y x)`` on
-  ``[a, b] = sigma^2 (1 -+ sqrt(y))^2``.
+  ``N(0,1)``, ratio ``y = p/n <= 1`` (density :func:`attnspec.theory.closed_forms.marchenko_pastur_density`).
 
 Both return a :class:`TabulatedLaw` (grid, density, CDF by quadrature, quantile by inversion), with the
 same reading interface as :class:`attnspec.theory.Law`: ``grid``, ``density``, ``atom_at_zero``,
@@ -19,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..theory.closed_forms import attention_edge, attention_quartic_roots, marchenko_pastur_edges
+from ..theory.closed_forms import (attention_edge, attention_quartic_roots, marchenko_pastur_density,
+                                   marchenko_pastur_edges)
 
 __all__ = ["TabulatedLaw", "attention_law", "marchenko_pastur_law"]
 
@@ -137,9 +137,4 @@ def marchenko_pastur_law(ratio: float = 1.0, sigma2: float = 1.0, n: int = 4000)
     if not 0 < ratio <= 1:
         raise ValueError(f"ratio must lie in (0, 1], got {ratio}")
     a, b = marchenko_pastur_edges(ratio, sigma2)
-
-    def rho(x):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.sqrt(np.clip((b - x) * (x - a), 0, None)) / (2 * np.pi * sigma2 * ratio * x)
-
-    return _tabulate(b, rho, lower=a, n=n, atom=0.0)
+    return _tabulate(b, lambda x: marchenko_pastur_density(x, sigma2, ratio), lower=a, n=n, atom=0.0)

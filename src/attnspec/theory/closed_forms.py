@@ -70,19 +70,26 @@ def marchenko_pastur_cdf(x, scale: float = 1.0) -> np.ndarray:
     return (2.0 * theta + np.sin(2.0 * theta)) / np.pi
 
 
-def marchenko_pastur_density(x, scale: float = 1.0) -> np.ndarray:
-    """Density ``sqrt((4 s - x) x) / (2 pi s x)`` of the law of :func:`marchenko_pastur_cdf` (0 outside ``(0, 4 s)``).
+def marchenko_pastur_density(x, scale: float = 1.0, ratio: float = 1.0) -> np.ndarray:
+    """Density ``sqrt((b - x)(x - a)) / (2 pi s y x)`` on ``[a, b] = s (1 -+ sqrt(y))^2`` (0 outside) of the
+    eigenvalues of ``s W W^T / n``, ``W`` ``p x n`` standard Gaussian, ``y = p/n = ratio`` in ``(0, 1]``; for
+    ``ratio = 1`` the law of :func:`marchenko_pastur_cdf`, ``sqrt((4 s - x) x) / (2 pi s x)`` on ``(0, 4 s)``.
 
     Examples
     --------
     >>> float(marchenko_pastur_density(2.0))  # 1 / (pi * 2) * sqrt(2 * 2) / 2
     0.15915494309189535
+    >>> float(marchenko_pastur_density(1.0, ratio=0.25))   # sqrt(1.25 * 0.75) / (2 pi 0.25)
+    0.6164...
     """
     s = _check_scale(scale)
+    if not 0 < ratio <= 1:
+        raise ValueError(f"ratio must lie in (0, 1], got {ratio}")
+    a, b = marchenko_pastur_edges(ratio, s)
     x = np.asarray(x, dtype=float)
-    inside = (x > 0) & (x < 4.0 * s)
+    inside = (x > a) & (x < b) & (x > 0)
     xi = np.where(inside, x, 1.0)
-    return np.where(inside, np.sqrt(np.clip((4.0 * s - xi) * xi, 0.0, None)) / (2.0 * np.pi * s * xi), 0.0)
+    return np.where(inside, np.sqrt(np.clip((b - xi) * (xi - a), 0.0, None)) / (2.0 * np.pi * s * ratio * xi), 0.0)
 
 
 def marchenko_pastur_quantile(u, scale: float = 1.0) -> np.ndarray:
@@ -124,7 +131,7 @@ def mp_edge(beta: float) -> float:
     >>> round(mp_edge(1.0), 6)                            # 4 (e - 1)
     6.873127
     """
-    return 4.0 * sigma2_of_beta(beta)
+    return marchenko_pastur_edges(1.0, sigma2_of_beta(beta))[1]
 
 
 def attention_moments(beta: float, gamma: float, psi: float) -> np.ndarray:
