@@ -1,4 +1,5 @@
-"""Test-wide settings: one torch thread (two threads on a busy 2-core CI box run several times slower)."""
+"""Test-wide settings for the suite and the docstring examples: offline model hubs, no display, one torch thread
+(two threads on a busy 2-core CI box run several times slower)."""
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
