@@ -10,7 +10,8 @@
 
 Both return a :class:`TabulatedLaw` (grid, density, CDF by quadrature, quantile by inversion), with the
 same reading interface as :class:`attnspec.theory.Law`: ``grid``, ``density``, ``atom_at_zero``,
-``right_edge``, ``mass``, the array ``moments`` (``m_1..m_4``), ``cdf(x)`` and ``quantile(u)``.
+``right_edge``, ``left_edge``, ``mass``, the array ``moments`` (``m_1..m_4``), ``pdf(x)``, ``cdf(x)`` and
+``quantile(u)``.
 """
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ class TabulatedLaw:
     right_edge: float
     mass: float
     moments: np.ndarray
+    left_edge: float | None = None      # lower end of the continuous part when above 0 (as Law.left_edge)
+
+    def pdf(self, x) -> np.ndarray:
+        """Continuous density at ``x`` (linear interpolation of the grid values, 0 outside)."""
+        return np.interp(np.asarray(x, dtype=float), self.grid, self.density, left=0.0, right=0.0)
 
     def cdf(self, x) -> np.ndarray:
         """``F(x)`` (atom included) by linear interpolation of :attr:`cdf_values`."""
@@ -77,7 +83,7 @@ def _tabulate(edge: float, density_fn, lower: float = 0.0, n: int = 4000, atom: 
     density = rho * (1.0 - a) / mass
     moments = np.trapezoid(x[None, :] ** np.arange(1, 5)[:, None] * density, x, axis=1)
     return TabulatedLaw(grid=x, density=density, cdf_values=F, atom_at_zero=a, right_edge=float(edge), mass=mass,
-                        moments=moments)
+                        moments=moments, left_edge=float(lower) if lower > 0 else None)
 
 
 def _physical_root(w: np.ndarray, beta: float, c: float) -> np.ndarray:
@@ -129,8 +135,8 @@ def marchenko_pastur_law(ratio: float = 1.0, sigma2: float = 1.0, n: int = 4000)
     Examples
     --------
     >>> law = marchenko_pastur_law(0.25, sigma2=2.0)
-    >>> law.right_edge                                 # sigma2 (1 + sqrt(y))^2
-    4.5
+    >>> law.left_edge, law.right_edge                  # sigma2 (1 -+ sqrt(y))^2
+    (0.5, 4.5)
     >>> round(float(law.moments[1]), 3)                # sigma2^2 (1 + y)
     5.0
     """
