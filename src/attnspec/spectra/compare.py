@@ -83,9 +83,6 @@ def zero_fraction(eigs: np.ndarray, rtol: float = 1e-11) -> float:
     return float(np.mean(x <= rtol * x.max(initial=0.0)))
 
 
-#: Transition name (until the figures import :func:`zero_fraction`); not public.
-atom_at_zero = zero_fraction
-
 
 def quantiles(eigs: np.ndarray, q=(0.05, 0.25, 0.5, 0.75, 0.95, 0.99)) -> np.ndarray:
     """Empirical quantiles (linear interpolation) at levels ``q`` in [0, 1].
