@@ -37,7 +37,7 @@ Gaussian equivalent: right for surrogate spectra, too narrow and off-centre for 
   respect to ``eta``; directions whose standard error exceeds ``max_se`` are reported as
   non-identifiable, and parameters loading on them get no point estimate.
 
-Speed (:mod:`.tables`). With two or more shape parameters (``beta``, ``psi``, ``phi``; ``scale`` is
+Speed (:mod:`.staging`, :mod:`.tables`). With two or more shape parameters (``beta``, ``psi``, ``phi``; ``scale`` is
 profiled exactly) the law is tabulated: a wide box around the start, re-centred until the fit is inside
 it, then a narrow box around the fit on which the final fit and all bootstrap refits run. A refit that
 lands on the narrow box's edge is redone on a wide box. The bootstrap's two stages (pilot draws, then
@@ -54,12 +54,13 @@ import numpy as np
 from scipy import stats
 
 from ..config import MHSAConfig
-from .family import SAMPLE_MODELS, Family, MHSAFamily, TabulatedFamily
+from .family import SAMPLE_MODELS, Family, MHSAFamily
+from .tables import TabulatedFamily
 from .fit import Fit
 from .identifiability import fisher_report
 from .resample import bootstrap, pilot_draws, simulation_point
 from .spectrum import check_spectrum
-from .tables import fit_fast, refit_stand_in, refit_table
+from .staging import fit_fast, refit_stand_in, refit_table
 
 __all__ = ["Identification", "identify"]
 

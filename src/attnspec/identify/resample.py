@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .family import Family, TabulatedFamily
+from .family import Family
+from .tables import TabulatedFamily
 from .fit import Fit, fit_family
 from .identifiability import U_ID
 
