@@ -97,3 +97,31 @@ def test_immutable():
     assert c.replace(beta=2.0).beta == 2.0 and c.beta == 1.0
     with pytest.raises(ConfigError, match="beta"):
         c.replace(beta=-1.0)
+
+
+def test_beta_functions_are_the_configs_and_name_beta_out_of_range():
+    from attnspec.config import BETA_MAX, alpha2_of_beta, alpha_of_beta, sigma2_of_beta
+
+    cfg = MHSAConfig.uniform(8, 8, beta=1.3)
+    assert cfg.sigma2 == sigma2_of_beta(1.3) == pytest.approx(math.exp(1.69) - 1)
+    assert cfg.alpha2 == alpha2_of_beta(1.3) == pytest.approx(math.exp(1.69) - 1 - 1.69)
+    assert alpha_of_beta(1.3) ** 2 == pytest.approx(cfg.alpha2)
+    assert alpha2_of_beta(1e-9) >= 0.0
+    for bad in (BETA_MAX + 1, float("nan"), float("inf"), "1"):
+        with pytest.raises(ConfigError) as err:
+            alpha2_of_beta(bad)
+        assert err.value.parameter == "beta"
+
+
+def test_with_heads_keeps_total_widths_and_sharing_that_divides():
+    cfg = MHSAConfig.uniform(64, 64, heads=4, key_groups=2)
+    two = cfg.with_heads(2)
+    assert two.d_qk == (32, 32) and two.d_v == (32, 32) and two.key_groups == 2 and two.value_groups == 2
+    eight = cfg.with_heads(8)
+    assert sum(eight.d_qk) == sum(cfg.d_qk) and eight.key_groups == 2 and eight.value_groups == 8
+    assert cfg.with_heads(1).key_groups == 1
+    with pytest.raises(ConfigError) as err:
+        cfg.with_heads(3)
+    assert err.value.parameter == "heads" and "64" in str(err.value)
+    with pytest.raises(ConfigError):
+        cfg.with_heads(0)
