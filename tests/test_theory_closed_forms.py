@@ -83,3 +83,19 @@ def test_atom_at_zero_matches_generic_rank(cfg):
     assert (1j * y * g[0]).real == pytest.approx(atom, abs=2e-3)
     law = solve_law(cfg)
     assert law.mass == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("beta,c", [(0.5, 1.0), (1.0, 0.25), (2.0, 3.0)])
+def test_quartic_roots_solve_the_quartic_at_real_and_complex_w(beta, c):
+    w = np.array([0.3, 1.7, 4.0, 2.0 + 0.5j, 10.0 - 1.0j])
+    roots = cf.attention_quartic_roots(w, beta, c)
+    s2, a2, b2 = np.expm1(beta ** 2), np.expm1(beta ** 2) - beta ** 2, beta ** 2
+    for wi, r in zip(w, roots):
+        coeffs = [b2 * a2, -b2 * wi, b2 - c * s2, c * wi, -c]
+        scale = np.abs(coeffs).max() * np.maximum(1.0, np.abs(r)) ** 4
+        np.testing.assert_array_less(np.abs(np.polyval(coeffs, r)), 1e-9 * scale)
+
+
+def test_quartic_degree_drops_when_its_leading_coefficient_vanishes():
+    assert cf.attention_quartic_roots([1.0, 2.0], 1e-12, 1.0).shape == (2, 3)   # alpha^2 underflows
+    np.testing.assert_allclose(cf.attention_quartic_roots([1.0 + 1.0j], 0.0, 1.0), [[1 / (1.0 + 1.0j)]])  # G = 1/w
