@@ -32,7 +32,7 @@ NOT_YET = {
     "attnspec.diagnostics.texts", "attnspec.diagnostics.workers",
     # model adapters and loaders
     "attnspec.models.ablation", "attnspec.models.adapters", "attnspec.models.architectures",
-    "attnspec.models.attention_calls", "attnspec.models.custom", "attnspec.models.emitters", "attnspec.models.files",
+    "attnspec.models.attention_calls", "attnspec.models.emitters", "attnspec.models.files",
     "attnspec.models.geometry", "attnspec.models.hooks", "attnspec.models.inputs", "attnspec.models.loading",
     "attnspec.models.packaged", "attnspec.models.protocol",
     # report, reproduction, the law object
