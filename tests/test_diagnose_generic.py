@@ -7,7 +7,27 @@ from torch import nn
 from attnspec.diagnostics import diagnose
 from attnspec.models import adapt
 
-from test_models_adapters import _Custom  # noqa: E402  (same directory)
+
+class _Custom(nn.Module):
+    """Per-block custom protocol: fused QKV, probes on the attention weights and the values, padding mask."""
+    attnspec_protocol = 1
+
+    def __init__(self, d=16, H=4):
+        super().__init__()
+        self.n_heads, self.head_dim = H, d // H
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out_proj = nn.Linear(d, d)
+        self.attn_probe, self.value_probe = nn.Identity(), nn.Identity()
+
+    def forward(self, x, key_padding_mask=None):
+        B, L, _ = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        s = q @ k.transpose(-1, -2) / self.head_dim ** 0.5
+        if key_padding_mask is not None:
+            s = s.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        A = self.attn_probe(s.softmax(-1))
+        v = self.value_probe(v)
+        return self.out_proj((A @ v).transpose(1, 2).reshape(B, L, -1))
 
 
 class _Net(nn.Module):

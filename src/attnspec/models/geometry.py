@@ -1,7 +1,7 @@
 """The :class:`~attnspec.config.MHSAConfig` that describes a real attention layer's geometry."""
 from __future__ import annotations
 
-from ..config import MHSAConfig
+from ..config import BETA_MAX, MHSAConfig
 from .protocol import AttentionSite
 
 __all__ = ["config_of"]
@@ -18,5 +18,5 @@ def config_of(site: AttentionSite, seq_len: int, d_model: int | None = None, bet
     d_model = site.d_out if d_model is None else d_model
     H = site.n_heads
     return MHSAConfig(seq_len=seq_len, d_model=d_model, d_qk=(site.head_dim,) * H, d_v=(site.head_dim,) * H,
-                      d_out=site.d_out, beta=min(max(beta, 0.0), 25.0), inputs="gaussian",
+                      d_out=site.d_out, beta=min(max(beta, 0.0), BETA_MAX), inputs="gaussian",
                       key_groups=site.n_kv_heads, value_groups=site.n_kv_heads)
