@@ -8,7 +8,7 @@ import torch
 
 from attnspec.zoo.checkpoint import build
 from attnspec.zoo.eeg_sim import SimConfig, make_dataset
-from attnspec.zoo.train import fit, split
+from attnspec.zoo.train import split, train_model
 
 MODEL = dict(scales=(15, 31), n_filters=4, pool=32, stride=16, d_model=16, n_heads=2, n_layers=1)
 EPOCHS = 4
@@ -25,7 +25,7 @@ def data():
 def _train(X, y) -> tuple[torch.Tensor, list[dict]]:
     torch.manual_seed(0)
     m = build("staged", dict(n_channels=X.shape[1], n_times=X.shape[2], n_classes=2, **MODEL))
-    hist = fit(m, X, y, epochs=EPOCHS, lr=5e-3, seed=7, progress=False)
+    hist = train_model(m, X, y, epochs=EPOCHS, lr=5e-3, seed=7, progress=False)
     state = torch.cat([t.detach().flatten().double() for t in m.state_dict().values()])
     return state, hist
 
@@ -53,5 +53,5 @@ def test_same_seed_same_weights_idle_and_under_load(data):
 
 
 def test_no_time_budget_left():
-    params = inspect.signature(fit).parameters
+    params = inspect.signature(train_model).parameters
     assert "max_seconds" not in params and "budget_clock" not in params

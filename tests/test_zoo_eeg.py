@@ -4,7 +4,7 @@ import pytest
 
 from attnspec.zoo.eeg_io import BCI_IV_2A_FILE_LABELS, read_mi_epochs, write_recording
 from attnspec.zoo.eeg_sim import (BCI_IV_2A_CHANNELS, EVENT_ID, SimConfig, bandpower, epochs_from_recording,
-                                  make_dataset, simulate)
+                                  make_dataset, simulate_recordings)
 
 SMALL = SimConfig(n_subjects=1, trials_per_class=6)
 
@@ -15,13 +15,14 @@ def _lat(X, sf, band=(8, 13)):
 
 
 def test_deterministic_by_seed():
-    a, b, c = simulate(SMALL), simulate(SMALL), simulate(SimConfig(n_subjects=1, trials_per_class=6, seed=1))
+    a, b = simulate_recordings(SMALL), simulate_recordings(SMALL)
+    c = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=6, seed=1))
     assert np.array_equal(a[0].data, b[0].data) and np.array_equal(a[0].events, b[0].events)
     assert not np.allclose(a[0].data[:, :1000], c[0].data[:, :1000])
 
 
 def test_shapes_units_rate_and_events():
-    rec = simulate(SMALL)[0]
+    rec = simulate_recordings(SMALL)[0]
     assert rec.data.shape[0] == 22 and rec.sfreq == 128.0
     assert 2e-6 < rec.data.std() < 50e-6                       # tens of microvolts, stored in volts
     codes = rec.events[:, 2]
@@ -40,7 +41,7 @@ def test_contralateral_erd_in_c3_c4_band_power():
         pooled = np.sqrt(0.5 * (r[y == 0].var() + r[y == 1].var()))
         assert diff > 0.5 * pooled, band
     # imagery vs rest (fixation before the cue): mu power at the contralateral electrode drops
-    rec = simulate(SimConfig(n_subjects=1, trials_per_class=15))[0]
+    rec = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=15))[0]
     Xm, ym = epochs_from_recording(rec, 0.5, 2.5)
     Xr, _ = epochs_from_recording(rec, -1.75, 0.25)
     c3 = BCI_IV_2A_CHANNELS.index("C3")
@@ -58,7 +59,7 @@ def test_feet_erd_at_cz_and_four_classes():
 
 
 def test_one_over_f_background_and_mu_peak():
-    rec = simulate(SimConfig(n_subjects=1, trials_per_class=4))[0]
+    rec = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=4))[0]
     x = rec.data[BCI_IV_2A_CHANNELS.index("Fz")]
     lo, hi = bandpower(x, 128, (2, 4)), bandpower(x, 128, (40, 48))
     assert lo > 10 * hi
@@ -68,7 +69,7 @@ def test_one_over_f_background_and_mu_peak():
 
 
 def test_fif_round_trip_preserves_data_and_events(tmp_path):
-    rec = simulate(SMALL)[0]
+    rec = simulate_recordings(SMALL)[0]
     X, y = epochs_from_recording(rec)
     ep = read_mi_epochs(write_recording(rec, tmp_path / "sub-01_eeg.fif"))
     assert ep.ch_names == list(BCI_IV_2A_CHANNELS) and ep.sfreq == 128.0
@@ -81,7 +82,7 @@ def test_edf_round_trip_with_bci_iv_2a_layout(tmp_path):
     pytest.importorskip("edfio")
     import mne
 
-    rec = simulate(SMALL)[0]
+    rec = simulate_recordings(SMALL)[0]
     X, y = epochs_from_recording(rec)
     path = write_recording(rec, tmp_path / "A01T.edf", bci2a_layout=True)
     raw = mne.io.read_raw(path, verbose="error")
@@ -94,6 +95,6 @@ def test_edf_round_trip_with_bci_iv_2a_layout(tmp_path):
 
 
 def test_reader_resamples(tmp_path):
-    rec = simulate(SimConfig(n_subjects=1, trials_per_class=2))[0]
+    rec = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=2))[0]
     ep = read_mi_epochs(write_recording(rec, tmp_path / "r_eeg.fif"), tmin=0.5, tmax=2.5, resample=100.0)
     assert ep.X.shape == (4, 22, 200) and ep.sfreq == 100.0

@@ -7,7 +7,7 @@ import torch
 from attnspec import zoo
 from attnspec.zoo.checkpoint import build
 from attnspec.zoo.eeg_sim import SimConfig, make_dataset
-from attnspec.zoo.train import evaluate, fit, split
+from attnspec.zoo.train import evaluate, split, train_model
 
 # easy and small: one subject, strong mu rhythm with deep ERD, 1 s epochs, 84 training trials
 EASY = SimConfig(n_subjects=1, trials_per_class=60, erd_depth=0.85, erd_depth_sd=0.05, mu_uv=14.0, background_uv=5.0)
@@ -32,7 +32,7 @@ def test_model_beats_chance_on_easy_set(arch, data):
     s = SETTINGS[arch]
     torch.manual_seed(0)
     m = build(arch, dict(n_channels=22, n_times=Xtr.shape[-1], n_classes=2, **s["model"]))
-    fit(m, Xtr, ytr, epochs=s["epochs"], lr=5e-3, progress=False)
+    train_model(m, Xtr, ytr, epochs=s["epochs"], lr=5e-3, progress=False)
     acc = evaluate(m, Xte, yte)
     # 36 held-out trials: P(acc >= 0.75 | chance) < 0.002
     assert acc >= 0.75, f"{arch}: held-out accuracy {acc:.2f} (chance 0.5, n={len(yte)})"
@@ -44,7 +44,7 @@ def test_training_is_deterministic(data):
     for _ in range(2):
         torch.manual_seed(0)
         m = build("diffuse", dict(n_channels=22, n_times=Xtr.shape[-1], n_classes=2, **SETTINGS["diffuse"]["model"]))
-        fit(m, Xtr[:24], ytr[:24], epochs=2, progress=False, seed=3)
+        train_model(m, Xtr[:24], ytr[:24], epochs=2, progress=False, seed=3)
         outs.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
     assert torch.equal(outs[0], outs[1])
 
@@ -55,7 +55,7 @@ def test_checkpoint_round_trip_and_diagnosis(tmp_path, data):
     torch.manual_seed(0)
     m = build("anisotropic", dict(n_channels=22, n_times=Xtr.shape[-1], n_classes=2, patch=32, n_filters=4,
                                   d_model=16, n_heads=2))
-    fit(m, Xtr[:16], ytr[:16], epochs=1, progress=False)
+    train_model(m, Xtr[:16], ytr[:16], epochs=1, progress=False)
     meta = dict(sim=EASY.to_dict(), tmin=0.5, tmax=1.5, split_seed=0, test_fraction=0.3)
     zoo.save(m, tmp_path / "ck", meta)
     assert zoo.is_checkpoint(tmp_path / "ck") and not (tmp_path / "ck" / "config.json").exists()

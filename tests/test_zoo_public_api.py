@@ -57,10 +57,10 @@ def test_public_diagnose_reproduces_the_former_zoo_tables(arch):
 def test_cli_with_fif_inputs_reproduces_the_former_zoo_command(tmp_path):
     from attnspec.cli import main
     from attnspec.zoo.eeg_io import write_recording
-    from attnspec.zoo.eeg_sim import SimConfig, simulate
+    from attnspec.zoo.eeg_sim import SimConfig, simulate_recordings
 
     # what `python -m attnspec.zoo simulate sim_eeg.fif --trials 4 --seed 5` wrote for the stored tables
-    rec = simulate(SimConfig(n_subjects=1, trials_per_class=4, classes=("left_hand", "right_hand"), seed=5))[0]
+    rec = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=4, classes=("left_hand", "right_hand"), seed=5))[0]
     fif = write_recording(rec, tmp_path / "sim_eeg.fif")
     out = tmp_path / "d"
     assert main(["diagnose", "--model", str(DATA / "anisotropic"), "--inputs", str(fif), "--n-texts", "4",

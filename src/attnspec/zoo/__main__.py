@@ -15,10 +15,10 @@ from pathlib import Path
 
 def _simulate(a) -> int:
     from .eeg_io import write_recording
-    from .eeg_sim import SimConfig, simulate
+    from .eeg_sim import SimConfig, simulate_recordings
     from .experiment import CLASSES
 
-    recs = simulate(SimConfig(n_subjects=a.subjects, trials_per_class=a.trials, classes=CLASSES[a.classes], seed=a.seed))
+    recs = simulate_recordings(SimConfig(n_subjects=a.subjects, trials_per_class=a.trials, classes=CLASSES[a.classes], seed=a.seed))
     out = Path(a.out)
     for r in recs:
         p = out if len(recs) == 1 else out.with_name(f"{out.stem}_sub-{r.subject + 1:02d}{out.suffix}")

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["BCI_IV_2A_CHANNELS", "EVENT_ID", "TRIAL_START", "SimConfig", "Recording", "simulate",
+__all__ = ["BCI_IV_2A_CHANNELS", "EVENT_ID", "TRIAL_START", "SimConfig", "Recording", "simulate_recordings",
            "epochs_from_recording", "make_dataset", "channel_positions", "bandpower"]
 
 BCI_IV_2A_CHANNELS = ("Fz", "FC3", "FC1", "FCz", "FC2", "FC4", "C5", "C3", "C1", "Cz", "C2", "C4", "C6",
@@ -223,7 +223,7 @@ def _simulate_subject(cfg: SimConfig, subject: int, rng: np.random.Generator, po
                      event_id=event_id, subject=subject, params=params)
 
 
-def simulate(cfg: SimConfig = SimConfig()) -> list[Recording]:
+def simulate_recordings(cfg: SimConfig = SimConfig()) -> list[Recording]:
     """One :class:`Recording` per subject; identical for identical ``cfg`` (including ``seed``)."""
     unknown = set(cfg.classes) - set(EVENT_ID)
     if unknown:
@@ -248,7 +248,7 @@ def epochs_from_recording(rec: Recording, tmin: float = 0.5, tmax: float = 2.5,
 
 def make_dataset(cfg: SimConfig = SimConfig(), tmin: float = 0.5, tmax: float = 2.5):
     """Simulate and cut epochs of all subjects: X [n, C, T] float32 volts, y [n], subject [n]."""
-    recs = simulate(cfg)
+    recs = simulate_recordings(cfg)
     parts = [epochs_from_recording(r, tmin, tmax, cfg.classes) for r in recs]
     X = np.concatenate([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])

@@ -1,6 +1,6 @@
 """A small, deterministic training loop for the zoo models.
 
-``fit`` = AdamW + cosine learning-rate decay + cross-entropy, mini-batches drawn with a seeded
+``train_model`` = AdamW + cosine learning-rate decay + cross-entropy, mini-batches drawn with a seeded
 ``torch.Generator`` (same seed, same thread count -> same weights) and a tqdm progress bar.
 Training runs for exactly ``epochs`` epochs: there is no time budget, so the weights do not depend
 on how busy the machine is (seconds are recorded in the history, never acted on).
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["TrainResult", "set_seed", "split", "fit", "evaluate", "train_and_evaluate"]
+__all__ = ["TrainResult", "set_seed", "split", "train_model", "evaluate", "train_and_evaluate"]
 
 
 @dataclass
@@ -73,7 +73,7 @@ def evaluate(model: nn.Module, X, y, batch_size: int = 128) -> float:
     return float((predict(model, X, batch_size) == np.asarray(y)).mean())
 
 
-def fit(model: nn.Module, X, y, *, epochs: int = 30, batch_size: int = 32, lr: float = 3e-3,
+def train_model(model: nn.Module, X, y, *, epochs: int = 30, batch_size: int = 32, lr: float = 3e-3,
         weight_decay: float = 1e-2, seed: int = 0, progress: bool = True, prepare: bool = True) -> list[dict]:
     """Train ``model`` in place for ``epochs`` epochs; returns the per-epoch history (loss, accuracy,
     wall and CPU seconds).
@@ -119,9 +119,9 @@ def fit(model: nn.Module, X, y, *, epochs: int = 30, batch_size: int = 32, lr: f
 
 
 def train_and_evaluate(model: nn.Module, X_train, y_train, X_test, y_test, **fit_kwargs) -> TrainResult:
-    """``fit`` on the training trials, then accuracy on both sets; chance = 1 / n_classes."""
+    """``train_model`` on the training trials, then accuracy on both sets; chance = 1 / n_classes."""
     t0, c0 = time.perf_counter(), time.process_time()
-    hist = fit(model, X_train, y_train, **fit_kwargs)
+    hist = train_model(model, X_train, y_train, **fit_kwargs)
     secs, cpu = time.perf_counter() - t0, time.process_time() - c0
     n_classes = int(max(np.max(y_train), np.max(y_test)) + 1)
     return TrainResult(train_accuracy=evaluate(model, X_train, y_train), test_accuracy=evaluate(model, X_test, y_test),
