@@ -94,6 +94,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "removal_first_order_hi": _HI.format("removal_first_order"),
         "removal_estimate": ("Best available removal effect: removal_effect where the head was removed exactly, else "
                              "removal_first_order (modes 'screened' and 'first-order')."),
+        "removal_estimate_lo": _LO.format("removal_estimate") + " From the source named in removal_source.",
+        "removal_estimate_hi": _HI.format("removal_estimate"),
         "removal_source": "Where removal_estimate comes from: 'exact' or 'first-order'.",
         "michel_importance": ("(c) Michel et al. (2019) E_x |dL/dxi_h| from one backward pass, normalized per layer "
                               "(l2); for encoders L is a random projection of the pooled embedding."),

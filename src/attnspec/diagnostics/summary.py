@@ -86,7 +86,7 @@ def verdicts(opt: TableOptions) -> dict:
     return {"n_boot": opt.n_boot, "interval_level": LEVEL if opt.n_boot else None,
             "selective_if": "selection_score_lo >= selection_threshold" if opt.n_boot else "selection_score >= threshold",
             "diffuse_or_sparse_if": "selection_score_hi < selection_threshold" if opt.n_boot else "score < threshold",
-            "nominal_false_positive_rate_selective": (1 - LEVEL) / 2 if opt.n_boot else None,
+            "nominal_false_positive_rate_selective": round((1 - LEVEL) / 2, 6) if opt.n_boot else None,
             "min_tokens_for_verdict": opt.min_tokens,
             "no_verdict": "cka_excess (no interval: see docs/columns.md)"}
 

@@ -140,6 +140,9 @@ def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -
         cols["removal_first_order_lo"], cols["removal_first_order_hi"] = removal.first_order.interval()
         measured = removal.exact.measured if exact else np.zeros(cols["removal_first_order"].shape, bool)
         cols["removal_estimate"] = np.where(measured, removal.exact.mean(), cols["removal_first_order"])
+        for end in ("lo", "hi"):
+            ex = cols.get(f"removal_effect_{end}", np.full(measured.shape, np.nan))
+            cols[f"removal_estimate_{end}"] = np.where(measured, ex, cols[f"removal_first_order_{end}"])
         cols["removal_source"] = np.where(measured, "exact", "first-order")
     if opt.gradient or fo:
         mich = removal.importance()
