@@ -35,8 +35,8 @@ NOT_YET = {
     "attnspec.models.attention_calls", "attnspec.models.emitters", "attnspec.models.files",
     "attnspec.models.geometry", "attnspec.models.hooks", "attnspec.models.inputs", "attnspec.models.loading",
     "attnspec.models.packaged", "attnspec.models.protocol",
-    # report, reproduction, the law object
-    "attnspec.report", "attnspec.report._interval_plot", "attnspec.reproduce.hayase2025", "attnspec.theory.law",
+    # report
+    "attnspec.report", "attnspec.report._interval_plot",
     # calibration
     "attnspec.validation.architectures", "attnspec.validation.patterns", "attnspec.validation.planted",
     "attnspec.validation.scoring",

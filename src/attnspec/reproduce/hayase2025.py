@@ -46,7 +46,30 @@ BETA_RANGE = (0.05, 4.0)
 
 
 def attention_config(d: int, beta: float = 1.0, inputs: str = "orthonormal") -> MHSAConfig:
-    """The figure's single head at width ``d``: ``l = d_qk = d_model = d``, ``target='attention'``."""
+    """The figure's single head at width ``d``: ``l = d_qk = d_model = d``, ``target='attention'``.
+
+    Parameters
+    ----------
+    d : int
+        Sequence length, model width and query/key width (``gamma = psi = 1``).
+    beta : float
+        Inverse temperature.
+    inputs : 'orthonormal' (convention A) or 'gaussian' (convention B)
+
+    Returns
+    -------
+    MHSAConfig
+        Its ``sigma2 = e^{beta^2} - 1`` and ``alpha2 = e^{beta^2} - 1 - beta^2`` are the variances of the
+        Marchenko–Pastur comparison and of the linear model's noise.
+
+    Examples
+    --------
+    >>> c = attention_config(32)
+    >>> c.seq_len, c.d_qk, c.target, c.inputs
+    (32, (32,), 'attention', 'orthonormal')
+    >>> round(c.sigma2, 6), round(c.alpha2, 6)          # e - 1, e - 2
+    (1.718282, 0.718282)
+    """
     return MHSAConfig(seq_len=d, d_model=d, d_qk=(d,), d_v=(d,), d_out=d, beta=beta, target="attention", inputs=inputs)
 
 
@@ -57,6 +80,30 @@ def squared_singular_values(config: MHSAConfig, seed: int = 0, draws: int = 10,
 
     :func:`attnspec.simulation.simulate_outputs` returns ``Y = sqrt(l) (A - 1 1^T / l)``; the uncentered matrix is
     ``sqrt(d) A = sqrt(d / l) (Y + 1 1^T / sqrt(l))``. Seeds as :func:`attnspec.simulation.simulate`.
+
+    Parameters
+    ----------
+    config : MHSAConfig
+        A single attention head (:func:`attention_config`).
+    seed : int
+    draws : int
+    progress : bool
+        Show a progress bar over the draws.
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``{'softmax': (draws, l), 'linear': (draws, l)}``, ascending per row.
+
+    Examples
+    --------
+    The largest value of each draw is the rank-one mean ``sqrt(d) 1 1^T / l``, about ``d``:
+
+    >>> v = squared_singular_values(attention_config(32), seed=0, draws=2)
+    >>> v["softmax"].shape, v["linear"].shape
+    ((2, 32), (2, 32))
+    >>> bool(np.all(np.abs(v["softmax"][:, -1] / 32 - 1) < 0.2))
+    True
     """
     l, d = config.seq_len, config.d_model
     out = {name: np.empty((draws, l)) for name in MODELS}
@@ -71,9 +118,34 @@ def squared_singular_values(config: MHSAConfig, seed: int = 0, draws: int = 10,
 
 @dataclass(frozen=True, eq=False)
 class Hayase2025:
-    """The reproduced figure: ``summary`` (plain numbers, also ``hayase2025.json``), the bulks and removed values
-    per sample (``bulk[name]``: ``(draws, l - n_remove)`` ascending; ``removed[name]``: ``(draws, n_remove)``
-    descending) and the Gaussian-equivalent ``law``."""
+    """The reproduced figure, made by :func:`hayase2025`.
+
+    Attributes
+    ----------
+    summary : dict
+        Plain numbers (also written as ``hayase2025.json``).
+    bulk : dict of str to ndarray
+        Per sample (``'softmax'``, ``'linear'``): ``(draws, l - n_remove)``, ascending.
+    removed : dict of str to ndarray
+        Per sample: the dropped values, ``(draws, n_remove)``, descending.
+    law : Law
+        The Gaussian-equivalent law of the bulk.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> r = hayase2025(d=64, draws=1)
+    >>> r.bulk["softmax"].shape, r.removed["softmax"].shape
+    ((1, 61), (1, 3))
+    >>> h = r.histogram(bins=10)
+    >>> list(h)
+    ['bin_lo', 'bin_hi', 'softmax', 'linear', 'law', 'marchenko_pastur']
+    >>> round(float(h["law"] @ (h["bin_hi"] - h["bin_lo"])), 6)      # the law's whole mass lies in the cells
+    1.0
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     [p.name for p in r.write(out)]
+    ['hayase2025.png', 'hayase2025.json', 'hayase2025.csv']
+    """
     summary: dict
     bulk: dict = field(repr=False)
     removed: dict = field(repr=False)
@@ -82,7 +154,14 @@ class Hayase2025:
     def histogram(self, bins: int = 80) -> dict[str, np.ndarray]:
         """Densities on ``bins`` equal cells of ``[0, 1.02 max(bulk max, law edge, MP edge)]``: each sample's
         histogram (normalized to its bulk), and the law's and Marchenko–Pastur's mean density per cell
-        (CDF differences over the cell width)."""
+        (CDF differences over the cell width).
+
+        Examples
+        --------
+        >>> h = hayase2025(d=64, draws=1).histogram(bins=4)
+        >>> h["bin_lo"].shape, round(float(h["softmax"] @ (h["bin_hi"] - h["bin_lo"])), 6)
+        ((4,), 1.0)
+        """
         s2 = self.summary["sigma2"]
         top = 1.02 * max(max(float(b.max()) for b in self.bulk.values()), self.law.right_edge, 4.0 * s2)
         edges = np.linspace(0.0, top, bins + 1)
@@ -96,7 +175,7 @@ class Hayase2025:
 
     def write(self, out_dir: str | Path) -> list[Path]:
         """Write ``hayase2025.png`` (the figure), ``hayase2025.json`` (``summary``) and ``hayase2025.csv``
-        (:meth:`histogram`) into ``out_dir``; returns the paths."""
+        (:meth:`histogram`) into ``out_dir`` (created if missing); returns the paths. See the class example."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         hist = self.histogram()

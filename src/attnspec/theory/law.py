@@ -51,11 +51,37 @@ __all__ = ["Law", "solve_law", "law_distances", "pencil_moments"]
 
 @dataclass(frozen=True, eq=False)
 class Law:
-    """Limiting spectral law of ``Y Y^T``: continuous density on ``grid``, atom at 0, edges, moments.
+    """Limiting spectral law ``mu`` of ``Y Y^T`` (normalized trace ``(1/l) tr``, so ``mu`` has mass 1): a
+    continuous density on ``grid``, an atom at 0, the support edges and the moments. Built by :func:`solve_law`.
 
-    ``moments`` are ``m_1..m_4`` of the whole law (atom included, which adds nothing for ``k >= 1``).
-    ``checks`` holds closed-form cross-checks (``m1_closed_form``, ``m2_closed_form`` where known,
-    ``mass``: atom plus integrated density).
+    Attributes
+    ----------
+    config : MHSAConfig
+        The configuration whose law this is.
+    grid, density : ndarray
+        Points of the continuous part and ``rho(x) = -Im g(x + i0)/pi`` there (atom excluded).
+    atom_at_zero : float
+        Mass of the atom at 0 (``1 - rank/l`` of the generic rank).
+    right_edge, left_edge : float, float or None
+        Support edges; ``left_edge`` is None when the support reaches 0.
+    moments : ndarray, shape (4,)
+        ``m_k = int x^k dmu(x)``, ``k = 1..4`` (the atom adds nothing for ``k >= 1``).
+    mass : float
+        Atom plus integrated density (1 to about 1e-7; nothing is renormalized).
+    checks : dict
+        Cross-checks: ``m1_closed_form``, ``m2_closed_form``, ``mass``, ``m0_contour`` and, for a single
+        attention matrix with orthonormal inputs, ``edge_closed_form`` and ``m4_closed_form``.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> law = solve_law(MHSAConfig.uniform(64, 64, heads=2), n_grid=40)
+    >>> round(float(law.moments[0]), 6), round(law.checks["m1_closed_form"], 6)   # e - 1 at beta = 1
+    (1.718282, 1.718282)
+    >>> round(law.right_edge, 3), law.left_edge, law.atom_at_zero
+    (15.989, None, 0.0)
+    >>> round(float(law.cdf(law.quantile(0.25))), 9), float(law.cdf(law.right_edge))
+    (0.25, 1.0)
     """
     config: MHSAConfig
     grid: np.ndarray
@@ -152,38 +178,50 @@ class Law:
 
 
 def pencil_moments(pencil: Pencil, k: int = 4, n_contour: int = 64, tol: float = 1e-12) -> tuple[np.ndarray, float]:
-    """``(m_1..m_k, right edge)`` of the law of ``Y Y^T`` for any pencil (e.g. Marchenko–Pastur or
-    products of Gaussian blocks built with :func:`pencil_from_monomials`)."""
+    """Moments and right edge of the law of ``Y Y^T`` for any pencil (e.g. Marchenko–Pastur or products of
+    Gaussian blocks built with :func:`attnspec.theory.pencil.pencil_from_monomials`).
+
+    Parameters
+    ----------
+    pencil : Pencil
+        The linear pencil whose output block is ``Y``.
+    k : int >= 1
+        Number of moments.
+    n_contour : int
+        Contour points on the upper half circle around the support.
+    tol : float
+        Tolerance of the fixed-point (Dyson) solver.
+
+    Returns
+    -------
+    (ndarray, float)
+        ``m_j = (1/2 pi i) oint z^j g(z) dz`` for ``j = 1..k`` (normalized trace), and the right edge.
+
+    Examples
+    --------
+    ``X`` a ``d x d/2`` block of iid ``N(0, 1/d)`` entries: ``X X^T`` has rank ``d/2``, so its moments are half
+    those of Marchenko–Pastur with ratio 1/2, and its edge is ``(1 + sqrt(1/2))^2``:
+
+    >>> from attnspec.theory.pencil import pencil_from_monomials, Monomial, Factor, GaussianBlock
+    >>> from attnspec.theory.closed_forms import marchenko_pastur_moments
+    >>> p = pencil_from_monomials([Monomial(1.0, (Factor("X"),))], {"X": GaussianBlock("X", 1.0, 0.5)})
+    >>> m, edge = pencil_moments(p, k=3)
+    >>> np.round(m / 0.5, 6), marchenko_pastur_moments(0.5, k=3), round(edge, 6)
+    (array([1.   , 1.5  , 2.75]), array([1.  , 1.5 , 2.75]), 2.914214)
+    """
     solver = DysonSolver(pencil, tol=tol)
     right, _ = _edges(solver, pencil.norm_bound() ** 2)
     return _contour_moments(solver, right, n_contour, k)[1:], right
 
 
-def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce: bool = True,
-              tol: float = 1e-12, pencil: Pencil | None = None, n_head: int = 12, symmetric: bool = True) -> Law:
-    """The limiting law of ``config`` (docs/theory.md, "Computing the law: the linear pencil"). Raises
-    :class:`LawSolverError` on non-convergence (with the failing points and residuals), ``ValueError`` for
-    ``beta = 0``.
+def _continuous_part(solver: DysonSolver, right: float, left: float | None, atom: float, n_grid: int,
+                     n_head: int) -> tuple:
+    """Steps 3 to 5 of the module: ``(grid, density, cell masses, (head exponent, head mass), checks)``.
 
-    ``n_grid``: density grid points (plus a geometric head near 0); ``n_contour``: contour points on the
-    upper half circle; ``reduce``: merge identical uncoupled heads; ``symmetric``: collapse identical coupled
-    heads by their exchange symmetry (:mod:`.symmetry`; the same law, ``False`` solves the full equation);
-    ``pencil``: use this pencil
-    instead (e.g. a hand-built one; ``config`` still supplies the atom and the closed-form checks);
-    ``n_head``: Gauss–Legendre nodes of the contour integral for the mass below the grid when the support
-    reaches 0 (``checks['head_contour_error']``: its change from ``n_head/2`` nodes). Only the ratios,
-    ``beta``, sharing/tying and ``inputs`` matter; ``centering`` does not change the law.
+    The density on the grid (refined), the mass of each cell and, when the support reaches 0 (``left`` None),
+    the mass on ``[0, grid[0]]`` from the contour integral of ``g`` with its power-law shape
+    (``checks['head_contour_error']``: the change from ``n_head/2`` nodes).
     """
-    if not isinstance(config, MHSAConfig):
-        raise TypeError(f"config must be an MHSAConfig, got {type(config).__name__}")
-    if config.beta == 0:
-        raise ValueError("beta = 0: the centered output is exactly 0 (law = point mass at 0); nothing to solve")
-    pencil = pencil if pencil is not None else build_pencil(config, reduce=reduce)
-    solver = DysonSolver(pencil, tol=tol, symmetric=symmetric)
-    scale = pencil.norm_bound() ** 2
-    atom = closed_forms.atom_at_zero(config)
-    right, x_top = _edges(solver, scale)
-    left = None if _reaches_zero(solver, right, atom) else _left_edge(solver, x_top, right, atom)
     grid = _grid(right, left, n_grid, atom)
     inner = (grid > 0) & (grid < right) & ((grid > left) if left is not None else True)
     rho = np.zeros_like(grid)
@@ -201,14 +239,82 @@ def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce
     rho[inner], U[inner], Gs[inner] = _rho(g[:n], x[:n], y[:n], atom), u[:n], g[:n]
     lo = 0.0 if left is None else left
     grid, rho, masses = _refine(solver, grid, rho, U, Gs, right, lo, left is not None, atom)
-    moments_all = _contour_moments(solver, right, n_contour)
-    checks = {}
     if left is None:    # the mass on [0, grid[0]] from the contour integral of g, its shape a power law
         F0 = float(np.real(g[n:n + n_head] * z1) @ w1)
-        checks["head_contour_error"] = abs(F0 - float(np.real(g[n + n_head:] * z2) @ w2))
-        head_p, head_mass = _head(grid, rho), max(F0 - atom, 0.0)
-    else:
-        head_p, head_mass = 1.0, 0.0
+        checks = {"head_contour_error": abs(F0 - float(np.real(g[n + n_head:] * z2) @ w2))}
+        return grid, rho, masses, (_head(grid, rho), max(F0 - atom, 0.0)), checks
+    return grid, rho, masses, (1.0, 0.0), {}
+
+
+def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce: bool = True,
+              tol: float = 1e-12, pencil: Pencil | None = None, n_head: int = 12, symmetric: bool = True) -> Law:
+    """The limiting spectral law of ``Y Y^T`` (normalized trace ``(1/l) tr``) for ``config`` (docs/theory.md,
+    "Computing the law: the linear pencil").
+
+    Only the ratios, ``beta``, sharing/tying and ``inputs`` matter; ``centering`` does not change the law.
+
+    Parameters
+    ----------
+    config : MHSAConfig
+        The model; ``beta > 0``.
+    n_grid : int
+        Density grid points (plus a geometric head near 0).
+    n_contour : int
+        Contour points on the upper half circle (for the moments).
+    reduce : bool
+        Merge identical uncoupled heads.
+    tol : float
+        Tolerance of the fixed-point (Dyson) solver.
+    pencil : Pencil, optional
+        Use this pencil instead of the configuration's (e.g. a hand-built one; ``config`` still supplies the
+        atom and the closed-form checks).
+    n_head : int
+        Gauss–Legendre nodes of the contour integral for the mass below the grid when the support reaches 0
+        (``checks['head_contour_error']``: its change from ``n_head/2`` nodes).
+    symmetric : bool
+        Collapse identical coupled heads by their exchange symmetry (:mod:`.symmetry`; the same law,
+        ``False`` solves the full equation).
+
+    Returns
+    -------
+    Law
+
+    Raises
+    ------
+    LawSolverError
+        On non-convergence (with the failing points and residuals).
+    ValueError
+        For ``beta = 0`` (the centered output is exactly 0).
+    TypeError
+        If ``config`` is not an :class:`MHSAConfig`.
+
+    Examples
+    --------
+    A single attention matrix (orthonormal inputs), whose edge and fourth moment have closed forms:
+
+    >>> from attnspec.config import MHSAConfig
+    >>> law = solve_law(MHSAConfig.uniform(64, 64, target="attention"), n_grid=40)
+    >>> np.round(law.moments, 4)
+    array([  1.7183,   6.905 ,  36.6758, 223.457 ])
+    >>> round(law.checks["m4_closed_form"], 3), round(law.mass, 6)
+    (223.457, 1.0)
+    >>> solve_law(MHSAConfig.uniform(64, 64, beta=0.0))
+    Traceback (most recent call last):
+    ...
+    ValueError: beta = 0: the centered output is exactly 0 (law = point mass at 0); nothing to solve
+    """
+    if not isinstance(config, MHSAConfig):
+        raise TypeError(f"config must be an MHSAConfig, got {type(config).__name__}")
+    if config.beta == 0:
+        raise ValueError("beta = 0: the centered output is exactly 0 (law = point mass at 0); nothing to solve")
+    pencil = pencil if pencil is not None else build_pencil(config, reduce=reduce)
+    solver = DysonSolver(pencil, tol=tol, symmetric=symmetric)
+    scale = pencil.norm_bound() ** 2
+    atom = closed_forms.atom_at_zero(config)
+    right, x_top = _edges(solver, scale)
+    left = None if _reaches_zero(solver, right, atom) else _left_edge(solver, x_top, right, atom)
+    grid, rho, masses, (head_p, head_mass), checks = _continuous_part(solver, right, left, atom, n_grid, n_head)
+    moments_all = _contour_moments(solver, right, n_contour)
     cum = atom + head_mass + np.concatenate([[0.0], np.cumsum(masses)])
     mass = float(cum[-1])
     checks.update({"m0_contour": float(moments_all[0]), "m1_closed_form": closed_forms.first_moment(config),
@@ -225,10 +331,41 @@ def solve_law(config: MHSAConfig, n_grid: int = 200, n_contour: int = 64, reduce
 def law_distances(law: Law, eigenvalues, rel_tol: float = 0.02, zero_tol: float = 1e-9) -> dict:
     """W1 and KS between ``law`` and an eigenvalue sample (pooled), and W1 of the bulk.
 
-    Eigenvalues ``<= zero_tol * max`` are exact zeros (rank deficiency; round-off makes them ~1e-15).
-    ``w1`` uses :func:`attnspec.spectra.wasserstein1_to_cdf`, ``ks`` :func:`attnspec.spectra.ks_to_cdf`
-    (exact at the law's atom at zero). ``w1_bulk`` drops the sample's eigenvalues above
-    ``right_edge * (1 + rel_tol)`` (:func:`attnspec.spectra.split_outliers`); ``n_outliers`` counts them.
+    ``W1 = int |F_n(x) - F(x)| dx`` and ``KS = sup_x |F_n(x) - F(x)|`` with ``F_n`` the sample's empirical CDF
+    and ``F = law.cdf``. Eigenvalues ``<= zero_tol * max`` are exact zeros (rank deficiency; round-off makes
+    them ~1e-15).
+
+    Parameters
+    ----------
+    law : Law
+    eigenvalues : array_like
+        Any shape; pooled.
+    rel_tol : float
+        Eigenvalues above ``right_edge * (1 + rel_tol)`` are outliers (:func:`attnspec.spectra.split_outliers`).
+    zero_tol : float
+        Relative threshold below which an eigenvalue is an exact zero.
+
+    Returns
+    -------
+    dict
+        ``w1`` (:func:`attnspec.spectra.wasserstein1_to_cdf`), ``ks`` (:func:`attnspec.spectra.ks_to_cdf`,
+        exact at the law's atom at zero), ``w1_bulk`` (outliers dropped; NaN when nothing is left) and
+        ``n_outliers``.
+
+    Examples
+    --------
+    A sample at the law's own quantiles is at KS distance ``1/(2 n)``; one value far beyond the edge is an
+    outlier, which moves ``w1`` but not ``w1_bulk``:
+
+    >>> from attnspec.config import MHSAConfig
+    >>> law = solve_law(MHSAConfig.uniform(64, 64, heads=2), n_grid=40)
+    >>> x = law.quantile((np.arange(200) + 0.5) / 200)
+    >>> d = law_distances(law, x)
+    >>> round(d["ks"], 6), round(d["w1"], 3), d["n_outliers"]
+    (0.0025, 0.02, 0)
+    >>> d2 = law_distances(law, np.append(x, 2 * law.right_edge))
+    >>> d2["n_outliers"], round(d2["w1_bulk"], 3), d2["w1"] > d["w1"]
+    (1, 0.02, True)
     """
     x = np.asarray(eigenvalues, dtype=float).ravel()
     x = np.where(x <= zero_tol * max(float(x.max(initial=0.0)), 1e-300), 0.0, x)
