@@ -9,12 +9,12 @@ resumable SQLite results store, export to pandas/Parquet, and the points of the 
 * :mod:`.structure` — :func:`structure_points`, the points behind ``attnspec figures --set structure``
   (drawn by :mod:`attnspec.figures.structure`).
 """
-from .export import points_frame, quantile_table, to_frame, to_parquet
+from .export import points_frame, to_frame, to_parquet
 from .runner import SweepReport, pending_points, run_sweep
 from .spec import EVALUATIONS, SweepPoint, apply_axis, expand_grid, points_from_spec
 from .store import ResultStore, code_version
 from .structure import structure_points
 
 __all__ = ["EVALUATIONS", "SweepPoint", "apply_axis", "expand_grid", "points_from_spec", "ResultStore", "code_version",
-           "SweepReport", "pending_points", "run_sweep", "points_frame", "quantile_table", "to_frame", "to_parquet",
+           "SweepReport", "pending_points", "run_sweep", "points_frame", "to_frame", "to_parquet",
            "structure_points"]

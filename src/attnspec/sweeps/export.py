@@ -5,7 +5,8 @@
 (``cfg.<field>``, per-head widths as lists plus ``heads``, ``gamma``, ``psi`` (mean), ``phi``
 (mean), ``omega``), the tags (``tag.<name>``) and the scalar results, dotted
 (``softmax.m1`` .. ``softmax.m4``, ``surrogate.max``, ``law.right_edge``,
-``dist.law~softmax.w1``, ...). Quantile vectors stay out of the frame (use :func:`quantile_table`).
+``dist.law~softmax.w1``, ...). Vectors (the stored quantiles, per-head ratios) stay out of the frame; they are in
+the stored rows (:meth:`ResultStore.get`).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pandas as pd
 from .spec import SweepPoint
 from .store import ResultStore, StoredPoint
 
-__all__ = ["row_record", "to_frame", "to_parquet", "points_frame", "quantile_table"]
+__all__ = ["row_record", "to_frame", "to_parquet", "points_frame"]
 
 
 def _flatten(prefix: str, obj, out: dict) -> None:
@@ -104,27 +105,6 @@ def points_frame(points: Sequence[SweepPoint], db: str | Path) -> pd.DataFrame:
             if row is not None:
                 recs.append(row_record(row, tags=p.tags))
     return pd.DataFrame(recs)
-
-
-def quantile_table(db: str | Path, points: Sequence[SweepPoint], model: str) -> np.ndarray:
-    """``(len(points), 100)`` stored quantiles of ``model`` (``'softmax'``, ``'surrogate'``, ``'law'``); NaN if absent.
-
-    Examples
-    --------
-    >>> import tempfile; from attnspec.config import MHSAConfig; from attnspec.sweeps import expand_grid, run_sweep
-    >>> db, pts = tempfile.mkdtemp() + "/s.sqlite", expand_grid(MHSAConfig.uniform(16, 16), {"beta": [0.5, 1.0]})
-    >>> _ = run_sweep(pts, db, n_workers=0, progress=False)
-    >>> quantile_table(db, pts, "law").shape
-    (2, 100)
-    """
-    out = np.full((len(points), 100), np.nan)
-    with ResultStore(db) as store:
-        for i, p in enumerate(points):
-            row = store.get(p.key)
-            q = None if row is None else (row.results.get(model) or {}).get("quantiles_100")
-            if q is not None:
-                out[i] = np.asarray(q, dtype=float)
-    return out
 
 
 def to_parquet(db: str | Path, path: str | Path, sweep: str | None = None) -> Path:
