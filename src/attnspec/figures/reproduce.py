@@ -64,10 +64,12 @@ def hayase2025_figure(result, hist: dict[str, np.ndarray], path: str | Path) -> 
     hist : dict of str to array
         Bin edges ``bin_lo``, ``bin_hi`` and the densities ``softmax``, ``linear``.
     path : str or Path
+        The image to write (:meth:`Hayase2025.write` uses ``out_dir/hayase2025.png``).
 
     Returns
     -------
     Path
+        ``path``, written (atomically, by :func:`attnspec.figures.save_figure`).
 
     Examples
     --------

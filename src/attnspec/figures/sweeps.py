@@ -25,10 +25,12 @@ def sweep_plot(frame, x: str, ys, name: str, path: str | Path) -> Path:
     name : str
         Sweep name, in the title.
     path : str or Path
+        Output image; its suffix gives the format (``attnspec sweep --plot FILE``).
 
     Returns
     -------
     Path
+        The file written.
 
     Examples
     --------
