@@ -56,7 +56,30 @@ def _describe_int(lo: int | None, hi: int | None) -> str:
 
 
 def int_range(lo: int | None = None, hi: int | None = None, note: str = "") -> Callable[[str], int]:
-    """argparse ``type=``: an integer in ``[lo, hi]`` (either bound may be None)."""
+    """argparse ``type=``: an integer in ``[lo, hi]`` (either bound may be None).
+
+    Parameters
+    ----------
+    lo, hi : int or None
+        Inclusive bounds; None leaves that side open.
+    note : str
+        Appended to the allowed range in the error message.
+
+    Returns
+    -------
+    callable
+        ``str -> int``; accepts ``"1e3"`` and ``"5.0"`` (integral values), raises
+        :class:`argparse.ArgumentTypeError` naming the allowed range otherwise.
+
+    Examples
+    --------
+    >>> heads = int_range(1, 64)
+    >>> heads("8"), heads("1e1")
+    (8, 10)
+    >>> heads("65")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 65: must be an integer in [1, 64]
+    """
     want = _describe_int(lo, hi) + note
 
     def convert(text: str) -> int:
@@ -69,12 +92,59 @@ def int_range(lo: int | None = None, hi: int | None = None, note: str = "") -> C
 
 
 positive_int = int_range(1)
+positive_int.__doc__ = """argparse ``type=``: an integer >= 1 (``int_range(1)``).
+
+Examples
+--------
+>>> positive_int("3")
+3
+>>> positive_int("0")
+Traceback (most recent call last):
+argparse.ArgumentTypeError: 0: must be an integer >= 1
+"""
 nonneg_int = int_range(0)
+nonneg_int.__doc__ = """argparse ``type=``: an integer >= 0 (``int_range(0)``).
+
+Examples
+--------
+>>> nonneg_int("0")
+0
+>>> nonneg_int("-1")
+Traceback (most recent call last):
+argparse.ArgumentTypeError: -1: must be an integer >= 0
+"""
 
 
 def float_range(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
                 note: str = "") -> Callable[[str], float]:
-    """argparse ``type=``: a finite number in the interval ``lo..hi`` (open or closed ends)."""
+    """argparse ``type=``: a finite number in the interval ``lo..hi`` (open or closed ends).
+
+    Parameters
+    ----------
+    lo, hi : float or None
+        Bounds; None leaves that side unbounded (but the number must still be finite).
+    lo_open, hi_open : bool
+        Exclude the bound itself.
+    note : str
+        Appended to the allowed range in the error message.
+
+    Returns
+    -------
+    callable
+        ``str -> float``, raising :class:`argparse.ArgumentTypeError` with the allowed interval.
+
+    Examples
+    --------
+    >>> beta = float_range(0.0, 4.0)
+    >>> beta("1.5")
+    1.5
+    >>> beta("nan")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: nan: must be a number in [0, 4]
+    >>> float_range(0.0, lo_open=True)("0")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 0: must be a finite number > 0
+    """
     left = "(" if lo_open else "["
     right = ")" if hi_open else "]"
     if lo is not None and hi is not None:
@@ -103,7 +173,29 @@ def float_range(lo: float | None = None, hi: float | None = None, lo_open: bool 
 
 
 def int_list(lo: int | None = 1, hi: int | None = None, what: str = "integers") -> Callable[[str], tuple[int, ...]]:
-    """argparse ``type=``: a comma-separated, non-empty list of integers in ``[lo, hi]``."""
+    """argparse ``type=``: a comma-separated, non-empty list of integers in ``[lo, hi]``.
+
+    Parameters
+    ----------
+    lo, hi : int or None
+        Inclusive bounds of every entry.
+    what : str
+        What the entries are, for the error message.
+
+    Returns
+    -------
+    callable
+        ``str -> tuple[int, ...]``.
+
+    Examples
+    --------
+    >>> widths = int_list(1, what="widths")
+    >>> widths("16, 32,64")
+    (16, 32, 64)
+    >>> widths("16,,32")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 16,,32: must be one or more comma-separated widths, each an integer >= 1
+    """
     want = f"one or more comma-separated {what}, each {_describe_int(lo, hi)}"
 
     def convert(text: str) -> tuple[int, ...]:
@@ -127,7 +219,36 @@ def _nearest_existing(path: Path) -> Path:
 
 def check_output_dir(flag: str, path: Path | str) -> Path:
     """``path`` is an existing writable directory, or can be created (its nearest existing ancestor is
-    a writable directory)."""
+    a writable directory).
+
+    Parameters
+    ----------
+    flag : str
+        The option named in the error.
+    path : path-like
+        The directory (not created here).
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    CLIError
+        When ``path`` is a file, or neither it nor its nearest existing ancestor is writable.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = tempfile.mkdtemp()
+    >>> check_output_dir("--out", pathlib.Path(tmp, "new", "figs")).name     # may be created
+    'figs'
+    >>> _ = pathlib.Path(tmp, "f").write_text("x")
+    >>> check_output_dir("--out", pathlib.Path(tmp, "f", "figs"))
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --out .../f/figs: cannot be created: .../f is a file, not a directory
+    >>> import shutil; shutil.rmtree(tmp)
+    """
     path = Path(path)
     if path.exists():
         if not path.is_dir():
@@ -144,7 +265,32 @@ def check_output_dir(flag: str, path: Path | str) -> Path:
 
 
 def check_output_file(flag: str, path: Path | str | None) -> Path | None:
-    """``path`` (if given) is a writable file path: not a directory, its directory exists or can be created."""
+    """``path`` (if given) is a writable file path: not a directory, its directory exists or can be created.
+
+    Parameters
+    ----------
+    flag : str
+        The option named in the error.
+    path : path-like or None
+        The file to be written; None passes through.
+
+    Returns
+    -------
+    pathlib.Path or None
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = tempfile.mkdtemp()
+    >>> check_output_file("--json", pathlib.Path(tmp, "out", "r.json")).name
+    'r.json'
+    >>> check_output_file("--json", tmp)
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --json ...: is a directory; give a file path
+    >>> import shutil; shutil.rmtree(tmp)
+    >>> check_output_file("--json", None) is None
+    True
+    """
     if path is None:
         return None
     path = Path(path)
@@ -164,7 +310,24 @@ def check_output_file(flag: str, path: Path | str | None) -> Path | None:
 
 
 def check_input_file(flag: str, path: Path | str) -> Path:
-    """``path`` is an existing, readable, non-empty regular file."""
+    """``path`` is an existing, readable, non-empty regular file.
+
+    Parameters
+    ----------
+    flag : str
+        The option named in the error.
+    path : path-like
+
+    Returns
+    -------
+    pathlib.Path
+
+    Examples
+    --------
+    >>> check_input_file("--texts", "/no/such/file.txt")
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --texts /no/such/file.txt: no such file
+    """
     path = Path(path)
     if not path.exists():
         raise CLIError(flag, path, "no such file")
@@ -178,7 +341,28 @@ def check_input_file(flag: str, path: Path | str) -> Path:
 
 
 def read_text_lines(flag: str, path: Path | str) -> list[str]:
-    """Non-blank lines of a UTF-8 text file (a :class:`CLIError` if it is missing, not UTF-8 or blank)."""
+    """Non-blank lines of a UTF-8 text file (a :class:`CLIError` if it is missing, not UTF-8 or blank).
+
+    Parameters
+    ----------
+    flag : str
+        The option named in the error.
+    path : path-like
+        A UTF-8 file, one text per line.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp(), "t.txt")
+    >>> _ = f.write_text("first text\\n\\n  \\nsecond\\n")
+    >>> read_text_lines("--texts", f)
+    ['first text', 'second']
+    >>> import shutil; shutil.rmtree(f.parent)
+    """
     path = check_input_file(flag, path)
     data = path.read_bytes()
     try:
@@ -193,7 +377,32 @@ def read_text_lines(flag: str, path: Path | str) -> list[str]:
 
 
 def check_sqlite_file(flag: str, path: Path | str) -> Path:
-    """``path`` is an SQLite database (checked by its 16-byte header), an empty file, or can be created."""
+    """``path`` is an SQLite database (checked by its 16-byte header), an empty file, or can be created.
+
+    Parameters
+    ----------
+    flag : str
+        The option named in the error.
+    path : path-like
+
+    Returns
+    -------
+    pathlib.Path
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, sqlite3
+    >>> tmp = tempfile.mkdtemp()
+    >>> db = pathlib.Path(tmp, "sweep.sqlite")
+    >>> con = sqlite3.connect(db); _ = con.execute("create table t (x)"); con.commit(); con.close()
+    >>> check_sqlite_file("--db", db).name
+    'sweep.sqlite'
+    >>> _ = pathlib.Path(tmp, "notes.txt").write_text("hello")
+    >>> check_sqlite_file("--db", pathlib.Path(tmp, "notes.txt"))
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --db ...notes.txt: exists and is not an SQLite database (wrong file header); ...
+    >>> import shutil; shutil.rmtree(tmp)
+    """
     path = Path(path)
     if path.exists():
         if not path.is_file():

@@ -14,7 +14,18 @@ __all__ = ["available_memory", "estimate_simulation_cost", "check_simulation_cos
 
 
 def available_memory() -> int:
-    """Bytes of memory available to a new computation (psutil, else ``os.sysconf``)."""
+    """Bytes of memory available to a new computation (psutil, else ``os.sysconf``).
+
+    Returns
+    -------
+    int
+        Available (not total) physical memory in bytes; ``2**62`` when neither source answers.
+
+    Examples
+    --------
+    >>> available_memory() > 0
+    True
+    """
     try:
         import psutil
         return int(psutil.virtual_memory().available)
@@ -66,12 +77,40 @@ def estimate_simulation_cost(config, draws: int = 1, models: Sequence[str] = ("s
     blocks, outputs and Gram matrices; the l x d inputs with Gaussian inputs) plus the stored
     eigenvalues. Seconds: flops at 1e10 flop/s, elementwise passes at 2e8 elements/s and 30 us per
     head and draw, i.e. a fast machine: a rough lower bound.
+
+    Parameters
+    ----------
+    config : MHSAConfig
+        The configuration to simulate.
+    draws : int
+        Monte-Carlo draws.
+    models : sequence of str
+        The finite models simulated (``"softmax"``, ``"surrogate"``).
+
+    Returns
+    -------
+    (int, float)
+        Bytes and seconds.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> nbytes, secs = estimate_simulation_cost(MHSAConfig.uniform(32, 64, heads=2), draws=2)
+    >>> fmt_bytes(nbytes), secs < 0.01
+    ('388 KiB', True)
     """
     mem, t = _cost_terms(config, draws, models)
     return int(sum(mem.values())), float(sum(t.values()))
 
 
 def fmt_bytes(n: float) -> str:
+    """A byte count in binary units with three significant digits (``B`` as an integer).
+
+    Examples
+    --------
+    >>> fmt_bytes(512), fmt_bytes(1536), fmt_bytes(3 * 2**30)
+    ('512 B', '1.5 KiB', '3 GiB')
+    """
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
         if abs(n) < 1024 or unit == "EiB":
             return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
@@ -80,6 +119,13 @@ def fmt_bytes(n: float) -> str:
 
 
 def fmt_seconds(s: float) -> str:
+    """A duration in the unit a reader expects: s below 2 min, min below 2 h, h below 3 days, days below 3 years.
+
+    Examples
+    --------
+    >>> fmt_seconds(90), fmt_seconds(7200), fmt_seconds(1e9)
+    ('90 s', '2 h', '31.7 years')
+    """
     if s < 120:
         return f"{s:.3g} s"
     if s < 7200:
@@ -92,7 +138,13 @@ def fmt_seconds(s: float) -> str:
 
 
 def fmt_number(x: float, spec: str = ".6g") -> str:
-    """``format(x, spec)``, or ``'overflow'`` / ``'nan'`` for a non-finite number (never ``inf``)."""
+    """``format(x, spec)``, or ``'overflow'`` / ``'nan'`` for a non-finite number (never ``inf``).
+
+    Examples
+    --------
+    >>> fmt_number(1 / 3), fmt_number(float("inf")), fmt_number(float("nan")), fmt_number(2.5, ".2f")
+    ('0.333333', 'overflow', 'nan', '2.50')
+    """
     try:
         xf = float(x)
     except (TypeError, ValueError):
@@ -113,7 +165,14 @@ _TIME_WHY = {"heads": "mostly the per-head attention computations", "output": "m
 
 
 def size_flags(config, draws: int) -> str:
-    """The size flags of a configuration, for messages: ``--seq-len L --d-model D --heads H ...``."""
+    """The size flags of a configuration, for messages: ``--seq-len L --d-model D --heads H ...``.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> size_flags(MHSAConfig.uniform(32, 64, heads=2), draws=2)
+    '--seq-len 32 --d-model 64 --heads 2 --d-qk 32 --d-v 32 --d-out 64 --draws 2'
+    """
     parts = [f"--seq-len {config.seq_len}", f"--d-model {config.d_model}", f"--heads {config.n_heads}"]
     for flag, widths in (("--d-qk", config.d_qk), ("--d-v", config.d_v)):
         parts.append(f"{flag} {widths[0]}" if len(set(widths)) == 1 else f"{flag} {','.join(map(str, widths))}"
@@ -125,7 +184,39 @@ def size_flags(config, draws: int) -> str:
 def check_simulation_cost(config, draws: int, time_limit: float | None, *, models=("softmax", "surrogate"),
                           memory_limit: int | None = None, where: str = "", workers: int = 1) -> tuple[int, float]:
     """Refuse (:class:`CLIError`) a simulation whose estimated memory exceeds the available memory
-    (divided among ``workers``) or whose rough time exceeds ``time_limit`` seconds."""
+    (divided among ``workers``) or whose rough time exceeds ``time_limit`` seconds.
+
+    Parameters
+    ----------
+    config : MHSAConfig
+        The configuration to simulate.
+    draws : int
+        Monte-Carlo draws.
+    time_limit : float or None
+        Seconds allowed (None: no time limit).
+    models : sequence of str
+        The finite models simulated.
+    memory_limit : int, optional
+        Bytes allowed (default: :func:`available_memory` divided by ``workers``).
+    where : str
+        Prefix of the flags named in the error (e.g. the sweep point).
+    workers : int
+        Processes sharing the memory.
+
+    Returns
+    -------
+    (int, float)
+        The estimate of :func:`estimate_simulation_cost` when it fits.
+
+    Examples
+    --------
+    >>> from attnspec.config import MHSAConfig
+    >>> check_simulation_cost(MHSAConfig.uniform(32, 64, heads=2), 2, 60.0)[0]
+    397664
+    >>> check_simulation_cost(MHSAConfig.uniform(20000, 20000, heads=4), 1, 60.0, memory_limit=2**30)
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --seq-len 20000 ... --draws 1: would need about 44.7 GiB of memory (...) ...
+    """
     mem_terms, t_terms = _cost_terms(config, draws, models)
     mem, secs = sum(mem_terms.values()), sum(t_terms.values())
     flags = where + size_flags(config, draws)

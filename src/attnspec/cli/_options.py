@@ -15,7 +15,17 @@ __all__ = ["add_config_arguments", "config_from_args", "write_json", "jsonable",
 
 class HelpFormatter(argparse.HelpFormatter):
     """Appends ``(default: X)`` to an option's help unless the help already states its default or the
-    default is None/False/empty (so no ``(default 500) (default: None)`` doubles)."""
+    default is None/False/empty (so no ``(default 500) (default: None)`` doubles).
+
+    Examples
+    --------
+    >>> import argparse
+    >>> p = argparse.ArgumentParser(prog="demo", formatter_class=HelpFormatter)
+    >>> _ = p.add_argument("--draws", type=int, default=4, help="Monte-Carlo draws")
+    >>> _ = p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    >>> [line.strip() for line in p.format_help().splitlines()[-2:]]
+    ['--draws DRAWS  Monte-Carlo draws (default: 4)', '--seed SEED    seed (default 0)']
+    """
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -28,7 +38,15 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class RawHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
-    """:class:`HelpFormatter` that keeps the description's line breaks."""
+    """:class:`HelpFormatter` that keeps the description's line breaks.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> p = argparse.ArgumentParser(prog="demo", description="line one\\n  line two", formatter_class=RawHelpFormatter)
+    >>> p.format_help().splitlines()[2:4]
+    ['line one', '  line two']
+    """
 
 
 #: Configuration field -> the flag that sets it (for error messages).
@@ -42,7 +60,27 @@ _WIDTHS = int_list(1, what="widths")
 
 def add_config_arguments(parser: argparse.ArgumentParser, seq_len: int = 500, d_model: int = 500,
                          beta_max: float = BETA_MAX, beta_note: str = "") -> None:
-    """Add the MHSA configuration flags (see ``MHSAConfig``) to ``parser``; ``--beta`` accepts ``[0, beta_max]``."""
+    """Add the MHSA configuration flags (see ``MHSAConfig``) to ``parser``; ``--beta`` accepts ``[0, beta_max]``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        Gets an argument group "MHSA configuration".
+    seq_len, d_model : int
+        Defaults of ``--seq-len`` and ``--d-model`` (0: decided by the command, e.g. the spectrum's size).
+    beta_max : float
+        Largest ``--beta`` accepted at parse time.
+    beta_note : str
+        Appended to the ``--beta`` help (why the range is what it is).
+
+    Examples
+    --------
+    >>> import argparse
+    >>> p = argparse.ArgumentParser(prog="demo")
+    >>> add_config_arguments(p, seq_len=64, d_model=64, beta_max=4.0)
+    >>> p.parse_args(["--heads", "4", "--beta", "0.5"]).beta
+    0.5
+    """
     g = parser.add_argument_group("MHSA configuration (flags override --config)")
     g.add_argument("--config", type=Path, metavar="FILE", help="TOML or JSON configuration file ([mhsa] table or top-level keys)")
     sl = f" (default {seq_len})" if seq_len else " (default: the number of eigenvalues)"
@@ -90,7 +128,37 @@ def _check_count(flag: str, widths: tuple[int, ...], heads: int) -> None:
 
 def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None) -> MHSAConfig:
     """Build the configuration: ``base`` or the --config file (if any), then defaults for what is missing,
-    then explicit flags. Errors name the flag (:class:`CLIError`)."""
+    then explicit flags. Errors name the flag (:class:`CLIError`).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed by a parser that got :func:`add_config_arguments`.
+    base : dict, optional
+        Configuration fields to start from instead of ``--config``.
+
+    Returns
+    -------
+    MHSAConfig
+        Per-head widths default to ``d_model // heads``, value widths to the query/key widths.
+
+    Raises
+    ------
+    CLIError
+        Naming the flag (and ``--config`` when a file was given) of an invalid field.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> p = argparse.ArgumentParser(prog="demo")
+    >>> add_config_arguments(p, seq_len=64, d_model=64)
+    >>> cfg = config_from_args(p.parse_args(["--heads", "4", "--beta", "0.5"]))
+    >>> cfg.seq_len, cfg.d_qk, cfg.beta
+    (64, (16, 16, 16, 16), 0.5)
+    >>> config_from_args(p.parse_args(["--heads", "3", "--d-qk", "8,8"]))
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --d-qk 8,8: lists 2 widths for 3 heads; give one width or exactly 3
+    """
     if base is not None:
         data: dict[str, Any] = dict(base)
     else:

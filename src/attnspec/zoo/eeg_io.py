@@ -22,7 +22,7 @@ import numpy as np
 
 from .eeg_sim import BCI_IV_2A_CHANNELS, EVENT_ID, Recording
 
-__all__ = ["MIEpochs", "to_raw", "write_recording", "read_mi_epochs", "BCI_IV_2A_FILE_LABELS"]
+__all__ = ["MIEpochs", "write_recording", "read_mi_epochs", "BCI_IV_2A_FILE_LABELS"]
 
 # channel labels as stored in the BCI IV 2a GDF files (22 EEG, then 3 EOG)
 BCI_IV_2A_FILE_LABELS = ("EEG-Fz", "EEG-0", "EEG-1", "EEG-2", "EEG-3", "EEG-4", "EEG-5", "EEG-C3", "EEG-6",
@@ -33,6 +33,20 @@ _EOG_LABELS = ("EOG-left", "EOG-central", "EOG-right")
 
 @dataclass
 class MIEpochs:
+    """Motor-imagery epochs read from a file (:func:`read_mi_epochs`).
+
+    ``X`` [trials, C, T] volts (float32), ``y`` [trials] indexing ``classes``, ``event_samples`` the cue
+    sample of each trial in the (possibly resampled) recording.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ep = MIEpochs(X=np.zeros((2, 3, 4), np.float32), y=np.array([0, 1]), ch_names=["C3", "Cz", "C4"],
+    ...               sfreq=128.0, classes=("left_hand", "right_hand"), event_samples=np.array([100, 900]))
+    >>> ep.X.shape, [ep.classes[k] for k in ep.y]
+    ((2, 3, 4), ['left_hand', 'right_hand'])
+    """
+
     X: np.ndarray          # [trials, C, T] volts, float32
     y: np.ndarray          # [trials] int64, index into ``classes``
     ch_names: list[str]
@@ -41,7 +55,7 @@ class MIEpochs:
     event_samples: np.ndarray   # [trials] cue sample in the (possibly resampled) recording
 
 
-def to_raw(rec: Recording, bci2a_layout: bool = False, seed: int = 0):
+def _to_raw(rec: Recording, bci2a_layout: bool = False, seed: int = 0):
     """``mne.io.RawArray`` with montage and event annotations (descriptions = event codes)."""
     import mne
 
@@ -66,12 +80,29 @@ def to_raw(rec: Recording, bci2a_layout: bool = False, seed: int = 0):
 
 
 def write_recording(rec: Recording, path, bci2a_layout: bool = False, overwrite: bool = True) -> Path:
-    """Write ``rec`` to ``path`` (``.fif`` or ``.edf``, chosen by the extension)."""
+    """Write ``rec`` to ``path`` (``.fif`` or ``.edf``, chosen by the extension).
+
+    The cues become annotations whose descriptions are the event codes; ``bci2a_layout`` renames the 22
+    channels as in the BCI IV 2a files and adds three EOG channels.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, shutil
+    >>> from attnspec.zoo.eeg_sim import SimConfig, simulate_recordings
+    >>> rec = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4")))[0]
+    >>> tmp = tempfile.mkdtemp()
+    >>> write_recording(rec, pathlib.Path(tmp, "sim_raw.fif")).name
+    'sim_raw.fif'
+    >>> write_recording(rec, pathlib.Path(tmp, "sim.txt"))
+    Traceback (most recent call last):
+    ValueError: unsupported extension '.txt'; use .fif or .edf
+    >>> shutil.rmtree(tmp)
+    """
     import mne
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = to_raw(rec, bci2a_layout=bci2a_layout)
+    raw = _to_raw(rec, bci2a_layout=bci2a_layout)
     if path.suffix == ".fif" or path.name.endswith(".fif.gz"):
         raw.save(path, overwrite=overwrite, verbose="error")
     elif path.suffix == ".edf":
@@ -92,7 +123,22 @@ def _rename_2a(raw) -> None:
 def read_mi_epochs(path, tmin: float = 0.5, tmax: float = 2.5,
                    classes: tuple[str, ...] = ("left_hand", "right_hand"),
                    resample: float | None = None) -> MIEpochs:
-    """Read a motor-imagery recording (BCI IV 2a GDF, or EDF/FIF written here) into epochs."""
+    """Read a motor-imagery recording (BCI IV 2a GDF, or EDF/FIF written here) into epochs.
+
+    EOG channels are dropped, BCI IV 2a labels renamed to 10-20 names, the recording resampled to
+    ``resample`` Hz if given, and ``[tmin, tmax)`` seconds after each cue of ``classes`` cut.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, shutil
+    >>> from attnspec.zoo.eeg_sim import SimConfig, simulate_recordings
+    >>> rec = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4")))[0]
+    >>> tmp = tempfile.mkdtemp()
+    >>> ep = read_mi_epochs(write_recording(rec, pathlib.Path(tmp, "sim_raw.fif")), 0.5, 2.5)
+    >>> ep.X.shape, ep.ch_names, ep.sfreq, sorted(ep.y.tolist())
+    ((4, 3, 256), ['C3', 'Cz', 'C4'], 128.0, [0, 0, 1, 1])
+    >>> shutil.rmtree(tmp)
+    """
     import mne
 
     raw = mne.io.read_raw(str(path), preload=True, verbose="error")

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 __all__ = ["BCI_IV_2A_CHANNELS", "EVENT_ID", "TRIAL_START", "SimConfig", "Recording", "simulate_recordings",
-           "epochs_from_recording", "make_dataset", "channel_positions", "bandpower"]
+           "epochs_from_recording", "make_dataset", "bandpower"]
 
 BCI_IV_2A_CHANNELS = ("Fz", "FC3", "FC1", "FCz", "FC2", "FC4", "C5", "C3", "C1", "Cz", "C2", "C4", "C6",
                       "CP3", "CP1", "CPz", "CP2", "CP4", "P1", "Pz", "P2", "POz")
@@ -56,7 +56,20 @@ _SOURCES = ("C3", "C4", "Cz", "C5", "C6", "POz")
 
 @dataclass(frozen=True)
 class SimConfig:
-    """All knobs of the generator (defaults: 2 subjects, left vs right hand, 128 Hz)."""
+    """All knobs of the generator (defaults: 2 subjects, left vs right hand, 128 Hz).
+
+    Amplitudes are in microvolts, durations in seconds, distances in metres; ``erd_depth`` is the mean
+    fractional amplitude drop of the contralateral mu rhythm during imagery. ``to_dict``/``from_dict``
+    give the JSON form a checkpoint stores.
+
+    Examples
+    --------
+    >>> cfg = SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4"), seed=3)
+    >>> SimConfig.from_dict(cfg.to_dict()) == cfg
+    True
+    >>> cfg.to_dict()["channels"]
+    ['C3', 'Cz', 'C4']
+    """
 
     n_subjects: int = 2
     trials_per_class: int = 40
@@ -96,7 +109,20 @@ class SimConfig:
 
 @dataclass
 class Recording:
-    """One subject's continuous simulated recording."""
+    """One subject's continuous simulated recording.
+
+    ``data`` [C, N] volts at ``sfreq``; ``events`` [n, 3] (sample, 0, code) as MNE writes them, the cue
+    codes in ``event_id`` (BCI IV 2a: 769 left hand, 770 right hand, 771 feet, 772 tongue);
+    ``cue_events`` keeps the cues only.
+
+    Examples
+    --------
+    >>> rec = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4")))[0]
+    >>> rec.data.shape[0], rec.sfreq, rec.ch_names
+    (3, 128.0, ['C3', 'Cz', 'C4'])
+    >>> rec.cue_events[:, 2].tolist(), rec.event_id
+    ([..., ..., ..., ...], {'left_hand': 769, 'right_hand': 770})
+    """
 
     data: np.ndarray                 # [C, N] volts
     sfreq: float
@@ -120,7 +146,7 @@ def _montage_positions() -> dict:
     return mne.channels.make_standard_montage(name).get_positions()["ch_pos"]
 
 
-def channel_positions(ch_names) -> np.ndarray:
+def _channel_positions(ch_names) -> np.ndarray:
     """[C, 3] positions in metres (MNE's 10-05 template montage, head frame)."""
     pos = _montage_positions()
     return np.array([pos[c] for c in ch_names], dtype=float)
@@ -156,7 +182,7 @@ def _simulate_subject(cfg: SimConfig, subject: int, rng: np.random.Generator, po
     erd_scale = float(np.clip(np.exp(rng.normal(0.0, cfg.subject_erd_sd)), 0.5, 1.5))
     gains = 1.0 + cfg.gain_sd * rng.standard_normal(C)
     src_pos = {}
-    all_pos = channel_positions(sorted(set(_SOURCES)))
+    all_pos = _channel_positions(sorted(set(_SOURCES)))
     for s, p in zip(sorted(set(_SOURCES)), all_pos):
         src_pos[s] = p + cfg.source_jitter_m * rng.standard_normal(3)
     # --- trial sequence
@@ -224,18 +250,42 @@ def _simulate_subject(cfg: SimConfig, subject: int, rng: np.random.Generator, po
 
 
 def simulate_recordings(cfg: SimConfig = SimConfig()) -> list[Recording]:
-    """One :class:`Recording` per subject; identical for identical ``cfg`` (including ``seed``)."""
+    """One :class:`Recording` per subject; identical for identical ``cfg`` (including ``seed``).
+
+    Each subject draws its own generator from ``SeedSequence(cfg.seed).spawn(n_subjects)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> cfg = SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4"))
+    >>> a, b = simulate_recordings(cfg)[0], simulate_recordings(cfg)[0]
+    >>> bool(np.array_equal(a.data, b.data)), len(a.cue_events)
+    (True, 4)
+    >>> simulate_recordings(SimConfig(classes=("left_hand", "jaw")))
+    Traceback (most recent call last):
+    ValueError: unknown classes ['jaw']; choose from ['feet', 'left_hand', 'right_hand', 'tongue']
+    """
     unknown = set(cfg.classes) - set(EVENT_ID)
     if unknown:
         raise ValueError(f"unknown classes {sorted(unknown)}; choose from {sorted(EVENT_ID)}")
-    pos = channel_positions(cfg.channels)
+    pos = _channel_positions(cfg.channels)
     seqs = np.random.SeedSequence(cfg.seed).spawn(cfg.n_subjects)
     return [_simulate_subject(cfg, i, np.random.default_rng(s), pos) for i, s in enumerate(seqs)]
 
 
 def epochs_from_recording(rec: Recording, tmin: float = 0.5, tmax: float = 2.5,
                           classes: tuple[str, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Cut [tmin, tmax) seconds after each cue: X [n, C, T] float32 (volts), y [n] int."""
+    """Cut [tmin, tmax) seconds after each cue: X [n, C, T] float32 (volts), y [n] int.
+
+    ``y`` indexes ``classes`` (default: the recording's ``event_id`` order).
+
+    Examples
+    --------
+    >>> rec = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4")))[0]
+    >>> X, y = epochs_from_recording(rec, tmin=0.5, tmax=2.5)
+    >>> X.shape, X.dtype, sorted(y.tolist())
+    ((4, 3, 256), dtype('float32'), [0, 0, 1, 1])
+    """
     classes = classes or tuple(rec.event_id)
     code_to_y = {rec.event_id[c]: i for i, c in enumerate(classes)}
     ev = rec.events[np.isin(rec.events[:, 2], list(code_to_y))]
@@ -247,7 +297,14 @@ def epochs_from_recording(rec: Recording, tmin: float = 0.5, tmax: float = 2.5,
 
 
 def make_dataset(cfg: SimConfig = SimConfig(), tmin: float = 0.5, tmax: float = 2.5):
-    """Simulate and cut epochs of all subjects: X [n, C, T] float32 volts, y [n], subject [n]."""
+    """Simulate and cut epochs of all subjects: X [n, C, T] float32 volts, y [n], subject [n].
+
+    Examples
+    --------
+    >>> X, y, subject = make_dataset(SimConfig(n_subjects=2, trials_per_class=1, channels=("C3", "C4")), 0.5, 1.5)
+    >>> X.shape, subject.tolist()
+    ((4, 2, 128), [0, 0, 1, 1])
+    """
     recs = simulate_recordings(cfg)
     parts = [epochs_from_recording(r, tmin, tmax, cfg.classes) for r in recs]
     X = np.concatenate([p[0] for p in parts])
@@ -257,7 +314,19 @@ def make_dataset(cfg: SimConfig = SimConfig(), tmin: float = 0.5, tmax: float = 
 
 
 def bandpower(X: np.ndarray, sfreq: float, band: tuple[float, float]) -> np.ndarray:
-    """Mean periodogram power in ``band`` (Hz): X [..., T] -> [...]."""
+    """Mean periodogram power in ``band`` (Hz): X [..., T] -> [...].
+
+    Hann-windowed ``|rfft|^2``, averaged over the frequencies in the closed band.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = np.arange(256) / 128.0
+    >>> x = np.stack([np.sin(2 * np.pi * 10 * t), np.sin(2 * np.pi * 30 * t)])   # 10 Hz and 30 Hz
+    >>> mu = bandpower(x, 128.0, (8, 13))
+    >>> bool(mu[0] > 100 * mu[1])
+    True
+    """
     f = np.fft.rfftfreq(X.shape[-1], 1.0 / sfreq)
     P = np.abs(np.fft.rfft(X * np.hanning(X.shape[-1]), axis=-1)) ** 2
     sel = (f >= band[0]) & (f <= band[1])
