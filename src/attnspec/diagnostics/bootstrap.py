@@ -19,6 +19,7 @@ bound).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -64,11 +65,9 @@ def interval(reps: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.nda
         return np.full(shape, np.nan), np.full(shape, np.nan)
     a = (1 - level) / 2
     ok = np.isfinite(reps).sum(0) >= 10
-    with np.errstate(all="ignore"):
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            lo, hi = np.nanquantile(reps, [a, 1 - a], axis=0)
+    with warnings.catch_warnings():          # all-NaN slices (heads never measured) are expected
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanquantile(reps, [a, 1 - a], axis=0)
     return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
 
 
