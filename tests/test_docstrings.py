@@ -19,7 +19,6 @@ EXAMPLES = re.compile(r"^Examples\n-{3,}\s*$", re.M)
 #: Modules whose public names do not all have an Examples section yet, by the part of the package that owns them.
 NOT_YET = {
     # command-line helpers (cli/_*.py)
-    "attnspec.cli._checks", "attnspec.cli._cost", "attnspec.cli._errors", "attnspec.cli._options",
     "attnspec.cli._registry",
     # diagnosis of trained models
     "attnspec.diagnostics.api", "attnspec.diagnostics.bootstrap", "attnspec.diagnostics.columns",
@@ -40,11 +39,6 @@ NOT_YET = {
     # calibration
     "attnspec.validation.architectures", "attnspec.validation.patterns", "attnspec.validation.planted",
     "attnspec.validation.scoring",
-    # the zoo of EEG / SPD models
-    "attnspec.zoo", "attnspec.zoo.anisotropic", "attnspec.zoo.attention", "attnspec.zoo.base",
-    "attnspec.zoo.checkpoint", "attnspec.zoo.diffuse", "attnspec.zoo.eeg_io", "attnspec.zoo.eeg_sim",
-    "attnspec.zoo.entropy_gap", "attnspec.zoo.experiment", "attnspec.zoo.spd", "attnspec.zoo.staged",
-    "attnspec.zoo.train",
 }
 
 

@@ -32,7 +32,16 @@ __all__ = ["AnisotropicAttentionNet", "AnisotropicBlock", "LogPowerTokenizer"]
 
 
 class LogPowerTokenizer(nn.Module):
-    """x [B, C, T] -> log band-power tokens [B, C, P, F] from learned temporal filters."""
+    """x [B, C, T] -> log band-power tokens [B, C, P, F] from learned temporal filters.
+
+    ``P = T // patch`` patches; each token is ``log(mean power + 1e-4)`` of the F filtered signals.
+
+    Examples
+    --------
+    >>> import torch
+    >>> LogPowerTokenizer(n_filters=2, kernel=7, patch=16)(torch.randn(2, 3, 64)).shape
+    torch.Size([2, 3, 4, 2])
+    """
 
     def __init__(self, n_filters: int, kernel: int, patch: int):
         super().__init__()
@@ -48,7 +57,18 @@ class LogPowerTokenizer(nn.Module):
 
 
 class AnisotropicBlock(nn.Module):
-    """Temporal path + spatial path + learned gate, then a feed-forward layer (see module doc)."""
+    """Temporal path + spatial path + learned gate, then a feed-forward layer (see module doc).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnspec.zoo.attention import block_diagonal_mask
+    >>> tok = torch.arange(12)                                   # 3 electrodes x 4 patches
+    >>> blk = AnisotropicBlock(8, 2)
+    >>> y = blk(torch.randn(2, 12, 8), block_diagonal_mask(tok // 4), block_diagonal_mask(tok % 4))
+    >>> y.shape, float(blk.temporal.extra["gate"].mean())      # the gate starts at 1/2
+    (torch.Size([2, 12, 8]), 0.5)
+    """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
         super().__init__()
@@ -71,7 +91,15 @@ class AnisotropicBlock(nn.Module):
 
 
 class AnisotropicAttentionNet(ZooModel):
-    """Adaptive anisotropic attention network (see module docstring for the architecture)."""
+    """Adaptive anisotropic attention network (see module docstring for the architecture).
+
+    Examples
+    --------
+    >>> import torch
+    >>> m = AnisotropicAttentionNet(3, 64, 2, patch=16, n_filters=2, kernel=7, d_model=8, n_heads=2)
+    >>> m(torch.randn(2, 3, 64)).shape, [(name, b.path) for name, b in m.attention_blocks()]
+    (torch.Size([2, 2]), [('blocks.0.temporal', 'temporal'), ('blocks.0.spatial', 'spatial')])
+    """
 
     arch = "anisotropic"
 

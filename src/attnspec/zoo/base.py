@@ -24,6 +24,27 @@ __all__ = ["ZooModel", "FeedForward"]
 
 
 class ZooModel(nn.Module):
+    """Base of the zoo models: raw EEG epochs x [B, C, T] (volts) -> class logits [B, n_classes].
+
+    Subclasses set ``arch``, define ``tokens`` (and ``layers``, ``norm``, ``head``, or override
+    :meth:`features`). :meth:`attention_blocks` and :meth:`functional_output` are the
+    :class:`attnspec.CustomAttention` protocol.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnspec.zoo.staged import StagedLocalTemporalNet
+    >>> _ = torch.manual_seed(0)
+    >>> m = StagedLocalTemporalNet(3, 64, 2, scales=(7,), n_filters=2, pool=16, stride=16, d_model=8, n_heads=2,
+    ...                            n_layers=1).eval()
+    >>> x = torch.randn(2, 3, 64)
+    >>> m(x).shape, m.functional_output(x).shape, [name for name, _ in m.attention_blocks()]
+    (torch.Size([2, 2]), torch.Size([2, 8]), ['layers.0.attn'])
+    >>> print(m.describe())
+    StagedLocalTemporalNet (staged): 720 parameters
+      layers.0.attn: path=time, 2 heads x 4, beta=1.0
+    """
+
     arch: ClassVar[str] = ""
 
     def __init__(self, n_channels: int, n_times: int, n_classes: int, **config):
@@ -72,7 +93,14 @@ class ZooModel(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Pre-norm position-wise MLP: x + W2 gelu(W1 LN(x)); x [..., D]."""
+    """Pre-norm position-wise MLP: x + W2 gelu(W1 LN(x)); x [..., D], hidden width ``mult * D``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> FeedForward(8, mult=2)(torch.randn(2, 5, 8)).shape
+    torch.Size([2, 5, 8])
+    """
 
     def __init__(self, d_model: int, mult: int = 2, dropout: float = 0.0):
         super().__init__()

@@ -9,8 +9,8 @@ A checkpoint is a directory::
 
 ``meta`` is free-form; the examples store the simulation config (``meta["sim"]``), the epoch window
 (``meta["tmin"]``, ``meta["tmax"]``), the split seed and test fraction, and the measured
-accuracies, which lets :func:`heldout_inputs` regenerate the held-out trials the model never saw;
-:func:`file_inputs` cuts epochs from an EEG file with the same window, classes and sampling rate.
+accuracies, which lets :func:`checkpoint_inputs` regenerate the held-out trials the model never saw;
+or cut epochs from an EEG file with the same window, classes and sampling rate.
 The JSON file name differs from transformers' ``config.json`` so the two kinds of directory cannot
 be confused (:func:`is_checkpoint`).
 """
@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ARCHS", "save", "load", "is_checkpoint", "build", "heldout_inputs", "heldout_data", "file_inputs",
-           "checkpoint_inputs", "CONFIG_NAME", "WEIGHTS_NAME"]
+__all__ = ["ARCHS", "save", "load", "is_checkpoint", "build", "checkpoint_inputs", "CONFIG_NAME", "WEIGHTS_NAME"]
 
 CONFIG_NAME = "attnspec_zoo.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -50,18 +49,59 @@ ARCHS = _Archs()
 
 
 def build(arch: str, config: dict):
-    """Instantiate architecture ``arch`` with constructor arguments ``config``."""
+    """Instantiate architecture ``arch`` with constructor arguments ``config``.
+
+    ``arch`` is one of ``"anisotropic"``, ``"staged"``, ``"spd"``, ``"diffuse"`` (:data:`ARCHS`);
+    ``config`` is what ``model.config`` holds, so ``build(m.arch, m.config)`` rebuilds ``m``'s shape.
+
+    Examples
+    --------
+    >>> m = build("staged", dict(n_channels=3, n_times=64, n_classes=2, scales=(7,), n_filters=2, pool=16,
+    ...                          stride=16, d_model=8, n_heads=2, n_layers=1))
+    >>> type(m).__name__, m.n_tokens
+    ('StagedLocalTemporalNet', 4)
+    >>> build("lstm", {})
+    Traceback (most recent call last):
+    KeyError: "unknown zoo architecture 'lstm'; known: ['anisotropic', 'diffuse', 'spd', 'staged']"
+    """
     return ARCHS[arch](**config)
 
 
 def is_checkpoint(path) -> bool:
-    """True if ``path`` is a zoo checkpoint directory (or its JSON file)."""
+    """True if ``path`` is a zoo checkpoint directory (or its JSON file).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> is_checkpoint(tempfile.gettempdir())
+    False
+    """
     p = Path(path)
     return (p.is_dir() and (p / CONFIG_NAME).is_file()) or (p.is_file() and p.name == CONFIG_NAME)
 
 
 def save(model, path, meta: dict | None = None) -> Path:
-    """Write ``model`` to directory ``path`` (created); returns the directory."""
+    """Write ``model`` to directory ``path`` (created); returns the directory.
+
+    Parameters
+    ----------
+    model : ZooModel
+        Its ``arch``, ``config`` and state dict are stored.
+    path : path-like
+        The checkpoint directory.
+    meta : dict, optional
+        Free-form JSON metadata (simulation config, epoch window, accuracies).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, shutil
+    >>> m = build("staged", dict(n_channels=3, n_times=64, n_classes=2, scales=(7,), n_filters=2, pool=16,
+    ...                          stride=16, d_model=8, n_heads=2, n_layers=1))
+    >>> d = save(m, pathlib.Path(tempfile.mkdtemp(), "ckpt"), meta={"note": "untrained"})
+    >>> sorted(p.name for p in d.iterdir()), is_checkpoint(d)
+    (['attnspec_zoo.json', 'model.safetensors'], True)
+    >>> shutil.rmtree(d.parent)
+    """
     from safetensors.torch import save_file
 
     d = Path(path)
@@ -84,7 +124,20 @@ def _json_default(o):
 
 
 def load(path):
-    """Load a zoo checkpoint: the model in eval mode, with ``model.zoo_meta`` = the stored meta."""
+    """Load a zoo checkpoint: the model in eval mode, with ``model.zoo_meta`` = the stored meta.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, shutil, torch
+    >>> m = build("staged", dict(n_channels=3, n_times=64, n_classes=2, scales=(7,), n_filters=2, pool=16,
+    ...                          stride=16, d_model=8, n_heads=2, n_layers=1)).eval()
+    >>> d = save(m, pathlib.Path(tempfile.mkdtemp(), "ckpt"), meta={"note": "untrained"})
+    >>> m2 = load(d)
+    >>> x = torch.randn(2, 3, 64)
+    >>> bool(torch.equal(m(x), m2(x))), m2.training, m2.zoo_meta
+    (True, False, {'note': 'untrained'})
+    >>> shutil.rmtree(d.parent)
+    """
     from safetensors.torch import load_file
 
     p = Path(path)
@@ -101,13 +154,13 @@ def load(path):
     return model
 
 
-def heldout_inputs(model, n: int | None = None) -> np.ndarray:
-    """The held-out epochs X [n, C, T] (volts) of a loaded checkpoint (see :func:`heldout_data`)."""
-    X, _ = heldout_data(model)
+def _heldout_inputs(model, n: int | None = None) -> np.ndarray:
+    """The held-out epochs X [n, C, T] (volts) of a loaded checkpoint (see :func:`_heldout_data`)."""
+    X, _ = _heldout_data(model)
     return X if n is None else X[:n]
 
 
-def heldout_data(model) -> tuple[np.ndarray, np.ndarray]:
+def _heldout_data(model) -> tuple[np.ndarray, np.ndarray]:
     """The held-out trials (X [n, C, T] volts, y [n]) of a loaded checkpoint, regenerated from its meta.
 
     Needs ``meta["sim"]``; uses ``meta["split_seed"]`` / ``meta["test_fraction"]`` (default 0, 0.25)
@@ -124,7 +177,7 @@ def heldout_data(model) -> tuple[np.ndarray, np.ndarray]:
     return X[te], y[te]
 
 
-def file_inputs(model, path, n: int | None = None) -> np.ndarray:
+def _file_inputs(model, path, n: int | None = None) -> np.ndarray:
     """Epochs X [n, C, T] (volts) of the EEG file ``path`` (GDF/EDF/FIF, read by
     :func:`attnspec.zoo.eeg_io.read_mi_epochs`) for a loaded checkpoint: the epoch window
     ``meta["tmin"]``/``meta["tmax"]`` (default 0.5, 2.5), the classes of ``meta["sim"]`` (default left and
@@ -140,5 +193,22 @@ def file_inputs(model, path, n: int | None = None) -> np.ndarray:
 
 
 def checkpoint_inputs(model, n: int | None = None, inputs=None) -> np.ndarray:
-    """:func:`file_inputs` of ``inputs`` (a path) or, when None, :func:`heldout_inputs`; first ``n`` trials."""
-    return heldout_inputs(model, n) if inputs is None else file_inputs(model, inputs, n)
+    """Epochs X [n, C, T] (volts) a loaded checkpoint is diagnosed on; the first ``n`` trials (all when None).
+
+    With ``inputs`` (a GDF/EDF/FIF path): the file's epochs with the checkpoint's window, classes and
+    sampling rate (:func:`_file_inputs`). Without: the held-out simulated trials the model never saw,
+    regenerated from ``meta["sim"]`` and the stored split (:func:`_heldout_data`).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, shutil
+    >>> from attnspec.zoo.eeg_sim import SimConfig
+    >>> sim = SimConfig(n_subjects=1, trials_per_class=4, channels=("C3", "Cz", "C4"))
+    >>> m = build("staged", dict(n_channels=3, n_times=64, n_classes=2, scales=(7,), n_filters=2, pool=16,
+    ...                          stride=16, d_model=8, n_heads=2, n_layers=1))
+    >>> d = save(m, pathlib.Path(tempfile.mkdtemp(), "ckpt"), meta=dict(sim=sim.to_dict(), tmin=0.5, tmax=1.0))
+    >>> checkpoint_inputs(load(d)).shape               # 1 of 4 trials per class held out (test_fraction 0.25)
+    (2, 3, 64)
+    >>> shutil.rmtree(d.parent)
+    """
+    return _heldout_inputs(model, n) if inputs is None else _file_inputs(model, inputs, n)

@@ -46,7 +46,18 @@ __all__ = ["DiffuseCorrectedMHA", "DiffuseCorrectionNet"]
 
 
 class DiffuseCorrectedMHA(MHA):
-    """MHA with detection and temperature correction of diffuse attention (see module docstring)."""
+    """MHA with detection and temperature correction of diffuse attention (see module docstring).
+
+    Examples
+    --------
+    >>> import torch
+    >>> att = DiffuseCorrectedMHA(8, 2, init_gain=1.0)
+    >>> att.gains().tolist()
+    [1.0, 1.0]
+    >>> _ = att(torch.randn(1, 5, 8))
+    >>> sorted(att.extra), att.extra["gain"].shape
+    (['diffuse_weight', 'gain', 'pass1_probs'], torch.Size([1, 2, 5]))
+    """
 
     def __init__(self, d_model: int, n_heads: int, correction: bool = True, margin: float = DEFAULT_MARGIN,
                  width: float = 0.02, init_gain: float = 1.0, path: str = "time"):
@@ -75,7 +86,18 @@ class DiffuseCorrectedMHA(MHA):
 
 
 class DiffuseCorrectionNet(ZooModel):
-    """Convolutional tokens over time + diffuse-corrected attention (see module docstring)."""
+    """Convolutional tokens over time + diffuse-corrected attention (see module docstring).
+
+    Examples
+    --------
+    >>> import torch
+    >>> m = DiffuseCorrectionNet(3, 64, 2, kernel=7, n_filters=2, pool=16, stride=16, d_model=8, n_heads=2,
+    ...                          n_layers=1)
+    >>> m(torch.randn(2, 3, 64)).shape
+    torch.Size([2, 2])
+    >>> m.set_correction(False).config["correction"], [b.correction for _, b in m.attention_blocks()]
+    (False, [False])
+    """
 
     arch = "diffuse"
 

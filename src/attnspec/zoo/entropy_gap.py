@@ -50,7 +50,15 @@ def null_normalized_entropy(n: int, beta: float, draws: int = 4096) -> float:
 def normalized_entropy(probs: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """probs [B, H, L, L], allowed broadcastable bool -> (h [B, H, L], n [B, H, L] allowed keys).
 
-    h is NaN where fewer than 2 keys are allowed."""
+    ``h = H(p) / log n`` over the ``n`` allowed keys of each query; NaN where fewer than 2 keys are allowed.
+
+    Examples
+    --------
+    >>> import torch
+    >>> p = torch.tensor([[[[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0]]]])
+    >>> normalized_entropy(p, torch.ones(1, 1, 2, 4, dtype=torch.bool))
+    (tensor([[[1., 0.]]]), tensor([[[4, 4]]]))
+    """
     allowed = allowed.expand_as(probs)
     n = allowed.sum(-1)
     plogp = torch.where(probs > 0, probs * torch.log(probs.clamp_min(1e-30)), torch.zeros_like(probs))
@@ -86,6 +94,16 @@ def entropy_gap_table(model, X, margin: float = DEFAULT_MARGIN):
     mask. Returns a pandas DataFrame, one row per (block, head): ``block``, ``path``, ``head``,
     ``entropy_gap`` (mean over queries), ``normalized_entropy`` (mean h), ``flat_query_fraction``
     (fraction of queries with gap <= margin) and ``flat`` (mean gap <= margin).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.zoo.staged import StagedLocalTemporalNet
+    >>> m = StagedLocalTemporalNet(3, 64, 2, scales=(7,), n_filters=2, pool=16, stride=16, d_model=8, n_heads=2,
+    ...                            n_layers=1)
+    >>> table = entropy_gap_table(m, 1e-5 * np.random.default_rng(0).standard_normal((2, 3, 64)))
+    >>> table[["block", "path", "head"]].values.tolist()
+    [['layers.0.attn', 'time', 0], ['layers.0.attn', 'time', 1]]
     """
     import pandas as pd
 

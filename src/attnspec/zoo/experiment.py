@@ -17,7 +17,7 @@ from .checkpoint import build, save
 from .eeg_sim import SimConfig, make_dataset
 from .train import TrainResult, split, train_and_evaluate
 
-__all__ = ["Experiment", "default_sim", "DEFAULT_EPOCHS", "QUICK_EPOCHS", "run_experiment", "write_diagnosis"]
+__all__ = ["Experiment", "default_sim", "DEFAULT_EPOCHS", "QUICK_EPOCHS", "run_experiment"]
 
 CLASSES = {2: ("left_hand", "right_hand"), 4: ("left_hand", "right_hand", "feet", "tongue")}
 
@@ -31,7 +31,17 @@ QUICK_EPOCHS = 8
 
 
 def default_sim(n_classes: int = 2, quick: bool = False, seed: int = 0) -> SimConfig:
-    """The simulation used for the results table (quick: a smaller, easier set for smoke runs)."""
+    """The simulation used for the results table (quick: a smaller, easier set for smoke runs).
+
+    Full: 3 subjects x 60 trials per class; quick: 1 subject x 40 trials per class with a deeper, less
+    variable ERD and a stronger mu rhythm. ``n_classes`` is 2 (hands) or 4 (hands, feet, tongue).
+
+    Examples
+    --------
+    >>> cfg = default_sim(4, quick=True)
+    >>> cfg.n_subjects, cfg.trials_per_class, cfg.classes
+    (1, 40, ('left_hand', 'right_hand', 'feet', 'tongue'))
+    """
     if quick:
         return SimConfig(n_subjects=1, trials_per_class=40, classes=CLASSES[n_classes], erd_depth=0.85,
                          erd_depth_sd=0.05, mu_uv=14.0, background_uv=5.0, seed=seed)
@@ -40,6 +50,19 @@ def default_sim(n_classes: int = 2, quick: bool = False, seed: int = 0) -> SimCo
 
 @dataclass
 class Experiment:
+    """What :func:`run_experiment` returns: the trained model, its held-out trials, accuracies, the
+    checkpoint metadata and (unless skipped) the diagnosis.
+
+    Examples
+    --------
+    >>> from attnspec.zoo.eeg_sim import SimConfig
+    >>> exp = run_experiment("staged", SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4")),
+    ...                      dict(scales=(7,), n_filters=2, d_model=8, n_heads=2, n_layers=1), dict(epochs=1),
+    ...                      test_fraction=0.5, tmax=1.0, progress=False, diagnose=False)
+    >>> exp.X_test.shape, exp.y_test.tolist(), sorted(exp.meta)
+    ((2, 3, 64), [0, 1], ['result', 'sim', 'split_seed', 'test_fraction', 'tmax', 'tmin'])
+    """
+
     arch: str
     result: TrainResult
     model: torch.nn.Module
@@ -54,7 +77,33 @@ def run_experiment(arch: str, sim: SimConfig, model_kwargs: dict | None = None, 
                    out: str | Path | None = None, diagnose_trials: int = 16, split_seed: int = 0,
                    test_fraction: float = 0.25, tmin: float = 0.5, tmax: float = 2.5, progress: bool = True,
                    diagnose: bool = True) -> Experiment:
-    """Simulate -> train -> evaluate -> (save to ``out``) -> (diagnose on held-out trials)."""
+    """Simulate -> train -> evaluate -> (save to ``out``) -> (diagnose on held-out trials).
+
+    Parameters
+    ----------
+    arch : str
+        A zoo architecture (:data:`attnspec.zoo.checkpoint.ARCHS`).
+    sim : SimConfig
+        The simulated data; epochs ``[tmin, tmax)`` seconds after each cue.
+    model_kwargs, fit_kwargs : dict, optional
+        Constructor arguments of the model, keyword arguments of :func:`~attnspec.zoo.train.train_model`.
+    out : path-like, optional
+        Writes ``out/checkpoint`` and (when diagnosing) ``out/diagnosis`` (CSV tables, report).
+    diagnose_trials : int
+        Held-out trials given to :func:`attnspec.diagnose`.
+    split_seed, test_fraction : the stratified split (also seeds the model's initialization).
+    diagnose : bool
+        Run the diagnosis.
+
+    Examples
+    --------
+    >>> from attnspec.zoo.eeg_sim import SimConfig
+    >>> exp = run_experiment("staged", SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4")),
+    ...                      dict(scales=(7,), n_filters=2, d_model=8, n_heads=2, n_layers=1), dict(epochs=1),
+    ...                      test_fraction=0.5, tmax=1.0, progress=False, diagnose=False)
+    >>> exp.arch, exp.result.n_train, exp.result.n_test, exp.result.chance, exp.diagnosis
+    ('staged', 2, 2, 0.5, None)
+    """
     X, y, _ = make_dataset(sim, tmin, tmax)
     tr, te = split(y, test_fraction, split_seed)
     kw = dict(model_kwargs or {})
@@ -78,11 +127,11 @@ def run_experiment(arch: str, sim: SimConfig, model_kwargs: dict | None = None, 
         exp.diagnosis = _diagnose(model, X[te][:diagnose_trials], model_name=f"{type(model).__name__} ({arch})")
         exp.extra["diagnose_seconds"] = time.perf_counter() - t0
         if out is not None:
-            write_diagnosis(exp.diagnosis, out / "diagnosis")
+            _write_diagnosis(exp.diagnosis, out / "diagnosis")
     return exp
 
 
-def write_diagnosis(diag, directory: Path, report: bool = True) -> list[Path]:
+def _write_diagnosis(diag, directory: Path, report: bool = True) -> list[Path]:
     """CSV tables + summary, and the HTML report (unless ``report`` is False)."""
     directory = Path(directory)
     paths = diag.to_csv(directory)

@@ -34,14 +34,33 @@ __all__ = ["SPDAttentionNet", "fir_bank", "covariances", "upper"]
 
 
 def fir_bank(bands, sfreq: float, numtaps: int) -> np.ndarray:
-    """[nb, numtaps] linear-phase band-pass FIR filters."""
+    """[nb, numtaps] linear-phase band-pass FIR filters (``scipy.signal.firwin``, Hamming window).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> h = fir_bank([(8.0, 13.0), (13.0, 20.0)], sfreq=128.0, numtaps=17)
+    >>> h.shape, bool(np.allclose(h, h[:, ::-1]))                  # symmetric taps: linear phase
+    ((2, 17), True)
+    """
     from scipy.signal import firwin
 
     return np.stack([firwin(numtaps, list(b), pass_zero=False, fs=sfreq) for b in bands])
 
 
 def covariances(x: torch.Tensor, shrinkage: float) -> torch.Tensor:
-    """x [..., C, n] -> shrunk sample covariance [..., C, C] (x assumed zero-mean band-passed)."""
+    """x [..., C, n] -> shrunk sample covariance [..., C, C] (x assumed zero-mean band-passed).
+
+    ``(1 - s) x x^T / n + s (tr / C) I`` with ``s = shrinkage`` in [0, 1].
+
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.tensor([[1.0, -1.0], [2.0, -2.0]])             # C = 2 channels, n = 2 samples
+    >>> covariances(x, 0.5)
+    tensor([[1.7500, 1.0000],
+            [1.0000, 3.2500]])
+    """
     C, n = x.shape[-2:]
     S = x @ x.transpose(-1, -2) / n
     tr = torch.diagonal(S, dim1=-2, dim2=-1).sum(-1)[..., None, None] / C
@@ -54,7 +73,17 @@ def _sym_fn(M: torch.Tensor, fn) -> torch.Tensor:
 
 
 def upper(M: torch.Tensor) -> torch.Tensor:
-    """[..., C, C] symmetric -> [..., C(C+1)/2] (diagonal, sqrt(2) x upper off-diagonal; pyriemann order)."""
+    """[..., C, C] symmetric -> [..., C(C+1)/2] (diagonal, sqrt(2) x upper off-diagonal; pyriemann order).
+
+    The sqrt(2) weight makes the Euclidean norm of the vector the Frobenius norm of the matrix.
+
+    Examples
+    --------
+    >>> import torch
+    >>> M = torch.tensor([[2.0, 1.0], [1.0, 3.0]])
+    >>> upper(M), bool(torch.isclose(upper(M).norm(), M.norm()))
+    (tensor([2.0000, 1.4142, 3.0000]), True)
+    """
     C = M.shape[-1]
     i, j = torch.triu_indices(C, C)
     coef = torch.where(i == j, 1.0, 2.0 ** 0.5).to(M.dtype)
@@ -62,7 +91,15 @@ def upper(M: torch.Tensor) -> torch.Tensor:
 
 
 class SPDAttentionNet(ZooModel):
-    """SPD-manifold attention network (see module docstring for the architecture)."""
+    """SPD-manifold attention network (see module docstring for the architecture).
+
+    Examples
+    --------
+    >>> import torch
+    >>> m = SPDAttentionNet(3, 128, 2, n_segments=2, numtaps=17, d_model=8, n_heads=2)
+    >>> m.n_tokens, m(torch.randn(2, 3, 128)).shape                    # 3 bands x 2 segments
+    (6, torch.Size([2, 2]))
+    """
 
     arch = "spd"
 

@@ -25,7 +25,18 @@ __all__ = ["StagedLocalTemporalNet", "MultiScaleLocal", "TransformerLayer"]
 
 
 class MultiScaleLocal(nn.Module):
-    """x [B, C, T] -> log local band power [B, S*F, T'] at several temporal scales."""
+    """x [B, C, T] -> log local band power [B, S*F, T'] at several temporal scales.
+
+    Per scale k: a temporal convolution (kernel k, F filters), a spatial one over all C channels, batch
+    normalization, then the log of the squared output averaged over windows of ``pool`` samples every
+    ``stride`` (``T' = (T - pool) // stride + 1``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> MultiScaleLocal(3, scales=(7, 15), n_filters=2, pool=16, stride=16)(torch.randn(2, 3, 64)).shape
+    torch.Size([2, 4, 4])
+    """
 
     def __init__(self, n_channels: int, scales: tuple[int, ...], n_filters: int, pool: int, stride: int):
         super().__init__()
@@ -44,7 +55,15 @@ class MultiScaleLocal(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """Pre-norm layer: x + MHA(LN x), then FeedForward; x [B, L, D]."""
+    """Pre-norm layer: x + MHA(LN x), then FeedForward; x [B, L, D].
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = TransformerLayer(8, 2, path="time")
+    >>> layer(torch.randn(2, 5, 8)).shape, layer.attn.path
+    (torch.Size([2, 5, 8]), 'time')
+    """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, path: str = "time", attn: MHA | None = None):
         super().__init__()
@@ -58,7 +77,16 @@ class TransformerLayer(nn.Module):
 
 
 class StagedLocalTemporalNet(ZooModel):
-    """Staged local-temporal decoder (see module docstring for the architecture)."""
+    """Staged local-temporal decoder (see module docstring for the architecture).
+
+    Examples
+    --------
+    >>> import torch
+    >>> m = StagedLocalTemporalNet(3, 64, 2, scales=(7,), n_filters=2, pool=16, stride=16, d_model=8, n_heads=2,
+    ...                            n_layers=1)
+    >>> m.n_tokens, m.tokens(torch.randn(2, 3, 64)).shape, m(torch.randn(2, 3, 64)).shape
+    (4, torch.Size([2, 4, 8]), torch.Size([2, 2]))
+    """
 
     arch = "staged"
 
