@@ -18,8 +18,6 @@ EXAMPLES = re.compile(r"^Examples\n-{3,}\s*$", re.M)
 
 #: Modules whose public names do not all have an Examples section yet, by the part of the package that owns them.
 NOT_YET = {
-    # command-line helpers (cli/_*.py)
-    "attnspec.cli._registry",
     # diagnosis of trained models
     "attnspec.diagnostics.api", "attnspec.diagnostics.bootstrap", "attnspec.diagnostics.columns",
     "attnspec.diagnostics.dependence", "attnspec.diagnostics.distributed", "attnspec.diagnostics.entry",

@@ -60,6 +60,28 @@ def check_model(flag: str, name: str) -> dict:
     Returns ``{"kind": 'builtin' | 'dir' | 'gguf' | 'zoo', "config": Path | None,
     "max_positions": (n, key) | None}``. Raises :class:`CLIError` for a name that no loader accepts or a
     model directory without ``config.json`` + ``*.safetensors`` (+ tokenizer files).
+
+    Parameters
+    ----------
+    flag : str
+        The option named in errors (``--model``).
+    name : str
+        A built-in name or alias, a model directory, a ``.gguf`` file or a zoo checkpoint directory.
+
+    Returns
+    -------
+    dict
+        ``kind``, ``config`` (the ``config.json`` when known) and ``max_positions`` (the model's
+        position limit and the key it was read from); ``vision`` for image models.
+
+    Examples
+    --------
+    >>> info = check_model("--model", "minilm")          # the packaged model: its config, nothing loaded
+    >>> info["kind"], info["max_positions"]
+    ('builtin', (512, 'max_position_embeddings'))
+    >>> check_model("--model", "nosuchmodel")
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --model 'nosuchmodel': is not a built-in model name (minilm, ...) and no such file ...
     """
     info: dict = {"kind": None, "config": None, "max_positions": None}
     path = Path(name).expanduser()
@@ -135,7 +157,23 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 
 
 def image_files(flag: str, value: str) -> list[Path]:
-    """The image files of directory ``value`` (sorted), or :class:`CLIError`."""
+    """The image files of directory ``value`` (sorted), or :class:`CLIError`.
+
+    Files count by suffix (:data:`IMAGE_SUFFIXES`, any case); nothing is opened here.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, shutil
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("b.PNG", "a.jpg", "notes.txt"):
+    ...     _ = (tmp / name).write_bytes(b"")
+    >>> [p.name for p in image_files("--images", str(tmp))]
+    ['a.jpg', 'b.PNG']
+    >>> shutil.rmtree(tmp)
+    >>> image_files("--images", str(tmp))
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --images ...: is neither 'builtin' nor a directory
+    """
     d = Path(value).expanduser()
     if not d.is_dir():
         raise CLIError(flag, value, "is neither 'builtin' nor a directory")
@@ -157,7 +195,17 @@ EEG_SUFFIXES = (".fif", ".fif.gz", ".edf", ".gdf")
 
 
 def check_eeg_file(flag: str, value: str) -> Path:
-    """An existing EEG file with a suffix of :data:`EEG_SUFFIXES`, or :class:`CLIError`."""
+    """An existing EEG file with a suffix of :data:`EEG_SUFFIXES`, or :class:`CLIError`.
+
+    Examples
+    --------
+    >>> check_eeg_file("--inputs", "trials.csv")
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --inputs trials.csv: is not an EEG file attnspec reads (expected one of .fif, ...)
+    >>> check_eeg_file("--inputs", "/no/such/A01T.gdf")
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --inputs /no/such/A01T.gdf: no such file
+    """
     path = Path(value).expanduser()
     if not any(path.name.lower().endswith(s) for s in EEG_SUFFIXES):
         raise CLIError(flag, value, f"is not an EEG file attnspec reads (expected one of {', '.join(EEG_SUFFIXES)})")
@@ -169,7 +217,23 @@ def check_eeg_file(flag: str, value: str) -> Path:
 def zoo_model_and_inputs(checkpoint: str | Path, n_trials: int, inputs: str | Path | None = None):
     """A zoo checkpoint (model in eval mode) and its epochs ``X`` ``(n, C, T)`` (volts): the first
     ``n_trials`` epochs of the EEG file ``inputs``, or by default of the held-out simulated trials
-    regenerated from the checkpoint's metadata (:func:`attnspec.zoo.checkpoint_inputs`)."""
+    regenerated from the checkpoint's metadata (:func:`attnspec.zoo.checkpoint_inputs`).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, shutil
+    >>> from attnspec import zoo
+    >>> from attnspec.zoo.eeg_sim import SimConfig
+    >>> from attnspec.zoo.staged import StagedLocalTemporalNet
+    >>> sim = SimConfig(n_subjects=1, trials_per_class=4, channels=("C3", "Cz", "C4"))
+    >>> net = StagedLocalTemporalNet(3, 64, 2, scales=(7,), n_filters=2, pool=16, stride=16, d_model=8, n_heads=2,
+    ...                              n_layers=1)
+    >>> d = zoo.save(net, pathlib.Path(tempfile.mkdtemp(), "ckpt"), dict(sim=sim.to_dict(), tmin=0.5, tmax=1.0))
+    >>> model, X = zoo_model_and_inputs(d, n_trials=1)
+    >>> type(model).__name__, model.training, X.shape
+    ('StagedLocalTemporalNet', False, (1, 3, 64))
+    >>> shutil.rmtree(d.parent)
+    """
     from .. import zoo
 
     model = zoo.load(checkpoint)
