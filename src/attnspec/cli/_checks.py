@@ -221,16 +221,7 @@ def check_output_dir(flag: str, path: Path | str) -> Path:
     """``path`` is an existing writable directory, or can be created (its nearest existing ancestor is
     a writable directory).
 
-    Parameters
-    ----------
-    flag : str
-        The option named in the error.
-    path : path-like
-        The directory (not created here).
-
-    Returns
-    -------
-    pathlib.Path
+    ``flag`` is the option named in the error; nothing is created here.
 
     Raises
     ------
@@ -267,16 +258,7 @@ def check_output_dir(flag: str, path: Path | str) -> Path:
 def check_output_file(flag: str, path: Path | str | None) -> Path | None:
     """``path`` (if given) is a writable file path: not a directory, its directory exists or can be created.
 
-    Parameters
-    ----------
-    flag : str
-        The option named in the error.
-    path : path-like or None
-        The file to be written; None passes through.
-
-    Returns
-    -------
-    pathlib.Path or None
+    ``flag`` is the option named in the error; None passes through.
 
     Examples
     --------
@@ -312,16 +294,6 @@ def check_output_file(flag: str, path: Path | str | None) -> Path | None:
 def check_input_file(flag: str, path: Path | str) -> Path:
     """``path`` is an existing, readable, non-empty regular file.
 
-    Parameters
-    ----------
-    flag : str
-        The option named in the error.
-    path : path-like
-
-    Returns
-    -------
-    pathlib.Path
-
     Examples
     --------
     >>> check_input_file("--texts", "/no/such/file.txt")
@@ -342,17 +314,6 @@ def check_input_file(flag: str, path: Path | str) -> Path:
 
 def read_text_lines(flag: str, path: Path | str) -> list[str]:
     """Non-blank lines of a UTF-8 text file (a :class:`CLIError` if it is missing, not UTF-8 or blank).
-
-    Parameters
-    ----------
-    flag : str
-        The option named in the error.
-    path : path-like
-        A UTF-8 file, one text per line.
-
-    Returns
-    -------
-    list of str
 
     Examples
     --------
@@ -378,16 +339,6 @@ def read_text_lines(flag: str, path: Path | str) -> list[str]:
 
 def check_sqlite_file(flag: str, path: Path | str) -> Path:
     """``path`` is an SQLite database (checked by its 16-byte header), an empty file, or can be created.
-
-    Parameters
-    ----------
-    flag : str
-        The option named in the error.
-    path : path-like
-
-    Returns
-    -------
-    pathlib.Path
 
     Examples
     --------

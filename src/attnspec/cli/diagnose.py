@@ -91,7 +91,7 @@ class _ListArchitectures(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from ..models.architectures import format_architectures
+        from ..models.architecture_table import format_architectures
         print(format_architectures())
         parser.exit()
 

@@ -25,26 +25,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .architectures import (ARCHITECTURES, Architecture, ArchitectureError, cross_paths, decoder_of, detect,
-                            get_path, resolve, stack_of)
-from .attention_calls import Application, register_applications
+from .architectures import (ARCHITECTURES, Architecture, ArchitectureError, _cross_paths, _decoder_of, _get_path,
+                            _stack_of, detect, resolve)
+from .attention_calls import Application, _register_applications
+from .generic import AdapterError, _custom_sites, _heads_view, _mha_sites
 from .emitters import register
-from .protocol import AttentionBlock, AttentionSite
+from .protocol import AttentionSite
 
 __all__ = ["ModelAdapter", "adapt", "AdapterError"]
-
-
-class AdapterError(TypeError):
-    """The model has no attention layers attnspec knows how to hook."""
-
-
-def _heads_view(x: torch.Tensor, n: int) -> torch.Tensor:
-    """``(B, L, n*d) -> (B, n, L, d)``."""
-    B, L, D = x.shape
-    return x.view(B, L, n, D // n).transpose(1, 2)
 
 
 @dataclass
@@ -83,6 +73,20 @@ class ModelAdapter:
         effect is the shift of the decoder's mean-pooled output. ``None``: not an encoder-decoder.
     notes : tuple of str
         Sentences for the diagnosis summary stating what the model was fed and what removal measures.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> ad = adapt(model)
+    >>> ad.describe(), ad.can_reuse
+    ('BertModel (bert, encoder): 1 attention layers', True)
+    >>> batch = {"input_ids": torch.tensor([[1, 5, 6, 7, 2, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]])}
+    >>> with torch.no_grad():
+    ...     ad.run(batch).shape                                 # final hidden states
+    torch.Size([1, 6, 32])
     """
 
     model: nn.Module
@@ -180,13 +184,13 @@ def _pick_weights(out: Any) -> torch.Tensor | None:
 
 
 def _site(arch: Architecture, layer: nn.Module, i: int, geo: dict, cfg: Any, causal_default: bool) -> AttentionSite:
-    att, o, v = get_path(layer, arch.attention), get_path(layer, arch.o), get_path(layer, arch.v)
+    att, o, v = _get_path(layer, arch.attention), _get_path(layer, arch.o), _get_path(layer, arch.v)
     H, Hkv = geo["n_heads"], geo["n_kv_heads"]
     conv1d = type(o).__name__ == "Conv1D"            # GPT-2: weight is (in, out)
     d_in = o.weight.shape[0] if conv1d else o.weight.shape[1]
     if d_in % H:
         raise ArchitectureError(f"{arch.family}: output projection input width {d_in} is not a multiple of {H} heads")
-    fused = get_path(layer, arch.q) is v
+    fused = _get_path(layer, arch.q) is v
     gpt2_bias = getattr(att, "bias", None)
     if arch.capture.startswith("hooked:"):
         register(att, arch.capture.split(":", 1)[1])
@@ -203,8 +207,8 @@ def _site(arch: Architecture, layer: nn.Module, i: int, geo: dict, cfg: Any, cau
 
 def _tail(arch: Architecture, model: nn.Module, base: nn.Module, cfg: Any) -> tuple[str, Callable | None]:
     """Kind and tail ``hidden -> output`` after the last block (final norm, LM head and its soft-capping)."""
-    norm = get_path(base, arch.norm) if arch.norm else None
-    lm = get_path(model, arch.lm_head) if arch.kind == "causal-lm" else None
+    norm = _get_path(base, arch.norm) if arch.norm else None
+    lm = _get_path(model, arch.lm_head) if arch.kind == "causal-lm" else None
     softcap = getattr(cfg, "final_logit_softcapping", None)
     if lm is None:   # a base model (LlamaModel, GPT2Model, BertModel): representation shift of its output
         # exact removal with block reuse compares the last block's output; a final norm after it would be
@@ -244,7 +248,7 @@ def _albert(model: nn.Module, arch: Architecture, base: nn.Module, groups: list,
         apps.setdefault(shared, []).append(site.module)
         sites.append(site)
     for shared, stand_ins in apps.items():
-        register_applications(shared, stand_ins)
+        _register_applications(shared, stand_ins)
     return sites
 
 
@@ -257,7 +261,7 @@ _SEQ2SEQ_NOTE = ("{name} is an encoder-decoder: the encoder reads each text and 
 
 def _seq2seq(model: nn.Module, arch: Architecture, dec: nn.Module) -> ModelAdapter:
     """Encoder self-attention, then per decoder layer its self- and cross-attention, in call order."""
-    enc = stack_of(arch, model)
+    enc = _stack_of(arch, model)
     cfg = model.config
     start = getattr(cfg, "decoder_start_token_id", None)
     if start is None and cfg.model_type == "mbart":
@@ -271,14 +275,14 @@ def _seq2seq(model: nn.Module, arch: Architecture, dec: nn.Module) -> ModelAdapt
     parts = [(f"encoder.{arch.layers}", "encoder", "self", arch, layer, j, geo) for j, layer in enumerate(enc_layers)]
     for j, layer in enumerate(dec_layers):
         parts += [(f"decoder.{arch.layers}", "decoder", "self", dec_arch, layer, j, dgeo),
-                  (f"decoder.{arch.layers}", "decoder", "cross", cross_paths(dec_arch), layer, j, dgeo)]
+                  (f"decoder.{arch.layers}", "decoder", "cross", _cross_paths(dec_arch), layer, j, dgeo)]
     sites = []
     for i, (prefix, stack, role, a, layer, j, g) in enumerate(parts):
         site = _site(a, layer, j, g, cfg, causal_default=False)
         site.index, site.name, site.stack, site.role = i, f"{prefix}.{j}.{a.attention}", stack, role
         site.block = None            # removal: full forward passes (an encoder head changes every cross-attention)
         sites.append(site)
-    lm = get_path(model, arch.lm_head) is not None
+    lm = _get_path(model, arch.lm_head) is not None
     effect = ("Removal effect: the increase of the seq2seq LM loss of predicting each real token of the text "
               "(nats per token)." if lm else "No LM head: the removal effect is the shift (1 - cos) of the "
               "decoder's mean-pooled output.")
@@ -289,10 +293,10 @@ def _seq2seq(model: nn.Module, arch: Architecture, dec: nn.Module) -> ModelAdapt
 
 
 def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
-    dec = decoder_of(arch, model)
+    dec = _decoder_of(arch, model)
     if dec is not None:
         return _seq2seq(model, arch, dec)
-    model = stack_of(arch, model)     # an encoder-decoder's encoder alone (T5EncoderModel): the diagnosed model
+    model = _stack_of(arch, model)     # an encoder-decoder's encoder alone (T5EncoderModel): the diagnosed model
     base, layers, geo = resolve(arch, model)
     cfg = getattr(model.config, "text_config", None) or model.config
     if arch.shared:   # no block re-use: every removal is a full forward pass
@@ -309,62 +313,25 @@ def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
                         decoder=arch.kind == "causal-lm", architecture=arch)
 
 
-def _mha_recompute(mod: nn.MultiheadAttention, args: tuple, kwargs: dict):
-    """Weights ``(B, H, L, L)`` and values ``(B, H, L, dh)`` of a self-attention MHA call."""
-    q = args[0] if args else kwargs["query"]
-    if not mod.batch_first:
-        q = q.transpose(0, 1)
-    B, L, D = q.shape
-    H, dh = mod.num_heads, mod.head_dim
-    if mod.in_proj_weight is None:
-        raise AdapterError("nn.MultiheadAttention with separate q/k/v dims (kdim/vdim) is not supported")
-    qkv = F.linear(q, mod.in_proj_weight, mod.in_proj_bias)
-    Q, K, V = (_heads_view(t, H) for t in qkv.chunk(3, dim=-1))
-    s = Q @ K.transpose(-1, -2) / dh ** 0.5
-    kpm = kwargs.get("key_padding_mask", args[3] if len(args) > 3 else None)
-    am = kwargs.get("attn_mask", args[5] if len(args) > 5 else None)
-    if kwargs.get("is_causal", False) and am is None:
-        am = torch.ones(L, L, dtype=torch.bool).triu(1)
-    if am is not None:
-        am = am.view(-1, H, L, L) if am.dim() == 3 else am
-        s = s.masked_fill(am, float("-inf")) if am.dtype == torch.bool else s + am
-    if kpm is not None:
-        s = s.masked_fill(kpm[:, None, None, :].bool(), float("-inf")) if kpm.dtype == torch.bool \
-            else s + kpm[:, None, None, :]
-    return s.softmax(-1), V
-
-
-def _mha_sites(model: nn.Module) -> list[AttentionSite]:
-    sites = []
-    for name, mod in model.named_modules():
-        if isinstance(mod, nn.MultiheadAttention):
-            sites.append(AttentionSite(
-                index=len(sites), name=name or "<root>", module=mod, out_proj=mod.out_proj, n_heads=mod.num_heads,
-                n_kv_heads=mod.num_heads, head_dim=mod.head_dim, d_out=mod.out_proj.out_features,
-                recompute=_mha_recompute, kind="mha"))
-    return sites
-
-
-def _custom_sites(model: nn.Module) -> list[AttentionSite]:
-    sites = []
-    for name, mod in model.named_modules():
-        if getattr(mod, "attnspec_protocol", None) == 1:
-            if not isinstance(mod, AttentionBlock):
-                missing = [a for a in ("n_heads", "head_dim", "attn_probe", "value_probe", "out_proj") if not hasattr(mod, a)]
-                raise AdapterError(f"{name}: sets attnspec_protocol = 1 but lacks {', '.join(missing)} "
-                                   "(see attnspec.models.protocol)")
-            H = int(mod.n_heads)
-            sites.append(AttentionSite(
-                index=len(sites), name=name or "<root>", module=mod, out_proj=mod.out_proj, n_heads=H,
-                n_kv_heads=int(getattr(mod, "n_kv_heads", H)), head_dim=int(mod.head_dim),
-                d_out=mod.out_proj.out_features, causal=bool(getattr(mod, "causal", False)),
-                window=getattr(mod, "window", None), weights_module=mod.attn_probe, weights_pick=lambda out: out,
-                values_module=mod.value_probe, values_pick=lambda out: out, kind="custom"))
-    return sites
-
-
 def adapt(model: nn.Module | ModelAdapter) -> ModelAdapter:
     """Detect the model family and return its :class:`ModelAdapter`.
+
+    Modules following the per-block protocol (:class:`attnspec.models.protocol.AttentionBlock`) come
+    first, then the transformers families of :data:`attnspec.models.architectures.ARCHITECTURES`, then
+    ``nn.MultiheadAttention``; an adapter is returned as it is.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> ad = adapt(model)
+    >>> ad.family, ad.kind, [s.name for s in ad.sites]
+    ('bert', 'encoder', ['encoder.layer.0.attention.self'])
+    >>> mha = adapt(torch.nn.Sequential(torch.nn.MultiheadAttention(8, 2, batch_first=True)))
+    >>> mha.family, mha.kind, mha.sites[0].n_heads
+    ('nn.MultiheadAttention', 'generic', 2)
 
     Raises
     ------

@@ -17,24 +17,33 @@ the table lists it (else by structure), then every path of the entry must exist 
 (:func:`resolve`). A model that claims a family but lacks its structure, or a family in
 :data:`REFUSED`, raises :class:`ArchitectureError` naming the family and the reason, before any work.
 
-:func:`architectures_table` returns the table as a ``pandas.DataFrame``; :func:`format_architectures`
-formats it as text (``attnspec diagnose --list-architectures``).
+:mod:`attnspec.models.architecture_table` shows the table as a ``pandas.DataFrame`` or as text
+(``attnspec diagnose --list-architectures``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
 
 from .loading import ModelLoadError
 
-__all__ = ["Architecture", "Refusal", "ArchitectureError", "ARCHITECTURES", "REFUSED", "detect", "resolve", "stack_of",
-           "decoder_of", "cross_paths", "architectures_table", "format_architectures", "get_path"]
+__all__ = ["Architecture", "Refusal", "ArchitectureError", "ARCHITECTURES", "REFUSED", "detect", "resolve"]
 
 
 class ArchitectureError(ModelLoadError):
-    """The model's family is refused, or it claims a family whose structure it does not have."""
+    """The model's family is refused, or it claims a family whose structure it does not have.
+
+    Examples
+    --------
+    >>> import transformers
+    >>> xlnet = transformers.XLNetModel(transformers.XLNetConfig(d_model=32, n_layer=1, n_head=2, d_inner=64,
+    ...                                 vocab_size=100))
+    >>> detect(xlnet)
+    Traceback (most recent call last):
+    attnspec.models.architectures.ArchitectureError: XLNetModel (model_type 'xlnet') is of the xlnet family ...
+    """
 
 
 @dataclass(frozen=True)
@@ -48,11 +57,17 @@ class Architecture:
     the actual values from each recorded call). Encoder-decoders (``kind='seq2seq'``): ``stack`` and
     ``decoder`` lead from the model to its two stacks (same layer paths), ``cross`` names the
     cross-attention module of a decoder layer, whose projections carry the self-attention's names
-    (:func:`cross_paths`); a model with an encoder only (``T5EncoderModel``) is diagnosed as its encoder;
+    (:func:`_cross_paths`); a model with an encoder only (``T5EncoderModel``) is diagnosed as its encoder;
     ``shared`` marks layer groups applied several times (ALBERT: one site per application);
     ``broadcast`` says whether the blocks broadcast over a leading replica axis in exact removal;
     ``no_reuse`` names a config key whose presence puts work between blocks (full forwards then);
     ``strict`` entries are claimed by ``model_type`` only, never by structure alone.
+
+    Examples
+    --------
+    >>> bert = next(a for a in ARCHITECTURES if a.family == "bert")
+    >>> bert.attention, bert.q, bert.o, bert.kv_heads
+    ('attention.self', 'attention.self.query', 'attention.output.dense', None)
     """
 
     family: str
@@ -87,7 +102,13 @@ class Architecture:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A family attnspec refuses, and why."""
+    """A family attnspec refuses, and why.
+
+    Examples
+    --------
+    >>> [r.family for r in REFUSED if "xlnet" in r.model_types]
+    ['xlnet']
+    """
 
     family: str
     examples: str
@@ -197,7 +218,7 @@ REFUSED: tuple[Refusal, ...] = (
 )
 
 
-def get_path(obj: Any, path: str) -> Any:
+def _get_path(obj: Any, path: str) -> Any:
     """``obj.a.b.c`` for ``path='a.b.c'``; ``'x|y'`` tries ``x`` then ``y``; ``None`` when absent."""
     for alt in path.split("|"):
         cur = obj
@@ -221,7 +242,7 @@ def _base_and_layers(arch: Architecture, model: nn.Module):
     for c in list(candidates[1:]):
         candidates += [getattr(c, a) for a in arch.base if isinstance(getattr(c, a, None), nn.Module)]
     for base in candidates:
-        layers = get_path(base, arch.layers)
+        layers = _get_path(base, arch.layers)
         if isinstance(layers, (nn.ModuleList, list, tuple)) and len(layers):
             return base, layers
     return None, None
@@ -235,30 +256,30 @@ def _missing(arch: Architecture, model: nn.Module) -> str | None:
     for role in ("attention", "q", "k", "v", "o"):
         path = getattr(arch, role)
         for i, layer in enumerate(layers):
-            if not isinstance(get_path(layer, path), nn.Module):
+            if not isinstance(_get_path(layer, path), nn.Module):
                 return f"layer {i} has no {role} module at {path!r} ({type(layer).__name__})"
-    o = get_path(layers[0], arch.o)
+    o = _get_path(layers[0], arch.o)
     if getattr(o, "weight", None) is None or o.weight.dim() != 2:
         return f"the output projection {arch.o!r} has no 2-D weight"
     return None
 
 
-def stack_of(arch: Architecture, model: nn.Module) -> nn.Module | None:
+def _stack_of(arch: Architecture, model: nn.Module) -> nn.Module | None:
     """The module whose layers ``arch.layers`` names: ``model`` itself, or for encoder-decoders its encoder stack."""
     if arch.stack is None or _base_and_layers(arch, model)[0] is not None:
         return model
-    return get_path(model, arch.stack)
+    return _get_path(model, arch.stack)
 
 
-def decoder_of(arch: Architecture, model: nn.Module) -> nn.Module | None:
+def _decoder_of(arch: Architecture, model: nn.Module) -> nn.Module | None:
     """The decoder stack of an encoder-decoder (``None``: not an encoder-decoder entry, or an encoder only)."""
     if arch.decoder is None or _base_and_layers(arch, model)[0] is not None:
         return None
-    dec = get_path(model, arch.decoder)
+    dec = _get_path(model, arch.decoder)
     return dec if isinstance(dec, nn.Module) else None
 
 
-def cross_paths(arch: Architecture) -> Architecture:
+def _cross_paths(arch: Architecture) -> Architecture:
     """``arch`` with the cross-attention module of a decoder layer as ``attention`` and its projections
     (the self-attention's names under ``arch.cross``: ``self_attn.q_proj`` -> ``encoder_attn.q_proj``)."""
     sub = {r: arch.cross + getattr(arch, r)[len(arch.attention):] for r in ("q", "k", "v", "o")}
@@ -268,13 +289,13 @@ def cross_paths(arch: Architecture) -> Architecture:
 def _missing_stacks(arch: Architecture, model: nn.Module) -> str | None:
     """:func:`_missing` for the encoder (or the model) and, for encoder-decoders, the decoder's self- and
     cross-attention."""
-    target = stack_of(arch, model)
+    target = _stack_of(arch, model)
     if target is None:
         return f"it has no {arch.stack!r} stack"
     why = _missing(arch, target)
-    dec = decoder_of(arch, model)
+    dec = _decoder_of(arch, model)
     if why is None and dec is not None:
-        why = _missing(arch, dec) or _missing(cross_paths(arch), dec)
+        why = _missing(arch, dec) or _missing(_cross_paths(arch), dec)
         why = why and f"its decoder: {why}"
     return why
 
@@ -285,6 +306,20 @@ def _refusal(model_type: str | None) -> Refusal | None:
 
 def detect(model: nn.Module) -> Architecture | None:
     """The table entry of ``model``; ``None`` for models outside the transformers families.
+
+    A ``config.model_type`` listed in an entry claims it (and must have its structure); otherwise the
+    first non-strict entry whose module paths the model has.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> detect(model).family
+    'bert'
+    >>> detect(torch.nn.Linear(2, 2)) is None
+    True
 
     Raises
     ------
@@ -312,7 +347,18 @@ def detect(model: nn.Module) -> Architecture | None:
 
 
 def resolve(arch: Architecture, model: nn.Module) -> tuple[nn.Module, list, dict]:
-    """``(base, layers, geometry)`` of a detected model: ``geometry`` has ``n_heads``, ``n_kv_heads``."""
+    """``(base, layers, geometry)`` of a detected model: ``geometry`` has ``n_heads``, ``n_kv_heads``.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> base, layers, geometry = resolve(detect(model), model)
+    >>> base is model, len(layers), geometry
+    (True, 1, {'n_heads': 2, 'n_kv_heads': 2})
+    """
     cfg = _config(model)
     base, layers = _base_and_layers(arch, model)
     H = next((int(getattr(cfg, k)) for k in arch.heads if getattr(cfg, k, None)), None)
@@ -331,51 +377,3 @@ def resolve(arch: Architecture, model: nn.Module) -> tuple[nn.Module, list, dict
         raise ArchitectureError(f"{type(model).__name__} ({arch.family}): {H} query heads are not a multiple of "
                                 f"{Hkv} key/value heads")
     return base, list(layers), {"n_heads": H, "n_kv_heads": Hkv}
-
-
-_COLUMNS = ("family", "examples", "model_types", "attention", "q", "k", "v", "o", "kv_sharing", "cross_attention",
-            "position", "scaling", "softcap", "mask", "capture", "status")
-
-
-def architectures_table():
-    """The architecture table as a ``pandas.DataFrame``: supported families, then refused ones with the reason
-    in ``status``."""
-    import pandas as pd
-    rows = []
-    for a in ARCHITECTURES:
-        r = {f.name: getattr(a, f.name) for f in fields(a)}
-        r["model_types"] = ", ".join(a.model_types)
-        r["kv_sharing"] = f"grouped ({'/'.join(a.kv_heads)})" if a.kv_heads else "none"
-        if a.family == "falcon":
-            r["kv_sharing"] = "multi-query or grouped (multi_query, num_kv_heads)"
-        r["cross_attention"] = "none"
-        if a.cross:
-            c = cross_paths(a)
-            r["cross_attention"] = (f"decoder layers: {c.q} / {c.k} / {c.v} / {c.o} (queries from the decoder, keys "
-                                    "and values from the encoder's output)")
-        r["status"] = "supported"
-        rows.append({c: r.get(c, "") for c in _COLUMNS})
-    for x in REFUSED:
-        rows.append({c: "" for c in _COLUMNS} | {"family": x.family, "examples": x.examples,
-                                                 "model_types": ", ".join(x.model_types),
-                                                 "status": f"refused: {x.reason}"})
-    return pd.DataFrame(rows, columns=list(_COLUMNS))
-
-
-def format_architectures(width: int = 100) -> str:
-    """The table as text, one block per family (for ``attnspec diagnose --list-architectures``)."""
-    import textwrap
-    df = architectures_table()
-    out = []
-    for _, r in df.iterrows():
-        lines = [f"{r['family']}: {r['examples']}  [{r['status'].split(':')[0]}]",
-                 f"  model_type: {r['model_types']}"]
-        if r["status"] == "supported":
-            lines += [f"  q/k/v/o: {r['q']} / {r['k']} / {r['v']} / {r['o']}", f"  key/value sharing: {r['kv_sharing']}",
-                      *([f"  cross-attention: {r['cross_attention']}"] if r["cross_attention"] != "none" else []),
-                      f"  position: {r['position']}", f"  scaling: {r['scaling']}; softcap: {r['softcap']}",
-                      f"  mask: {r['mask']}; capture: {r['capture']}"]
-        else:
-            lines.append(f"  reason: {r['status'].split(': ', 1)[1]}")
-        out += [textwrap.fill(x, width, subsequent_indent="    ") for x in lines]
-    return "\n".join(out)

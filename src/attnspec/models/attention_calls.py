@@ -30,14 +30,22 @@ import torch
 
 from .emitters import registered
 
-__all__ = ["AttentionCall", "record_attention_calls", "allowed_from_mask", "Application", "register_applications"]
+__all__ = ["AttentionCall", "record_attention_calls", "allowed_from_mask", "Application"]
 
 _APPLICATIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 
 
 class Application(torch.nn.Module):
     """Stand-in for the ``index``-th call of an attention module shared by several layers (ALBERT): recorded
-    calls of the shared module are attributed to its applications in call order. Never called itself."""
+    calls of the shared module are attributed to its applications in call order. Never called itself.
+
+    Examples
+    --------
+    >>> shared = torch.nn.Linear(4, 4)
+    >>> app = Application(shared, 1)
+    >>> app.shared is shared, app.index, list(app.parameters())         # the weights stay the shared module's
+    (True, 1, [])
+    """
 
     def __init__(self, shared: torch.nn.Module, index: int):
         super().__init__()
@@ -45,7 +53,7 @@ class Application(torch.nn.Module):
         self.index = index
 
 
-def register_applications(shared: torch.nn.Module, applications: list) -> None:
+def _register_applications(shared: torch.nn.Module, applications: list) -> None:
     """Attribute the calls of ``shared`` to ``applications`` (in order, cyclically) while recording."""
     _APPLICATIONS[shared] = list(applications)
 
@@ -69,6 +77,16 @@ class AttentionCall:
         Logit soft-capping ``c tanh(x / c)`` (Gemma 2), ``None`` when absent.
     position_bias : Tensor or None
         Additive bias broadcastable to ``(B, H, L, L)`` (T5-style relative positions), else ``None``.
+
+    Examples
+    --------
+    >>> q = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])                  # B = H = 1, L = 2, d = 2
+    >>> call = AttentionCall(torch.nn.Identity(), q, q, q, allowed=torch.ones(1, 2, 2, dtype=torch.bool), scaling=1.0)
+    >>> call.logits()
+    tensor([[[[1., 0.],
+              [0., 1.]]]])
+    >>> call.weights().sum(-1), call.n_heads, call.n_kv_heads
+    (tensor([[[1., 1.]]]), 1, 1)
     """
 
     module: torch.nn.Module
@@ -125,6 +143,17 @@ def allowed_from_mask(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causa
     mask (1 = real token; FlashAttention). ``None`` and 2-D masks get the causal rule (when ``causal``)
     and ``window`` (keys with ``i - j < window``; ``|i - j| < window`` for bidirectional attention);
     ``valid`` ``(B, L)`` removes padded queries and keys.
+
+    Examples
+    --------
+    >>> allowed_from_mask(None, 1, 3, 3, causal=True).int()
+    tensor([[[1, 0, 0],
+             [1, 1, 0],
+             [1, 1, 1]]], dtype=torch.int32)
+    >>> allowed_from_mask(torch.tensor([[1, 1, 0]]), 1, 3, 3, causal=False).int()     # 2-D padding mask
+    tensor([[[1, 1, 0],
+             [1, 1, 0],
+             [1, 1, 0]]], dtype=torch.int32)
     """
     i = torch.arange(Lq)[:, None] + (Lk - Lq)
     j = torch.arange(Lk)[None, :]
@@ -174,6 +203,20 @@ def record_attention_calls(on_call: Callable[[AttentionCall], None], valid: torc
     rebuilds the same inputs from the module's projections. The
     dispatch ``ALL_ATTENTION_FUNCTIONS.get_interface`` is wrapped for the block only and restored on
     exit, also on error; modules and their parameters are not touched.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> calls = []
+    >>> with torch.no_grad(), record_attention_calls(calls.append):
+    ...     _ = model(input_ids=torch.tensor([[1, 5, 6, 2]]), attention_mask=torch.tensor([[1, 1, 1, 0]]))
+    >>> len(calls), calls[0].query.shape, calls[0].scaling
+    (1, torch.Size([1, 2, 4, 16]), 0.25)
+    >>> calls[0].allowed[0, 0].tolist()                       # the padded key is not allowed
+    [True, True, True, False]
     """
     from transformers.modeling_utils import AttentionInterface
 

@@ -90,12 +90,40 @@ EMITTERS: dict[str, Callable] = {"mpnet": _mpnet, "falcon": _falcon, "deberta-v2
 
 
 def register(module: nn.Module, name: str) -> None:
-    """Attach emitter ``name`` to ``module`` (weakly: the registry never keeps a model alive)."""
+    """Attach emitter ``name`` to ``module`` (weakly: the registry never keeps a model alive).
+
+    ``name`` is a key of :data:`EMITTERS` (``'mpnet'``, ``'falcon'``, ``'deberta-v2'``);
+    :func:`attnspec.models.adapt` registers the emitters of the families that need one.
+
+    Examples
+    --------
+    >>> import transformers
+    >>> mpnet = transformers.MPNetModel(transformers.MPNetConfig(hidden_size=32, num_hidden_layers=1,
+    ...                                 num_attention_heads=2, intermediate_size=64, vocab_size=100))
+    >>> att = mpnet.encoder.layer[0].attention.attn
+    >>> register(att, "mpnet")
+    >>> any(m is att for m, _ in registered())
+    True
+    >>> register(att, "xlnet")
+    Traceback (most recent call last):
+    KeyError: "no attention-call emitter 'xlnet' (known: mpnet, falcon, deberta-v2)"
+    """
     if name not in EMITTERS:
         raise KeyError(f"no attention-call emitter {name!r} (known: {', '.join(EMITTERS)})")
     _REGISTRY[module] = EMITTERS[name]
 
 
 def registered() -> list[tuple[nn.Module, Callable]]:
-    """The live ``(module, emitter)`` pairs."""
+    """The live ``(module, emitter)`` pairs (weak references: a module that is garbage-collected leaves).
+
+    Examples
+    --------
+    >>> import transformers
+    >>> mpnet = transformers.MPNetModel(transformers.MPNetConfig(hidden_size=32, num_hidden_layers=1,
+    ...                                 num_attention_heads=2, intermediate_size=64, vocab_size=100))
+    >>> att = mpnet.encoder.layer[0].attention.attn
+    >>> register(att, "mpnet")
+    >>> [emit is EMITTERS["mpnet"] for m, emit in registered() if m is att]
+    [True]
+    """
     return list(_REGISTRY.items())

@@ -15,11 +15,33 @@ __all__ = ["ModelLoadError", "cache_dir"]
 
 
 class ModelLoadError(ValueError):
-    """The argument does not name a model attnspec can load safely."""
+    """The argument does not name a model attnspec can load safely.
+
+    A ``ValueError``: the message names the argument and what would have been accepted.
+
+    Examples
+    --------
+    >>> from attnspec.models import load_model
+    >>> try:
+    ...     load_model("/no/such/model")
+    ... except ModelLoadError as err:
+    ...     print(str(err)[:54])
+    '/no/such/model' is not a model: no such file or direc
+    """
 
 
 def cache_dir() -> Path:
-    """Cache root: ``$ATTNSPEC_CACHE`` or ``~/.cache/attnspec``."""
+    """Cache root: ``$ATTNSPEC_CACHE`` or ``~/.cache/attnspec`` (converted and assembled models live here).
+
+    Examples
+    --------
+    >>> import os
+    >>> old = os.environ.get("ATTNSPEC_CACHE")
+    >>> os.environ["ATTNSPEC_CACHE"] = "/data/attnspec-cache"
+    >>> cache_dir().as_posix()
+    '/data/attnspec-cache'
+    >>> _ = os.environ.pop("ATTNSPEC_CACHE") if old is None else os.environ.update(ATTNSPEC_CACHE=old)
+    """
     return Path(os.environ.get("ATTNSPEC_CACHE", Path.home() / ".cache" / "attnspec"))
 
 

@@ -14,6 +14,28 @@ def config_of(site: AttentionSite, seq_len: int, d_model: int | None = None, bet
     The width of the queries/keys is taken equal to the value width ``head_dim``; ``d_model``
     defaults to ``d_out``. Inputs use convention B (Gaussian rows), the closer of the two to a real
     model's normalized hidden states when ``seq_len`` may exceed ``d_model``.
+
+    Parameters
+    ----------
+    site : AttentionSite
+        A layer of an adapted model (:func:`attnspec.models.adapt`).
+    seq_len : int
+        Tokens per input ``l``.
+    d_model : int, optional
+        Input width ``d`` (default: the site's output width).
+    beta : float
+        Inverse temperature, clamped to ``[0, BETA_MAX]``.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> from attnspec.models import adapt
+    >>> cfg = config_of(adapt(model).sites[0], seq_len=6)
+    >>> cfg.seq_len, cfg.d_model, cfg.d_qk, cfg.key_groups, cfg.inputs
+    (6, 32, (16, 16), 2, 'gaussian')
     """
     d_model = site.d_out if d_model is None else d_model
     H = site.n_heads

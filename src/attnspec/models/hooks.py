@@ -27,12 +27,22 @@ import torch.nn.functional as F
 from .attention_calls import allowed_from_mask, record_attention_calls
 from .protocol import AttentionSite
 
-__all__ = ["Capture", "capture", "ablate", "gate", "HeadEdit", "received_allowed"]
+__all__ = ["Capture", "capture", "ablate", "gate", "HeadEdit"]
 
 
 @dataclass
 class Capture:
-    """What one forward pass left at each site (lists indexed like the sites)."""
+    """What one forward pass left at each site (lists indexed like the sites).
+
+    ``weights[i]`` ``(B, H, L, L)``, ``values[i]`` ``(B, H_kv, L, d_head)``, ``contexts[i]``
+    ``(B, L, H * d_head)`` (the output projection's input), ``allowed[i]`` ``(B, L, L)`` or None.
+
+    Examples
+    --------
+    >>> cap = Capture([None], [None], [None], [None], [None])
+    >>> len(cap.weights), cap.allowed
+    (1, [None])
+    """
 
     weights: list = field(default_factory=list)
     values: list = field(default_factory=list)
@@ -41,7 +51,7 @@ class Capture:
     allowed: list = field(default_factory=list)  # (B, L, L) bool per site: the mask the module received, or None
 
 
-def received_allowed(site: AttentionSite, mask, B: int, L: int) -> torch.Tensor | None:
+def _received_allowed(site: AttentionSite, mask, B: int, L: int) -> torch.Tensor | None:
     """Boolean ``(B, L, L)`` allowed set from the mask ``site``'s attention module received (see the
     module docstring); ``None`` when the mask is of a kind attnspec cannot read (e.g. a flex-attention
     ``BlockMask``), so that callers fall back to :meth:`AttentionSite.allowed`."""
@@ -92,6 +102,26 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
     received (module docstring), or ``None`` for sites without ``mask_kwarg``. With a kernel that does
     not return the weights (SDPA, FlashAttention), ``cap.weights[i]`` is recomputed from the recorded
     attention call (:mod:`.attention_calls`).
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> from attnspec.models import adapt
+    >>> ad = adapt(model)
+    >>> batch = {"input_ids": torch.tensor([[1, 5, 6, 7, 2, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]])}
+    >>> with torch.no_grad(), capture(ad.sites) as cap:
+    ...     out = ad.run(batch)
+    >>> cap.weights[0].shape, cap.values[0].shape, cap.contexts[0].shape
+    (torch.Size([1, 2, 6, 6]), torch.Size([1, 2, 6, 16]), torch.Size([1, 6, 32]))
+    >>> cap.allowed[0][0, 0].tolist()                         # the padded last token is not a key
+    [True, True, True, True, True, False]
+    >>> s = ad.sites[0]                                       # the context times W_O is the layer's output
+    >>> bool(torch.allclose(cap.contexts[0] @ s.w_out() + s.out_proj.bias,
+    ...                     model.encoder.layer[0].attention.output.dense(cap.contexts[0]), atol=1e-6))
+    True
     """
     n = len(sites)
     cap = Capture([None] * n, [None] * n, [None] * n, [None] * n, [None] * n)
@@ -124,7 +154,7 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
                         mask = args[pos]
                     else:
                         mask = None
-                    cap.allowed[i] = None if x is None else received_allowed(s, mask, x.shape[0], x.shape[1])
+                    cap.allowed[i] = None if x is None else _received_allowed(s, mask, x.shape[0], x.shape[1])
                 handles.append(s.module.register_forward_pre_hook(m_hook, with_kwargs=True))
             if s.recompute is not None:
                 def mha_hook(mod, args, kwargs, output, i=i, s=s):
@@ -169,6 +199,17 @@ class HeadEdit:
     The batch seen by the site is ``K`` stacked replicas of ``B`` inputs (``K = len(heads)``); replica
     ``k`` has head ``heads[k]`` removed (``-1``: nothing removed). ``mode='zero'`` sets the head's
     context to 0; ``mode='mean'`` to ``means[h]`` (its mean over real tokens and inputs).
+
+    Examples
+    --------
+    >>> import torch
+    >>> ctx = torch.ones(1, 1, 4)                             # B = L = 1, H = 2 heads of width 2
+    >>> HeadEdit([0, 1, -1]).replicas(ctx, H=2)[:, 0, 0]      # head 0 removed, head 1 removed, none
+    tensor([[0., 0., 1., 1.],
+            [1., 1., 0., 0.],
+            [1., 1., 1., 1.]])
+    >>> HeadEdit([1], mode="mean", means=torch.full((2, 2), 0.5)).apply(ctx, H=2)
+    tensor([[[1.0000, 1.0000, 0.5000, 0.5000]]])
     """
 
     heads: Sequence[int]
@@ -205,6 +246,22 @@ def ablate(site: AttentionSite, edit: HeadEdit, expand: bool = False) -> Iterato
     edited copies ``(K, B, L, H*d)`` (:meth:`HeadEdit.replicas`): queries, keys, values and attention
     are computed once for all ``K`` removals, and the block's residual sum broadcasts to
     ``(K, B, L, D)``.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> from attnspec.models import adapt
+    >>> ad = adapt(model)
+    >>> batch = {"input_ids": torch.tensor([[1, 5, 6, 7, 2, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]])}
+    >>> with torch.no_grad():
+    ...     full = ad.run(batch)
+    ...     with ablate(ad.sites[0], HeadEdit([0, 1])):             # two replicas: head 0, then head 1 removed
+    ...         removed = ad.run({k: v.repeat(2, 1) for k, v in batch.items()})
+    >>> removed.shape, bool((removed[0] - full[0]).abs().max() > 0)
+    (torch.Size([2, 6, 32]), True)
     """
     if site.recompute is not None:
         if expand:
@@ -231,7 +288,28 @@ def ablate(site: AttentionSite, edit: HeadEdit, expand: bool = False) -> Iterato
 
 @contextmanager
 def gate(sites: Sequence[AttentionSite], gates: Sequence[torch.Tensor]) -> Iterator[None]:
-    """Multiply head ``h`` of input ``b`` at site ``i`` by ``gates[i][b, h]`` (Michel et al. 2019 gates)."""
+    """Multiply head ``h`` of input ``b`` at site ``i`` by ``gates[i][b, h]`` (Michel et al. 2019 gates).
+
+    Gates of ones leave the model unchanged; gradients with respect to them are head importances.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> from attnspec.models import adapt
+    >>> ad = adapt(model)
+    >>> batch = {"input_ids": torch.tensor([[1, 5, 6, 7, 2, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]])}
+    >>> with torch.no_grad():
+    ...     full = ad.run(batch)
+    ...     with gate(ad.sites, [torch.ones(1, 2)]):
+    ...         same = ad.run(batch)
+    ...     with gate(ad.sites, [torch.tensor([[0.0, 1.0]])]):          # head 0 off
+    ...         off = ad.run(batch)
+    >>> bool(torch.allclose(full, same)), bool(torch.allclose(full, off))
+    (True, False)
+    """
     handles = []
 
     def scaled(ctx, g, H):

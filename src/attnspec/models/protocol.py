@@ -76,7 +76,19 @@ __all__ = ["AttentionSite", "AttentionBlock"]
 @runtime_checkable
 class AttentionBlock(Protocol):
     """Typed form of the per-block protocol described in the module docstring (one attention block;
-    the model-level protocol is :class:`attnspec.CustomAttention`)."""
+    the model-level protocol is :class:`attnspec.CustomAttention`).
+
+    Examples
+    --------
+    >>> class Block(nn.Module):
+    ...     attnspec_protocol = 1
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.n_heads, self.head_dim, self.out_proj = 2, 4, nn.Linear(8, 8)
+    ...         self.attn_probe, self.value_probe = nn.Identity(), nn.Identity()
+    >>> isinstance(Block(), AttentionBlock), isinstance(nn.Linear(8, 8), AttentionBlock)
+    (True, False)
+    """
 
     attnspec_protocol: int
     n_heads: int
@@ -152,6 +164,22 @@ class AttentionSite:
         structure.
     path : str
         Label of the attention path the layer implements (e.g. ``'temporal'``); ``''`` when unlabelled.
+
+    Examples
+    --------
+    >>> import transformers
+    >>> from attnspec.models import adapt
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=100)
+    >>> site = adapt(transformers.BertModel(cfg)).sites[0]
+    >>> site.describe()
+    'encoder.layer.0.attention.self: 2 heads x 16, d_out=32, bidirectional'
+    >>> site.w_out().shape, site.kv_group(1)
+    (torch.Size([32, 32]), 1)
+    >>> site.allowed(torch.tensor([[1, 1, 0]]))[0].int()      # padded keys are not allowed
+    tensor([[1, 1, 0],
+            [1, 1, 0],
+            [0, 0, 0]], dtype=torch.int32)
     """
 
     index: int
