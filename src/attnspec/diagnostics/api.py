@@ -28,7 +28,7 @@ import torch
 
 from ..models import adapt, make_batches
 from . import selection as sel
-from .bootstrap import N_BOOT
+from .bootstrap import N_BOOT, weights
 from .resources import _layer_pool, _one_blas_thread, _trim_heap
 from .result import Diagnosis
 from .steps import forward_cache
@@ -104,15 +104,19 @@ def null_pass(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: 
 
 def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powers: list, seed: int,
                  tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
-                 cache: forward_cache.ForwardCache | None = None) -> list[LayerSpectra]:
+                 cache: forward_cache.ForwardCache | None = None, grams: list | None = None,
+                 n_boot: int = N_BOOT) -> list[LayerSpectra]:
     """Step 3 over ``batches``: per-layer pooled spectra and Gram sums (batches kept in ``cache`` are
-    read from it instead of a second forward pass)."""
+    read from it instead of a second forward pass); with ``grams`` (step 2's merged Gram sums per layer)
+    also the CKA influence sums of the ``n_boot`` bootstrap replicates."""
     W = [s.w_out().cpu() for s in adapter.sites]
     store = "float64" if compute_dtype(adapter) == torch.float64 else "float32"
     acc = [LayerSpectra(s.n_heads, store, head_dim=s.head_dim, d_out=s.d_out) for s in adapter.sites]
+    g = grams if grams is not None else [None] * len(W)
     _per_layer(adapter, batches,
                lambda lb: layer_batch_spectra(lb, W[lb.index], fits[lb.index], null_fits[lb.index],
-                                              powers[lb.index], seed),
+                                              powers[lb.index], seed, g[lb.index],
+                                              weights(seed, lb.order, n_boot) if g[lb.index] is not None else None),
                lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache)
     return acc
 
@@ -212,8 +216,9 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
         t0 = time.perf_counter()
         null_fits = [s.fit() for s in null_sums]
         powers = [s.head_power() for s in fit_sums]
+        grams = [s.gram for s in fit_sums]
         spectra = merge_parts([spectra_pass(adapter, sh.batches, fits, null_fits, powers, seed, tile_bytes, progress,
-                                            cache) for sh in shards])
+                                            cache, grams, n_boot) for sh in shards])
         timings["spectra"] = time.perf_counter() - t0
     finally:
         if cache is not None:

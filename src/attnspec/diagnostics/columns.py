@@ -20,6 +20,9 @@ _HI = "Upper end of the 95 % bootstrap interval of {}."
 _SPEC_BOOT = (" Each eigenvalue of the pooled spectra carries its text's weight; the fitted Gaussian equivalents and "
               "null heads are held fixed.")
 
+_CKA_BOOT = (" Linearized: each text's first-order influence on the CKA numerators is re-weighted; the null "
+             "(free rotations) is held fixed.")
+
 COLUMNS: dict[str, dict[str, str]] = {
     "heads": {
         "layer": "Layer index (0-based).",
@@ -69,6 +72,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "cka_partner": "The head with that largest CKA (-1 for a single-head layer).",
         "cka_null_mean": "cka_mean after independent Haar rotations of every head (independent heads, same size).",
         "cka_excess": "cka_mean - cka_null_mean.",
+        "cka_excess_lo": _LO.format("cka_excess") + _CKA_BOOT,
+        "cka_excess_hi": _HI.format("cka_excess"),
         "energy_share": "Share of the layer's output energy sum_h ||Y_h||^2 carried by this head.",
         "removal_spec_shift": "(a) W1 between the layer's output spectrum with and without the head, over its mean eigenvalue.",
         "removal_spec_shift_lo": _LO.format("removal_spec_shift") + _SPEC_BOOT,
@@ -138,6 +143,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "cka": "Linear CKA of the two heads' centered contexts (1: equal up to rotation and scale).",
         "cka_null": "The same after independent Haar rotations (the value of independent heads at this size).",
         "cka_excess": "cka - cka_null.",
+        "cka_excess_lo": _LO.format("cka_excess") + _CKA_BOOT,
+        "cka_excess_hi": _HI.format("cka_excess"),
         "output_corr": "<Y_a, Y_b>_F / (||Y_a|| ||Y_b||) of the heads' outputs (positive: reinforce, negative: cancel).",
         "shared_kv": "The two heads read the same key/value head.",
     },
@@ -171,9 +178,12 @@ VERDICTS = (
     "when the corpus has fewer than `min_tokens` real tokens (400 by default; the summary states it as "
     "`min_tokens_for_label`). On randomly initialized BERT, RoBERTa, GPT-2 and Llama (2 seeds each, 4 to 64 "
     "texts) no head is labelled selective (`tests/test_calibration_random.py` allows at most 5 %). "
-    "`cka_excess` has no interval and no verdict: CKA is a ratio of squared norms of Gram sums over all texts, "
-    "and its bootstrap would need one Gram matrix (`(H d_head)^2` numbers) per replicate and layer, or the "
-    "text-by-text products, which grow with the corpus; read it against `cka_null_mean` and the validity benchmark. "
+    "`cka_excess` has an interval but no verdict: CKA is a ratio of squared norms of Gram sums over all texts, so "
+    "its replicates are linearized (each text's first-order influence, computed against the Gram sum of the first "
+    "pass, is re-weighted; an exact replicate would need one Gram matrix per replicate and layer), with the null "
+    "held fixed. The interval is a delta-method one: accurate when no few texts dominate the Gram sums, too wide "
+    "when they do. Heads of one layer read the same inputs, so independent heads need not have a zero excess, and "
+    "no threshold has been calibrated for a `dependent` verdict. "
     "Removal effects also keep their texts-as-clusters standard errors (`_se`).")
 
 

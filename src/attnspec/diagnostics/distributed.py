@@ -145,21 +145,25 @@ def _threads(client) -> int:
 
 
 def _fit_steps(run: _Run, groups: list) -> tuple:
-    """Fit and null passes: merged fit sums, fits, null fits, corpus counts, fit workers per group."""
+    """Fit and null passes: merged fit sums, fits, null sums, corpus counts, fit workers per group and a
+    future of the merged Gram sums (computed on the cluster from the fit tasks' results)."""
     futs = [run.submit("fit", k, wk.fit_task, run.run_id, g, run.opts) for k, g in enumerate(groups)]
     parts = run.gather(futs, "fit")
     fit_sums, corpus = merge_parts([p[0] for p in parts]), merge_parts([p[2] for p in parts])
     fits = [s.fit() for s in fit_sums]
     nulls = [run.submit("null", k, wk.null_task, f, fits, run.opts) for k, f in enumerate(futs)]   # where the masks are
     null_sums = merge_parts(run.gather(nulls, "null fit"))
+    grams = run.client.submit(wk.merged_grams, futs, key=f"attnspec-grams-0-{run.run_id}", pure=False)
     del futs, nulls
-    return fit_sums, fits, null_sums, corpus, [p[3] for p in parts]
+    return fit_sums, fits, null_sums, corpus, [p[3] for p in parts], grams
 
 
-def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: list, where: list) -> list:
+def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: list, where: list,
+                  grams: list) -> list:
     """Spectra per group, on the worker that fitted the group when it is still there (its forward
-    records are on that worker's disk; anywhere else the group's forward pass is simply rerun)."""
-    futs = [run.submit("spectra", k, wk.spectra_task, run.run_id, g, fits, null_fits, powers, run.opts,
+    records are on that worker's disk; anywhere else the group's forward pass is simply rerun).
+    ``grams``: a future of the merged Gram sums (for the CKA bootstrap), computed on the cluster."""
+    futs = [run.submit("spectra", k, wk.spectra_task, run.run_id, g, fits, null_fits, powers, run.opts, grams,
                        **(dict(workers=[w], allow_other_workers=True) if w else {}))
             for k, (g, w) in enumerate(zip(groups, where))]
     parts = run.gather(futs, "spectra")
@@ -195,12 +199,13 @@ def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
     n = run.opts["n_shards"] or GROUPS_PER_THREAD * n_threads
     groups = _groups(prep["batches"], n)
     t0 = time.perf_counter()
-    fit_sums, fits, null_sums, corpus, where = _fit_steps(run, groups)
+    fit_sums, fits, null_sums, corpus, where, grams = _fit_steps(run, groups)
     null_fits = [s.fit() for s in null_sums]
     timings["fit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     powers = [s.head_power() for s in fit_sums]
-    spectra = _spectra_step(run, groups, fits, null_fits, powers, where)
+    spectra = _spectra_step(run, groups, fits, null_fits, powers, where, grams)
+    del grams
     timings["spectra"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     rem, mode, code, positions = _removal_step(run, prep, groups, fit_sums, n, timings)

@@ -88,7 +88,7 @@ def verdicts(opt: TableOptions) -> dict:
             "diffuse_or_sparse_if": "selection_score_hi < selection_threshold" if opt.n_boot else "score < threshold",
             "nominal_false_positive_rate_selective": round((1 - LEVEL) / 2, 6) if opt.n_boot else None,
             "min_tokens_for_verdict": opt.min_tokens,
-            "no_verdict": "cka_excess (no interval: see docs/columns.md)"}
+            "no_verdict": "cka_excess (an interval, no calibrated threshold: see docs/columns.md)"}
 
 
 def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timings, source, max_length, bucket_size,

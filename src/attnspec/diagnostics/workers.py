@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 __all__ = ["ModelSpec", "model_loads_in_this_process", "in_task", "accepted", "drop_cache", "pop_times",
-           "prepare", "fit_task", "null_task", "spectra_task", "first_order_task", "exact_task", "tables_task",
+           "prepare", "fit_task", "merged_grams", "null_task", "spectra_task", "first_order_task", "exact_task", "tables_task",
            "load_only"]
 
 
@@ -210,11 +210,13 @@ def null_task(adapter, fit_part: tuple, fits: list, opts: dict) -> list:
                      opts["n_boot"])
 
 
-def spectra_task(adapter, run_id: str, batches: list, fits: list, null_fits: list, powers: list, opts: dict) -> tuple:
+def spectra_task(adapter, run_id: str, batches: list, fits: list, null_fits: list, powers: list, opts: dict,
+                 grams: list | None = None) -> tuple:
     from .api import spectra_pass
     cache = _worker_cache(run_id, adapter, opts["reuse_forward"], create=False)
     hit = cache is not None and all(cache.has(tuple(b["order"])) for b in batches)
-    out = spectra_pass(adapter, batches, fits, null_fits, powers, opts["seed"], opts["tile_bytes"], False, cache)
+    out = spectra_pass(adapter, batches, fits, null_fits, powers, opts["seed"], opts["tile_bytes"], False, cache,
+                       grams, opts["n_boot"])
     return out, hit
 
 
@@ -247,6 +249,12 @@ def accepted(fn: Callable, extra: dict) -> dict:
     """The entries of ``extra`` that are keyword arguments of ``fn``."""
     params = inspect.signature(fn).parameters
     return {k: v for k, v in extra.items() if k in params}
+
+
+def merged_grams(parts: list) -> list:
+    """The merged head-pair Gram sums per layer from the fit tasks' results (:func:`fit_task`)."""
+    from .api import merge_parts
+    return [s.gram for s in merge_parts([p[0] for p in parts])]
 
 
 def load_only(adapter) -> None:

@@ -140,7 +140,7 @@ HOW_TO_READ = [
     ("cka_excess",
      "Detects pairs of heads that compute the same thing (shared or copied Q/K/V): AUC 1.00 for pairs at "
      "correlation 0.75 and above, 0.90 at 0.5, where a correlation of the attention maps already reaches 1.00. "
-     "No interval and no verdict (see the note on intervals)."),
+     "It has a (linearized) interval but no verdict (see the note on intervals)."),
     ("removal_spec_shift",
      "How much the layer's output spectrum moves without the head: AUC 1.00 for heads that carry the layer's signal "
      "at full planting, 0.78 at half, where the exact removal effect reaches 0.99 and Michel importance 0.97; it "

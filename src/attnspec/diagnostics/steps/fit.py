@@ -8,7 +8,9 @@ the fits depend only on the multiset of texts:
   weights of the texts (:mod:`..bootstrap`, ``(n_boot, H)`` each), giving the replicates of those fits;
 * entropy / confidence sums (:func:`..selection.baseline_sums`);
 * the value-path power ``sum_b ||P V_h W_O^h||_F^2`` and ``sum_b l_b d_out`` (:mod:`..spectral`);
-* the sum of each head's context over real tokens (mean ablation).
+* the sum of each head's context over real tokens (mean ablation);
+* the head-pair Gram sum of the centered contexts (:func:`..dependence.gram_blocks`), which the spectra
+  step needs to accumulate each text's influence on the CKA (its bootstrap, :mod:`..intervals`).
 
 The null heads are fitted the same way, pooled over all texts, once the heads' score scales are known
 (:class:`NullFitSums`; they need only the allowed sets, kept by :class:`MaskStore`).
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .. import dependence as dep
 from .. import identification as ident
 from .. import selection as sel
 from .. import spectral as spec
@@ -51,6 +54,7 @@ class LayerFitSums:
     context_sum: np.ndarray | float = 0.0
     n_tokens: float = 0.0
     boot_scores: dict | None = None
+    gram: np.ndarray | float = 0.0
 
     def update(self, lb: LayerBatch, W: torch.Tensor, seed: int = 0, n_boot: int = N_BOOT) -> "LayerFitSums":
         """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)``; ``seed`` and ``n_boot``
@@ -59,17 +63,20 @@ class LayerFitSums:
         H = lb.site.n_heads
         Vg = lb.grouped_values()
         ctx = np.zeros((H, Vg.shape[-1]))
+        C = torch.zeros(Vg.shape, dtype=lb.dtype)
         w = weights(seed, lb.order, n_boot)
         for rows in lb.tiles():
             A, al, q = lb.weights_of(rows), lb.allowed[:, rows], lb.valid[:, rows]
             self.scores, self.boot_scores = _add_per_text(self.scores, self.boot_scores,
                                                           ident.score_sums(A, al, per_text=True), w)
             self.baselines = _add(self.baselines, sel.baseline_sums(A, al, q, lb.special[:, rows]))
-            ctx += ((A @ Vg) * q[:, None, :, None]).sum(dim=(0, 2), dtype=torch.float64).numpy()
+            C[:, :, rows] = A @ Vg
+            ctx += (C[:, :, rows] * q[:, None, :, None]).sum(dim=(0, 2), dtype=torch.float64).numpy()
         p, c = spec.value_power(lb.values, lb.groups, W, lb.valid)
         self.value_power = self.value_power + p
         self.value_count += c
         self.context_sum = self.context_sum + ctx
+        self.gram = self.gram + dep.gram_blocks(spec.center(C, lb.valid))
         self.n_tokens += float(lb.valid.sum())
         return self
 
@@ -81,7 +88,7 @@ class LayerFitSums:
         return LayerFitSums(_add(self.scores, other.scores), _add(self.baselines, other.baselines),
                             self.value_power + other.value_power, self.value_count + other.value_count,
                             self.context_sum + other.context_sum, self.n_tokens + other.n_tokens,
-                            _add(self.boot_scores, other.boot_scores))
+                            _add(self.boot_scores, other.boot_scores), self.gram + other.gram)
 
     def fit(self) -> dict[str, np.ndarray]:
         """``score_scale``, ``beta_hat``, ``alpha_hat``, ``r2`` per head."""

@@ -22,11 +22,12 @@ import torch
 from .. import dependence as dep
 from .. import identification as ident
 from .. import spectral as spec
+from ..bootstrap import weighted
 from ..noise import Draw, TextNoise
 from .collect import LayerBatch
 from .fit import null_tile_weights
 
-__all__ = ["LayerSpectra", "layer_batch_spectra", "HEAD_SPECTRA", "LAYER_SPECTRA"]
+__all__ = ["LayerSpectra", "layer_batch_spectra", "cka_influence", "HEAD_SPECTRA", "LAYER_SPECTRA"]
 
 #: Head spectra: the head, its Gaussian equivalent, a null head, the null head's equivalent.
 HEAD_SPECTRA = ("act", "ge", "null", "nullge")
@@ -54,13 +55,27 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int) -> dict[str, torch.T
     return out
 
 
-def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int) -> dict:
+def cka_influence(M: torch.Tensor, gram: np.ndarray) -> np.ndarray:
+    """Each text's influence on the CKA numerators: ``IF[b, g, h] = <C_gh, C^b_gh>_F`` ``(B, H, H)`` float64,
+    with ``C = gram`` the head-pair Gram sum over all texts and ``C^b = M_b^T M_b`` text ``b``'s (``M``
+    ``(B, H, L, dh)`` centered contexts). ``sum_b IF[b] = ||C_gh||_F^2``, and under text weights ``w``
+    ``||sum_b w_b C^b_gh||^2 = 2 sum_b w_b IF[b, g, h] - ||C_gh||^2`` to first order in ``w - 1``."""
+    B, H, L, dh = M.shape
+    G = torch.from_numpy(np.ascontiguousarray(gram)).to(M.dtype).view(H, dh, H, dh)
+    MG = torch.einsum("bgla,gahc->bglhc", M, G)
+    return torch.einsum("bglhc,bhlc->bgh", MG, M).double().numpy()
+
+
+def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int,
+                        gram: np.ndarray | None = None, w: np.ndarray | None = None) -> dict:
     """Spectra of one layer on one batch.
 
     ``heads[key][h]``: eigenvalues of head ``h`` for ``key`` in :data:`HEAD_SPECTRA`; ``layer[key]`` for
     :data:`LAYER_SPECTRA`; ``removed[h]`` / ``removed_ge[h]``: the layer (its equivalent) without head
     ``h``; ``gram`` / ``gram_free``: head-pair Gram blocks of the contexts and of their free rotations.
-    ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers.
+    ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers;
+    ``boot_cka``: ``sum_b w_rb IF[b]`` ``(n_boot, H, H)`` (:func:`cka_influence`) for the merged Gram sum
+    ``gram`` of step 2 and the texts' bootstrap weights ``w`` (0.0 without them).
     """
     valid = lb.valid
     lengths = valid.sum(1).numpy()
@@ -82,7 +97,8 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     return {"heads": heads, "layer": layer, "order": np.asarray(lb.order, dtype=np.int64), "lengths": lengths,
             "removed": spec.layer_eigs_without_each(M["act"], Wh, lengths, c_layer),
             "removed_ge": spec.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer),
-            "gram": dep.gram_blocks(M["act"]), "gram_free": dep.gram_blocks(Mfree)}
+            "gram": dep.gram_blocks(M["act"]), "gram_free": dep.gram_blocks(Mfree),
+            "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None else 0.0}
 
 
 @dataclass
@@ -102,6 +118,7 @@ class LayerSpectra:
     lengths: list = field(default_factory=list)    # per batch: real tokens per text (B,)
     head_dim: int = 0
     d_out: int = 0
+    boot_cka: np.ndarray | float = 0.0             # (n_boot, H, H): sum_b w_rb IF[b] (cka_influence)
 
     def __post_init__(self):
         H = self.n_heads
@@ -123,6 +140,7 @@ class LayerSpectra:
             self.removed_ge[h].append(keep(r["removed_ge"][h]))
         self.gram = self.gram + r["gram"]
         self.gram_free = self.gram_free + r["gram_free"]
+        self.boot_cka = self.boot_cka + r["boot_cka"]
         self.order.append(np.asarray(r["order"], dtype=np.int64))
         self.lengths.append(np.asarray(r["lengths"], dtype=np.int64))
         return self
@@ -138,6 +156,7 @@ class LayerSpectra:
         out.removed_ge = [a + b for a, b in zip(self.removed_ge, other.removed_ge)]
         out.gram, out.gram_free = self.gram + other.gram, self.gram_free + other.gram_free
         out.order, out.lengths = self.order + other.order, self.lengths + other.lengths
+        out.boot_cka = self.boot_cka + other.boot_cka
         return out
 
     def text_index(self, column_of, layer: bool = False) -> np.ndarray:

@@ -13,8 +13,8 @@ import pandas as pd
 from ...models import AttentionSite
 from .. import dependence as dep
 from .. import selection as sel
-from ..bootstrap import N_BOOT
-from ..intervals import TextWeights, head_intervals
+from ..bootstrap import N_BOOT, interval
+from ..intervals import TextWeights, cka_excess_replicates, head_intervals
 from ..removal import normalize_per_layer, spectral_shift
 from .fit import LayerFitSums, NullFitSums
 from .removal import RemovalSums
@@ -112,12 +112,15 @@ def _layer_row(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
     }
 
 
-def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner) -> list[dict]:
+def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner, sp: LayerSpectra) -> list[dict]:
     groups = np.array([site.kv_group(h) for h in range(site.n_heads)])
     g, hh, ck, ck0, corr, shared = dep.pair_table_arrays(cka, cka0, inner, groups)
+    reps = cka_excess_replicates(sp)
+    lo, hi = interval(reps[:, g, hh]) if reps is not None else (np.full(g.size, np.nan), np.full(g.size, np.nan))
     return [{"layer": i, "head_a": int(a), "head_b": int(b), "cka": float(x1), "cka_null": float(x2),
-             "cka_excess": float(x1 - x2), "output_corr": float(x3), "shared_kv": bool(x4)}
-            for a, b, x1, x2, x3, x4 in zip(g, hh, ck, ck0, corr, shared)]
+             "cka_excess": float(x1 - x2), "cka_excess_lo": float(l), "cka_excess_hi": float(u),
+             "output_corr": float(x3), "shared_kv": bool(x4)}
+            for a, b, x1, x2, l, u, x3, x4 in zip(g, hh, ck, ck0, lo, hi, corr, shared)]
 
 
 def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -> dict[str, np.ndarray]:
@@ -173,5 +176,5 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
             row.update({k: (v[i, h] if isinstance(v[i, h], str) else float(v[i, h])) for k, v in cols.items()})
         rows += hr
         lrows.append(_layer_row(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, hr, L_max))
-        prows += _pair_rows(i, site, cka, cka0, inner)
+        prows += _pair_rows(i, site, cka, cka0, inner, sp)
     return pd.DataFrame(rows), pd.DataFrame(lrows), pd.DataFrame(prows)
