@@ -142,11 +142,6 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
     MHSAConfig
         Per-head widths default to ``d_model // heads``, value widths to the query/key widths.
 
-    Raises
-    ------
-    CLIError
-        Naming the flag (and ``--config`` when a file was given) of an invalid field.
-
     Examples
     --------
     >>> import argparse

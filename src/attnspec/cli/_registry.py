@@ -61,18 +61,8 @@ def check_model(flag: str, name: str) -> dict:
     "max_positions": (n, key) | None}``. Raises :class:`CLIError` for a name that no loader accepts or a
     model directory without ``config.json`` + ``*.safetensors`` (+ tokenizer files).
 
-    Parameters
-    ----------
-    flag : str
-        The option named in errors (``--model``).
-    name : str
-        A built-in name or alias, a model directory, a ``.gguf`` file or a zoo checkpoint directory.
-
-    Returns
-    -------
-    dict
-        ``kind``, ``config`` (the ``config.json`` when known) and ``max_positions`` (the model's
-        position limit and the key it was read from); ``vision`` for image models.
+    ``config`` is the ``config.json`` when known, ``max_positions`` the model's position limit and the key
+    it was read from; ``vision`` is set for image models.
 
     Examples
     --------

@@ -94,34 +94,39 @@ def _mha_output(mod, ctx, output):
     return (out,) + tuple(output[1:]) if isinstance(output, tuple) else out
 
 
+def _mask_hook(cap: Capture, i: int, s: AttentionSite):
+    """Forward pre-hook storing in ``cap.allowed[i]`` the allowed set of the mask site ``s``'s module receives."""
+    pos = _mask_position(s.module, s.mask_kwarg)
+
+    def m_hook(mod, args, kwargs):
+        x = args[0] if args else kwargs.get("hidden_states")
+        if s.mask_kwarg in kwargs:
+            mask = kwargs[s.mask_kwarg]
+        elif pos is not None and len(args) > pos:
+            mask = args[pos]
+        else:
+            mask = None
+        cap.allowed[i] = None if x is None else _received_allowed(s, mask, x.shape[0], x.shape[1])
+    return m_hook
+
+
 @contextmanager
 def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: bool = True) -> Iterator[Capture]:
     """Record ``A``, ``V``, the contexts and the allowed sets at every site (and block inputs when ``blocks``).
 
-    ``cap.allowed[i]``: the boolean ``(B, L, L)`` allowed set read from the mask site ``i``'s module
-    received (module docstring), or ``None`` for sites without ``mask_kwarg``. With a kernel that does
-    not return the weights (SDPA, FlashAttention), ``cap.weights[i]`` is recomputed from the recorded
-    attention call (:mod:`.attention_calls`).
+    ``cap.allowed[i]``: the boolean ``(B, L, L)`` allowed set read from the mask site ``i``'s module received
+    (module docstring), or ``None`` for sites without ``mask_kwarg``. With a kernel that does not return the
+    weights (SDPA, FlashAttention), ``cap.weights[i]`` is recomputed from the recorded call (:mod:`.attention_calls`).
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=100)
-    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
-    >>> from attnspec.models import adapt
-    >>> ad = adapt(model)
-    >>> batch = {"input_ids": torch.tensor([[1, 5, 6, 7, 2, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]])}
+    >>> import torch, transformers; from attnspec.models import adapt
+    >>> ad = adapt(transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1,
+    ...                                   num_attention_heads=2, intermediate_size=64, vocab_size=100)).eval())
     >>> with torch.no_grad(), capture(ad.sites) as cap:
-    ...     out = ad.run(batch)
-    >>> cap.weights[0].shape, cap.values[0].shape, cap.contexts[0].shape
-    (torch.Size([1, 2, 6, 6]), torch.Size([1, 2, 6, 16]), torch.Size([1, 6, 32]))
-    >>> cap.allowed[0][0, 0].tolist()                         # the padded last token is not a key
-    [True, True, True, True, True, False]
-    >>> s = ad.sites[0]                                       # the context times W_O is the layer's output
-    >>> bool(torch.allclose(cap.contexts[0] @ s.w_out() + s.out_proj.bias,
-    ...                     model.encoder.layer[0].attention.output.dense(cap.contexts[0]), atol=1e-6))
-    True
+    ...     _ = ad.run({"input_ids": torch.tensor([[1, 5, 6, 2]]), "attention_mask": torch.tensor([[1, 1, 1, 0]])})
+    >>> cap.weights[0].shape, cap.contexts[0].shape, cap.allowed[0][0, 0].tolist()
+    (torch.Size([1, 2, 4, 4]), torch.Size([1, 4, 32]), [True, True, True, False])
     """
     n = len(sites)
     cap = Capture([None] * n, [None] * n, [None] * n, [None] * n, [None] * n)
@@ -144,18 +149,7 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
         calls.__enter__()
         for i, s in enumerate(sites):
             if s.mask_kwarg is not None:
-                pos = _mask_position(s.module, s.mask_kwarg)
-
-                def m_hook(mod, args, kwargs, i=i, s=s, pos=pos):
-                    x = args[0] if args else kwargs.get("hidden_states")
-                    if s.mask_kwarg in kwargs:
-                        mask = kwargs[s.mask_kwarg]
-                    elif pos is not None and len(args) > pos:
-                        mask = args[pos]
-                    else:
-                        mask = None
-                    cap.allowed[i] = None if x is None else _received_allowed(s, mask, x.shape[0], x.shape[1])
-                handles.append(s.module.register_forward_pre_hook(m_hook, with_kwargs=True))
+                handles.append(s.module.register_forward_pre_hook(_mask_hook(cap, i, s), with_kwargs=True))
             if s.recompute is not None:
                 def mha_hook(mod, args, kwargs, output, i=i, s=s):
                     A, V, ctx = _mha_context(s, mod, args, kwargs)

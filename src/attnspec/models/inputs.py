@@ -24,24 +24,10 @@ def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, m
     """Length-bucketed batches (see module docstring); ``first_id`` is the position of ``texts[0]`` in the
     caller's whole corpus (a shard of a larger corpus keeps its texts' global positions in ``order``).
 
-    Parameters
-    ----------
-    tokenizer_or_inputs : tokenizer, Tensor or dict
-        A tokenizer (then ``texts`` are tokenized, sorted by length and cut into buckets of
-        ``bucket_size``), a ``(B, L, ...)`` tensor or ``{"args": ..., "kwargs": ..., "attention_mask": ...}``
-        for a generic model, image inputs (:func:`image_inputs`) or already tokenized ids.
-    texts : sequence of str, optional
-        With a tokenizer.
-    max_length : int
-        Truncation length in tokens.
-    bucket_size : int
-        Texts (or images) per batch, >= 1.
-
-    Returns
-    -------
-    list of dict
-        Each with ``attention_mask`` (1 = real token), ``special`` (special tokens) and ``order`` (the
-        corpus positions of its rows), plus the model inputs.
+    ``tokenizer_or_inputs``: a tokenizer (``texts`` are then tokenized up to ``max_length``, sorted by length
+    and cut into buckets of ``bucket_size``), a ``(B, L, ...)`` tensor or ``{"args", "kwargs",
+    "attention_mask"}`` for a generic model, image inputs (:func:`image_inputs`) or tokenized ids. Each
+    batch has ``attention_mask`` (1 = real token), ``special`` and ``order`` besides the model inputs.
 
     Examples
     --------
