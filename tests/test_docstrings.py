@@ -27,8 +27,6 @@ NOT_YET = {
     "attnspec.diagnostics.steps.fit", "attnspec.diagnostics.steps.forward_cache", "attnspec.diagnostics.steps.removal",
     "attnspec.diagnostics.steps.spectra", "attnspec.diagnostics.steps.tables", "attnspec.diagnostics.summary",
     "attnspec.diagnostics.texts", "attnspec.diagnostics.workers",
-    # model adapters and loaders
-    "attnspec.models.ablation",
     # report
     "attnspec.report", "attnspec.report._interval_plot",
     # calibration

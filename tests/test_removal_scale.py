@@ -11,7 +11,8 @@ from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.diagnostics import diagnose  # noqa: E402
 from attnspec.diagnostics.steps.removal import RatioSums, screen_heads  # noqa: E402
 from attnspec.models import adapt, gate, load_model, make_batches  # noqa: E402
-from attnspec.models.ablation import (FunctionalMetric, _hidden_before_tail, exact_removal_per_text,  # noqa: E402
+from attnspec.models.gradients import _hidden_before_tail  # noqa: E402
+from attnspec.models.ablation import (FunctionalMetric, exact_removal_per_text,  # noqa: E402
                                       first_order, reference_pass, sample_positions)
 
 

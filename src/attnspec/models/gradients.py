@@ -1,0 +1,119 @@
+"""First-order (gradient) head importance: Michel et al. (2019) and the first-order removal effect.
+
+With per-text gates ``xi_{b,h} = 1`` on each head's output, one forward and one backward pass give
+``g_{b,h} = dF_b / dxi_{b,h}`` for every head and text: the loss change of removing the head is
+``-g_{b,h}`` to first order (causal LMs, ``F_b`` the text's summed NLL); encoders, whose ``1 - cos`` is
+flat at ``xi = 1``, use ``(1/2) (r_b . de_b/dxi / ||e_b||)^2`` with a seeded random probe ``r_b``
+(unbiased for the second-order ``(1/2) theta^2``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..seeding import seed_of
+from .adapters import ModelAdapter
+from .hooks import gate
+from .metric import FunctionalMetric, _block_out
+
+__all__ = ["michel_importance", "first_order"]
+
+def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.ndarray:
+    """Per-text gate gradients ``|dL_b / d xi_{b,h}|``, summed over texts: ``(n_sites, H)``.
+
+    Michel et al. (2019): gate each head's output by ``xi_h = 1`` and take ``E_x |dL/dxi_h|``, from one
+    forward and one backward pass (gates are per text, so one backward gives every per-text gradient).
+    ``L_b`` is the text's mean next-token NLL for causal LMs. Encoders have no loss: ``L_b = r_b^T
+    e_b / ||e_b||`` with ``e_b`` the mean-pooled embedding and ``r_b`` a standard Gaussian vector
+    (seeded by ``seed`` and the text's position ``batch['order'][b]``) projected orthogonally to the
+    unmodified ``e_b``; then ``E_r |dL/dxi| = sqrt(2/pi)
+    ||J_perp|| / ||e||``, the first-order size of the embedding's rotation when the head is scaled.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> from attnspec.models import adapt
+    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
+    ...                               bos_token_id=0, eos_token_id=0)
+    >>> _ = torch.manual_seed(0)
+    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
+    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> imp = michel_importance(ad, batch)
+    >>> imp.shape, bool((imp >= 0).all())
+    ((2, 2), True)
+    """
+    return first_order(adapter, batch, seed)[0]
+
+
+def first_order(adapter: ModelAdapter, batch: dict, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Michel importance summed over texts ``(n_sites, H)``, first-order removal effects per text
+    ``(n_sites, H, B)`` and their normalizers ``(B,)``, from one forward and one backward pass.
+
+    With ``g_{b,h} = dF_b / dxi_{b,h}`` (``F_b`` the text's summed NLL for causal LMs, the probe
+    ``r_b^T e_b / ||e_b||`` of :func:`michel_importance` for encoders): Michel ``sum_b |g_{b,h}| / n_b``
+    (``sqrt(pi/2) sum_b |g_{b,h}|`` for encoders), first-order removal effect ``-g_{b,h}`` over ``n_b``
+    predicted positions (``g_{b,h}^2 / 2`` per text for encoders; see the module docstring).
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> from attnspec.models import adapt
+    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
+    ...                               bos_token_id=0, eos_token_id=0)
+    >>> _ = torch.manual_seed(0)
+    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
+    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> imp, effect, n = first_order(ad, batch)
+    >>> effect.shape, n.tolist()                                   # per text; 5 predicted positions each
+    ((2, 2, 2), [5.0, 5.0])
+    >>> bool(np.allclose(imp, np.abs(effect / n).sum(-1)))          # Michel = sum_b |dF_b/dxi| / n_b
+    True
+    """
+    sites = adapter.sites
+    B = batch["attention_mask"].shape[0]
+    dtype = next(adapter.model.parameters()).dtype
+    gates = [torch.ones(B, s.n_heads, requires_grad=True, device=adapter.device, dtype=dtype) for s in sites]
+    metric = FunctionalMetric(adapter, batch, adapter.tail)
+    with torch.enable_grad(), gate(sites, gates):
+        if adapter.kind == "causal-lm" and adapter.tail is not None:
+            loss_b = metric.nll(_hidden_before_tail(adapter, batch), 1, grad=True)[0]
+        elif adapter.kind == "causal-lm":
+            loss_b = metric._nll_from_logits(adapter.run(batch))[0]
+        else:
+            loss_b = _probe_loss(metric.pooled(adapter.run(batch))[0].double(), batch, seed)
+        grads = torch.autograd.grad(loss_b.sum(), gates)
+    H = max(s.n_heads for s in sites)
+    g = np.full((len(sites), H, B), np.nan)
+    for i, gi in enumerate(grads):
+        g[i, :gi.shape[1]] = gi.double().cpu().numpy().T
+    n = metric.counts()
+    if adapter.kind == "causal-lm":
+        return np.abs(g / np.maximum(n, 1)).sum(-1), -g, n
+    return math.sqrt(math.pi / 2) * np.abs(g).sum(-1), g ** 2 / 2, n
+
+
+def _probe_loss(e: torch.Tensor, batch: dict, seed: int) -> torch.Tensor:
+    """``r_b^T e_b / ||e_b||`` with ``r_b`` seeded per text and projected orthogonally to ``e_b``."""
+    B = e.shape[0]
+    ids = batch.get("order", range(B))    # text positions: probes do not depend on batching
+    r = torch.stack([torch.randn(e.shape[-1], dtype=torch.float64,
+                                 generator=torch.Generator().manual_seed(seed_of(seed, t))) for t in ids]).to(e.device)
+    u = (e / e.norm(dim=-1, keepdim=True)).detach()
+    r = r - (r * u).sum(-1, keepdim=True) * u
+    return (r * e / e.norm(dim=-1, keepdim=True)).sum(-1)
+
+
+def _hidden_before_tail(adapter: ModelAdapter, batch: dict) -> torch.Tensor:
+    """Final hidden states before the tail (the LM head is applied in checkpointed chunks)."""
+    last = adapter.sites[-1].block
+    store = {}
+    h = last.register_forward_hook(lambda m, a, o: store.__setitem__("h", _block_out(o)))
+    try:
+        adapter.run_base(batch)
+    finally:
+        h.remove()
+    return store["h"]
