@@ -9,25 +9,25 @@ from attnspec.models import adapt
 
 
 class _Custom(nn.Module):
-    """Per-block custom protocol: fused QKV, probes on the attention weights and the values, padding mask."""
+    """Per-block custom protocol with separate query, key and value projections; masks padded keys."""
     attnspec_protocol = 1
 
     def __init__(self, d=16, H=4):
         super().__init__()
         self.n_heads, self.head_dim = H, d // H
-        self.qkv = nn.Linear(d, 3 * d)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
         self.out_proj = nn.Linear(d, d)
         self.attn_probe, self.value_probe = nn.Identity(), nn.Identity()
 
     def forward(self, x, key_padding_mask=None):
         B, L, _ = x.shape
-        q, k, v = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        s = q @ k.transpose(-1, -2) / self.head_dim ** 0.5
+        heads = [p(x).view(B, L, self.n_heads, self.head_dim).transpose(1, 2) for p in (self.q, self.k, self.v)]
+        logits = heads[0] @ heads[1].transpose(-1, -2) * self.head_dim ** -0.5
         if key_padding_mask is not None:
-            s = s.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
-        A = self.attn_probe(s.softmax(-1))
-        v = self.value_probe(v)
-        return self.out_proj((A @ v).transpose(1, 2).reshape(B, L, -1))
+            logits = logits.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        weights = self.attn_probe(torch.softmax(logits, dim=-1))
+        context = weights @ self.value_probe(heads[2])
+        return self.out_proj(context.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim))
 
 
 class _Net(nn.Module):

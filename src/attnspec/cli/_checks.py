@@ -103,15 +103,12 @@ Traceback (most recent call last):
 argparse.ArgumentTypeError: 0: must be an integer >= 1
 """
 nonneg_int = int_range(0)
-nonneg_int.__doc__ = """argparse ``type=``: an integer >= 0 (``int_range(0)``).
+nonneg_int.__doc__ = """argparse ``type=``: an integer >= 0 (``int_range(0)``); ``"-1"`` is refused like ``"2.5"``.
 
 Examples
 --------
->>> nonneg_int("0")
-0
->>> nonneg_int("-1")
-Traceback (most recent call last):
-argparse.ArgumentTypeError: -1: must be an integer >= 0
+>>> nonneg_int("0"), nonneg_int("2.0"), nonneg_int("1e2")
+(0, 2, 100)
 """
 
 

@@ -188,14 +188,9 @@ def check_simulation_cost(config, draws: int, time_limit: float | None, *, model
 
     Parameters
     ----------
-    config : MHSAConfig
-        The configuration to simulate.
-    draws : int
-        Monte-Carlo draws.
+    config, draws, models : as in :func:`estimate_simulation_cost`.
     time_limit : float or None
         Seconds allowed (None: no time limit).
-    models : sequence of str
-        The finite models simulated.
     memory_limit : int, optional
         Bytes allowed (default: :func:`available_memory` divided by ``workers``).
     where : str

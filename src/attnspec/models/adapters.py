@@ -77,9 +77,8 @@ class ModelAdapter:
     Examples
     --------
     >>> import torch, transformers
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=100)
-    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> tiny = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    >>> model = transformers.BertModel(transformers.BertConfig(**tiny)).eval()
     >>> ad = adapt(model)
     >>> ad.describe(), ad.can_reuse
     ('BertModel (bert, encoder): 1 attention layers', True)
@@ -322,16 +321,15 @@ def adapt(model: nn.Module | ModelAdapter) -> ModelAdapter:
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=100)
-    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
-    >>> ad = adapt(model)
-    >>> ad.family, ad.kind, [s.name for s in ad.sites]
-    ('bert', 'encoder', ['encoder.layer.0.attention.self'])
-    >>> mha = adapt(torch.nn.Sequential(torch.nn.MultiheadAttention(8, 2, batch_first=True)))
-    >>> mha.family, mha.kind, mha.sites[0].n_heads
-    ('nn.MultiheadAttention', 'generic', 2)
+    >>> from torch import nn
+    >>> mha = adapt(nn.TransformerEncoderLayer(d_model=16, nhead=4, dim_feedforward=32, batch_first=True))
+    >>> mha.family, mha.kind, [(s.name, s.n_heads) for s in mha.sites]
+    ('nn.MultiheadAttention', 'generic', [('self_attn', 4)])
+    >>> import transformers
+    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100)
+    >>> gpt2 = adapt(transformers.GPT2LMHeadModel(cfg))
+    >>> gpt2.family, gpt2.kind, len(gpt2.sites), gpt2.sites[0].causal
+    ('gpt2', 'causal-lm', 2, True)
 
     Raises
     ------

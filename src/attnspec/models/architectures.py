@@ -313,9 +313,8 @@ def detect(model: nn.Module) -> Architecture | None:
     Examples
     --------
     >>> import torch, transformers
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=100)
-    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> tiny = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    >>> model = transformers.BertModel(transformers.BertConfig(**tiny)).eval()
     >>> detect(model).family
     'bert'
     >>> detect(torch.nn.Linear(2, 2)) is None
@@ -352,9 +351,8 @@ def resolve(arch: Architecture, model: nn.Module) -> tuple[nn.Module, list, dict
     Examples
     --------
     >>> import torch, transformers
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=100)
-    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> tiny = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    >>> model = transformers.BertModel(transformers.BertConfig(**tiny)).eval()
     >>> base, layers, geometry = resolve(detect(model), model)
     >>> base is model, len(layers), geometry
     (True, 1, {'n_heads': 2, 'n_kv_heads': 2})

@@ -207,9 +207,8 @@ def record_attention_calls(on_call: Callable[[AttentionCall], None], valid: torc
     Examples
     --------
     >>> import torch, transformers
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=100)
-    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> tiny = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    >>> model = transformers.BertModel(transformers.BertConfig(**tiny)).eval()
     >>> calls = []
     >>> with torch.no_grad(), record_attention_calls(calls.append):
     ...     _ = model(input_ids=torch.tensor([[1, 5, 6, 2]]), attention_mask=torch.tensor([[1, 1, 1, 0]]))

@@ -119,11 +119,10 @@ def registered() -> list[tuple[nn.Module, Callable]]:
     Examples
     --------
     >>> import transformers
-    >>> mpnet = transformers.MPNetModel(transformers.MPNetConfig(hidden_size=32, num_hidden_layers=1,
-    ...                                 num_attention_heads=2, intermediate_size=64, vocab_size=100))
-    >>> att = mpnet.encoder.layer[0].attention.attn
-    >>> register(att, "mpnet")
-    >>> [emit is EMITTERS["mpnet"] for m, emit in registered() if m is att]
-    [True]
+    >>> from attnspec.models import adapt
+    >>> conf = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    >>> sites = adapt(transformers.MPNetModel(transformers.MPNetConfig(**conf))).sites   # adapt registers them
+    >>> [any(m is s.module and emit is EMITTERS["mpnet"] for m, emit in registered()) for s in sites]
+    [True, True]
     """
     return list(_REGISTRY.items())

@@ -28,14 +28,12 @@ def config_of(site: AttentionSite, seq_len: int, d_model: int | None = None, bet
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=100)
-    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> from torch import nn
     >>> from attnspec.models import adapt
-    >>> cfg = config_of(adapt(model).sites[0], seq_len=6)
+    >>> layer = nn.TransformerEncoderLayer(d_model=16, nhead=4, dim_feedforward=32, batch_first=True)
+    >>> cfg = config_of(adapt(layer).sites[0], seq_len=10)           # its self_attn: 4 heads of width 4
     >>> cfg.seq_len, cfg.d_model, cfg.d_qk, cfg.key_groups, cfg.inputs
-    (6, 32, (16, 16), 2, 'gaussian')
+    (10, 16, (4, 4, 4, 4), 4, 'gaussian')
     """
     d_model = site.d_out if d_model is None else d_model
     H = site.n_heads

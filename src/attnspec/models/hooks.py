@@ -244,9 +244,8 @@ def ablate(site: AttentionSite, edit: HeadEdit, expand: bool = False) -> Iterato
     Examples
     --------
     >>> import torch, transformers
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=100)
-    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> tiny = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    >>> model = transformers.BertModel(transformers.BertConfig(**tiny)).eval()
     >>> from attnspec.models import adapt
     >>> ad = adapt(model)
     >>> batch = {"input_ids": torch.tensor([[1, 5, 6, 7, 2, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]])}
@@ -288,20 +287,17 @@ def gate(sites: Sequence[AttentionSite], gates: Sequence[torch.Tensor]) -> Itera
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=100)
-    >>> _ = torch.manual_seed(0); model = transformers.BertModel(cfg).eval()
+    >>> import torch
     >>> from attnspec.models import adapt
-    >>> ad = adapt(model)
-    >>> batch = {"input_ids": torch.tensor([[1, 5, 6, 7, 2, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]])}
+    >>> layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=4, dim_feedforward=32, batch_first=True).eval()
+    >>> ad, x = adapt(layer), torch.randn(2, 5, 16)
+    >>> ones, head0_off = torch.ones(2, 4), torch.tensor([[0.0, 1, 1, 1], [1, 1, 1, 1]])
+    >>> with torch.no_grad(), gate(ad.sites, [head0_off]):
+    ...     off = layer(x)
+    >>> with torch.no_grad(), gate(ad.sites, [ones]):
+    ...     same = layer(x)
     >>> with torch.no_grad():
-    ...     full = ad.run(batch)
-    ...     with gate(ad.sites, [torch.ones(1, 2)]):
-    ...         same = ad.run(batch)
-    ...     with gate(ad.sites, [torch.tensor([[0.0, 1.0]])]):          # head 0 off
-    ...         off = ad.run(batch)
-    >>> bool(torch.allclose(full, same)), bool(torch.allclose(full, off))
+    ...     bool(torch.allclose(same, layer(x), atol=1e-6)), bool(torch.allclose(off[0], layer(x)[0]))
     (True, False)
     """
     handles = []

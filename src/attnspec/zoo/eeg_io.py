@@ -130,14 +130,17 @@ def read_mi_epochs(path, tmin: float = 0.5, tmax: float = 2.5,
 
     Examples
     --------
-    >>> import tempfile, pathlib, shutil
-    >>> from attnspec.zoo.eeg_sim import SimConfig, simulate_recordings
-    >>> rec = simulate_recordings(SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4")))[0]
-    >>> tmp = tempfile.mkdtemp()
-    >>> ep = read_mi_epochs(write_recording(rec, pathlib.Path(tmp, "sim_raw.fif")), 0.5, 2.5)
+    A recording written by :func:`write_recording`, read back at half its sampling rate:
+
+    >>> import pathlib, shutil, tempfile
+    >>> from attnspec.zoo import eeg_sim
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> sim = eeg_sim.SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4"))
+    >>> path = write_recording(eeg_sim.simulate_recordings(sim)[0], folder / "sim_raw.fif")
+    >>> ep = read_mi_epochs(path, tmin=0.5, tmax=2.5, resample=64.0)
     >>> ep.X.shape, ep.ch_names, ep.sfreq, sorted(ep.y.tolist())
-    ((4, 3, 256), ['C3', 'Cz', 'C4'], 128.0, [0, 0, 1, 1])
-    >>> shutil.rmtree(tmp)
+    ((4, 3, 128), ['C3', 'Cz', 'C4'], 64.0, [0, 0, 1, 1])
+    >>> shutil.rmtree(folder)
     """
     import mne
 

@@ -55,12 +55,13 @@ class Experiment:
 
     Examples
     --------
-    >>> from attnspec.zoo.eeg_sim import SimConfig
-    >>> exp = run_experiment("staged", SimConfig(n_subjects=1, trials_per_class=2, channels=("C3", "Cz", "C4")),
-    ...                      dict(scales=(7,), n_filters=2, d_model=8, n_heads=2, n_layers=1), dict(epochs=1),
-    ...                      test_fraction=0.5, tmax=1.0, progress=False, diagnose=False)
-    >>> exp.X_test.shape, exp.y_test.tolist(), sorted(exp.meta)
-    ((2, 3, 64), [0, 1], ['result', 'sim', 'split_seed', 'test_fraction', 'tmax', 'tmin'])
+    >>> import numpy as np, torch
+    >>> from attnspec.zoo.train import TrainResult
+    >>> res = TrainResult(train_accuracy=1.0, test_accuracy=0.5, chance=0.5, seconds=1.0, cpu_seconds=1.0, epochs=1,
+    ...                   n_train=2, n_test=2, threads=1)
+    >>> exp = Experiment("staged", res, torch.nn.Identity(), np.zeros((2, 3, 64)), np.array([0, 1]), meta={})
+    >>> exp.diagnosis, exp.extra, exp.result.test_accuracy
+    (None, {}, 0.5)
     """
 
     arch: str
