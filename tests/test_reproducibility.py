@@ -2,8 +2,9 @@
 
 * the same seed and thread count give bit-identical tables;
 * other thread counts and bucket sizes change no number by more than 1e-5 relative (float32 rounding of
-  differently shaped batched products; measured 2e-6 at most). In float64 the pipeline is exact to
-  1e-9 (tests/test_diagnose_pipeline.py).
+  differently shaped batched products; measured 2e-6 at most), except the interval ends of ``cka_excess``,
+  which change by at most 1e-5 absolute (they are differences of two CKAs in [0, 1], each within 1e-5:
+  measured 2e-6). In float64 the pipeline is exact to 1e-9 (tests/test_diagnose_pipeline.py).
 """
 import numpy as np
 import pytest
@@ -31,16 +32,22 @@ def runs():
     return {"a": run(1, 16), "again": run(1, 16), "threads": run(2, 16), "buckets": run(1, 5)}
 
 
+_ABSOLUTE = ("cka_excess_lo", "cka_excess_hi")
+
+
 def _num(df):
-    return df.select_dtypes("number").to_numpy()
+    return df.select_dtypes("number").drop(columns=list(_ABSOLUTE), errors="ignore").to_numpy()
 
 
 def test_same_seed_and_threads_bit_identical(runs):
-    assert np.array_equal(_num(runs["a"]), _num(runs["again"]))
+    assert np.array_equal(runs["a"].select_dtypes("number").to_numpy(),
+                          runs["again"].select_dtypes("number").to_numpy(), equal_nan=True)
     assert (runs["a"]["selection"] == runs["again"]["selection"]).all()
 
 
 @pytest.mark.parametrize("other", ["threads", "buckets"])
 def test_threads_and_buckets_within_1e5(runs, other):
     np.testing.assert_allclose(_num(runs[other]), _num(runs["a"]), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(runs[other][list(_ABSOLUTE)].to_numpy(), runs["a"][list(_ABSOLUTE)].to_numpy(),
+                               rtol=0, atol=1e-5)
     assert (runs["a"]["selection"] == runs[other]["selection"]).all()

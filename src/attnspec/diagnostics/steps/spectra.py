@@ -61,9 +61,10 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray) -> np.ndarray:
     ``(B, H, L, dh)`` centered contexts). ``sum_b IF[b] = ||C_gh||_F^2``, and under text weights ``w``
     ``||sum_b w_b C^b_gh||^2 = 2 sum_b w_b IF[b, g, h] - ||C_gh||^2`` to first order in ``w - 1``."""
     B, H, L, dh = M.shape
-    G = torch.from_numpy(np.ascontiguousarray(gram)).to(M.dtype).view(H, dh, H, dh)
+    M = M.double()              # float64: the replicates are differences of large sums (2 sum w IF - F)
+    G = torch.from_numpy(np.ascontiguousarray(gram, dtype=np.float64)).view(H, dh, H, dh)
     MG = torch.einsum("bgla,gahc->bglhc", M, G)
-    return torch.einsum("bglhc,bhlc->bgh", MG, M).double().numpy()
+    return torch.einsum("bglhc,bhlc->bgh", MG, M).numpy()
 
 
 def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int,
