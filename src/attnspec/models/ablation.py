@@ -62,14 +62,8 @@ def run_blocks(adapter: ModelAdapter, start: int, hidden: torch.Tensor, block_in
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> from attnspec.models import adapt
-    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
-    ...                               bos_token_id=0, eos_token_id=0)
-    >>> _ = torch.manual_seed(0)
-    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
-    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
     >>> blocks, metric = reference_pass(ad, batch)
     >>> with torch.inference_mode():
     ...     out = run_blocks(ad, 1, blocks[1][0][0], blocks, B=2)      # blocks 1..N-1 again: the same output
@@ -96,14 +90,8 @@ def exact_removal(adapter: ModelAdapter, batch: dict, block_inputs: Sequence | N
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> from attnspec.models import adapt
-    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
-    ...                               bos_token_id=0, eos_token_id=0)
-    >>> _ = torch.manual_seed(0)
-    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
-    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
     >>> blocks, metric = reference_pass(ad, batch)
     >>> e, n = exact_removal(ad, batch, blocks, metric)
     >>> e.shape, float(n[0, 0])                                     # (layers, heads); 2 texts x 5 positions
@@ -127,14 +115,8 @@ def exact_removal_per_text(adapter: ModelAdapter, batch: dict, block_inputs: Seq
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> from attnspec.models import adapt
-    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
-    ...                               bos_token_id=0, eos_token_id=0)
-    >>> _ = torch.manual_seed(0)
-    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
-    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
     >>> blocks, metric = reference_pass(ad, batch)
     >>> e, n = exact_removal_per_text(ad, batch, blocks, metric, heads_of={1: [0]})
     >>> e.shape, n.tolist(), bool(np.isnan(e[0]).all()), bool(np.isfinite(e[1, 0]).all())
@@ -183,14 +165,8 @@ def reference_pass(adapter: ModelAdapter, batch: dict, positions: int | None = N
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> from attnspec.models import adapt
-    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
-    ...                               bos_token_id=0, eos_token_id=0)
-    >>> _ = torch.manual_seed(0)
-    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
-    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
     >>> blocks, metric = reference_pass(ad, batch)
     >>> len(blocks), metric.ref.shape                               # block inputs per layer; NLL per text
     (2, torch.Size([2]))
@@ -221,14 +197,8 @@ def iter_removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: s
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> from attnspec.models import adapt
-    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
-    ...                               bos_token_id=0, eos_token_id=0)
-    >>> _ = torch.manual_seed(0)
-    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
-    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
     >>> [e.shape for e, n in iter_removal_effects(ad, [batch])]
     [(2, 2, 2)]
     """
@@ -246,14 +216,8 @@ def removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: str = 
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> from attnspec.models import adapt
-    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
-    ...                               bos_token_id=0, eos_token_id=0)
-    >>> _ = torch.manual_seed(0)
-    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
-    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
     >>> tot, cnt = removal_effects(ad, [batch])
     >>> e, n = next(iter_removal_effects(ad, [batch]))
     >>> bool(np.allclose(tot / cnt, e.sum(-1) / n.sum()))           # mean change of NLL per predicted token

@@ -33,14 +33,8 @@ def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.n
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> from attnspec.models import adapt
-    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
-    ...                               bos_token_id=0, eos_token_id=0)
-    >>> _ = torch.manual_seed(0)
-    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
-    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
     >>> imp = michel_importance(ad, batch)
     >>> imp.shape, bool((imp >= 0).all())
     ((2, 2), True)
@@ -59,14 +53,8 @@ def first_order(adapter: ModelAdapter, batch: dict, seed: int = 0) -> tuple[np.n
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> from attnspec.models import adapt
-    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
-    ...                               bos_token_id=0, eos_token_id=0)
-    >>> _ = torch.manual_seed(0)
-    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
-    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
     >>> imp, effect, n = first_order(ad, batch)
     >>> effect.shape, n.tolist()                                   # per text; 5 predicted positions each
     ((2, 2, 2), [5.0, 5.0])

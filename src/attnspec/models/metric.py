@@ -61,14 +61,8 @@ class FunctionalMetric:
 
     Examples
     --------
-    >>> import torch, transformers
-    >>> from attnspec.models import adapt
-    >>> cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
-    ...                               bos_token_id=0, eos_token_id=0)
-    >>> _ = torch.manual_seed(0)
-    >>> ad = adapt(transformers.GPT2LMHeadModel(cfg).eval())
-    >>> ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    >>> batch = {"input_ids": ids, "attention_mask": torch.ones(2, 6, dtype=torch.long), "order": [0, 1]}
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
     >>> from attnspec.models.ablation import reference_pass
     >>> blocks, metric = reference_pass(ad, batch, positions=3)
     >>> metric.counts().tolist(), metric.n_tokens                  # 3 scored positions per text
