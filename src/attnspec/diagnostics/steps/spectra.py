@@ -61,10 +61,13 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray) -> np.ndarray:
     ``(B, H, L, dh)`` centered contexts). ``sum_b IF[b] = ||C_gh||_F^2``, and under text weights ``w``
     ``||sum_b w_b C^b_gh||^2 = 2 sum_b w_b IF[b, g, h] - ||C_gh||^2`` to first order in ``w - 1``."""
     B, H, L, dh = M.shape
-    M = M.double()              # float64: the replicates are differences of large sums (2 sum w IF - F)
     G = torch.from_numpy(np.ascontiguousarray(gram, dtype=np.float64)).view(H, dh, H, dh)
-    MG = torch.einsum("bgla,gahc->bglhc", M, G)
-    return torch.einsum("bglhc,bhlc->bgh", MG, M).numpy()
+    X = M.transpose(1, 2).reshape(B, L, H * dh)
+    out = np.empty((B, H, H))
+    for b in range(B):          # one text at a time: O((H dh)^2) memory; float64, since the replicates are
+        Xb = X[b].double()      # differences of large sums (2 sum w IF - F)
+        out[b] = torch.einsum("gahc,gahc->gh", G, (Xb.T @ Xb).view(H, dh, H, dh)).numpy()
+    return out
 
 
 def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int,
