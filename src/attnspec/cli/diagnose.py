@@ -63,6 +63,9 @@ def register(subparsers) -> None:
     p.add_argument("--screen-sample", type=nonneg_int, default=None,
                    help="--removal screened: randomly sampled other heads removed exactly, >= 0 (default as --screen-top)")
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")
+    p.add_argument("--n-boot", type=nonneg_int, default=200,
+                   help="Poisson bootstrap replicates over texts for the 95%% intervals and the verdict tests, >= 0 "
+                        "(default 200; 0: no intervals, every label undetermined)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=positive_int, default=None,
                        help="run on a local Dask cluster of this many worker processes (1 thread each), >= 1; "
@@ -162,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         t_load = time.perf_counter() - t0
         t1 = time.perf_counter()
         diag = diagnose(model, X, removal=_removal(args), screen_top=args.screen_top, screen_sample=args.screen_sample,
-                        gradient=not args.no_gradient, mean_ablation=args.mean_ablation, seed=args.seed,
+                        n_boot=args.n_boot, gradient=not args.no_gradient, mean_ablation=args.mean_ablation, seed=args.seed,
                         progress=not args.quiet, model_name=args.model)
         diag.summary["inputs"] = str(args.inputs) if args.inputs else "held-out simulated trials"
         return _write(diag, args, time.perf_counter() - t1, t_load)
@@ -188,8 +191,8 @@ def run(args: argparse.Namespace) -> int:
     diag = diagnose(adapter, tok, texts, n_texts=args.n_texts, pack=True if args.pack else None,
                     max_length=args.max_length, bucket_size=args.bucket_size,
                     removal=_removal(args), removal_positions=args.removal_positions, screen_top=args.screen_top,
-                    screen_sample=args.screen_sample, gradient=not args.no_gradient, mean_ablation=args.mean_ablation,
-                    seed=args.seed, progress=not args.quiet, model_name=args.model)
+                    screen_sample=args.screen_sample, n_boot=args.n_boot, gradient=not args.no_gradient,
+                    mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet, model_name=args.model)
     t_diag = time.perf_counter() - t1
     if user_texts is None:
         from ..data import CORPUS_SOURCE
@@ -237,7 +240,7 @@ def _run_on_cluster(args: argparse.Namespace, user_texts: list[str] | None) -> i
         load_kwargs=dict(device=args.device, dtype=args.dtype, device_map=args.device_map),
         n_texts=args.n_texts, pack=True if args.pack else None, max_length=args.max_length,
         bucket_size=args.bucket_size, removal=_removal(args), removal_positions=args.removal_positions,
-        screen_top=args.screen_top, screen_sample=args.screen_sample, gradient=not args.no_gradient,
+        screen_top=args.screen_top, screen_sample=args.screen_sample, n_boot=args.n_boot, gradient=not args.no_gradient,
         mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet, model_name=args.model,
         torch_threads=args.threads)
     return _write(diag, args, time.perf_counter() - t1, 0.0)
