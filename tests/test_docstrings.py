@@ -28,7 +28,7 @@ NOT_YET = {
     "attnspec.diagnostics.steps.spectra", "attnspec.diagnostics.steps.tables", "attnspec.diagnostics.summary",
     "attnspec.diagnostics.texts", "attnspec.diagnostics.workers",
     # report
-    "attnspec.report", "attnspec.report._interval_plot",
+    "attnspec.report",
     # calibration
     "attnspec.validation.architectures", "attnspec.validation.patterns", "attnspec.validation.planted",
     "attnspec.validation.scoring",

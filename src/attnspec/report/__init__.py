@@ -10,14 +10,14 @@ reference and on the free sum of its heads; the layers table; what each score me
 """
 from __future__ import annotations
 
-import base64
 import html
-import io
 from pathlib import Path
 
 import numpy as np
 
 from ..diagnostics.columns import COLUMNS, HEATMAPS, VERDICTS
+from ..figures import png_data_uri
+from ..figures.diagnosis import interval_figure, layer_spectra_figure
 
 __all__ = ["write_report", "render_report", "HEATMAPS", "DESCRIPTIONS"]
 
@@ -25,14 +25,6 @@ DESCRIPTIONS = COLUMNS["heads"]   # the column vocabulary of attnspec.diagnostic
 #: Note shown when every layer is bidirectional full attention (the theory's own setting).
 _THEORY_NOTE = ("<li>All layers are bidirectional full attention: the model of docs/theory.md "
                 "(section <i>Model and normalization</i>) applies as stated.</li>")
-
-
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)  # the caller ran tight_layout; bbox "tight" would lay out twice
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _hex(rgba) -> str:
@@ -85,42 +77,9 @@ def _heatmaps(diag) -> str:
 
 
 def _spectra(diag) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullLocator
-    layers = sorted(diag.spectra)
-    if not layers:
-        return ""
-    ncol = min(3, len(layers))
-    nrow = -(-len(layers) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 2.6 * nrow), squeeze=False)
-    for ax, i in zip(axes.ravel(), layers):
-        s = diag.spectra[i]
-        allv = np.concatenate([v for v in s.values() if len(v)])
-        pos = allv[allv > 0]
-        if not pos.size:
-            continue
-        bins = np.logspace(np.log10(np.quantile(pos, 0.005)), np.log10(pos.max()), 40)
-        for name, color, kw in (("gaussian_equivalent", "tab:orange", {"histtype": "stepfilled", "alpha": 0.35}),
-                                ("free_sum", "tab:green", {"histtype": "step", "lw": 1.2, "ls": "--"}),
-                                ("actual", "tab:blue", {"histtype": "step", "lw": 1.5})):
-            v = s.get(name, np.array([]))
-            v = v[v > 0]
-            if v.size:
-                ax.hist(v, bins=bins, density=True, color=color, label=name.replace("_", " "), **kw)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):   # no minor ticks: hundreds of tick artists, seconds of layout
-            axis.set_minor_locator(NullLocator())
-        ax.set_title(f"layer {i}", fontsize=9)
-        ax.tick_params(labelsize=7)
-        ax.set_xlabel("eigenvalue of Y Y^T", fontsize=8)
-    axes.ravel()[0].legend(fontsize=7)
-    for ax in axes.ravel()[len(layers):]:
-        ax.axis("off")
-    fig.tight_layout()
-    return _png(fig)
+    """Per-layer spectra figure (:func:`attnspec.figures.diagnosis.layer_spectra_figure`) as an inline PNG."""
+    fig = layer_spectra_figure(diag.spectra)
+    return "" if fig is None else png_data_uri(fig)
 
 
 #: How to read each diagnostic, with the validity benchmark's figures (docs/validity.md: tiny random BERT
@@ -164,9 +123,8 @@ def _how_to_read(s: dict) -> str:
 
 
 def _intervals(diag) -> str:
-    from ._interval_plot import interval_figure
     fig = interval_figure(diag.heads, float(diag.summary.get("selection_threshold", np.log(2))))
-    return "" if fig is None else f'<img id="intervals" alt="per-head intervals" src="{_png(fig)}">'
+    return "" if fig is None else f'<img id="intervals" alt="per-head intervals" src="{png_data_uri(fig)}">'
 
 
 def _table(df, digits: int = 3) -> str:
