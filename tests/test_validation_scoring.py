@@ -50,3 +50,12 @@ def test_null_beta_hat_is_unbiased_when_cool_and_saturates_when_hot():
     hot = null_beta_hat(3.0, lengths)
     assert 1.0 < hot < 2.5
     assert null_beta_hat(3.0, lengths) == hot                     # seeded
+
+
+def test_bad_inputs_name_the_parameter():
+    with pytest.raises(ValueError, match="tpr must be in"):
+        fpr_at_tpr([1, 2], [True, False], 0.0)
+    with pytest.raises(ValueError, match="beta must be > 0"):
+        null_beta_hat(0.0, [8])
+    with pytest.raises(ValueError, match="lengths must include"):
+        null_beta_hat(1.0, [])

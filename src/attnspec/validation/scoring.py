@@ -19,31 +19,56 @@ __all__ = ["Detector", "DETECTORS", "roc_auc", "fpr_at_tpr", "score_detectors", 
 
 @dataclass(frozen=True)
 class Detector:
-    """One column used as a detector of one planted property."""
+    """One column used as a detector of one planted property.
 
-    prop: str           # 'selective', 'dependent', 'important'
-    table: str          # 'heads' or 'pairs'
+    Attributes
+    ----------
+    prop : {'selective', 'dependent', 'important'}
+        The planted property (a bool column of the truth tables).
+    table : {'heads', 'pairs'}
+        The diagnosis table that holds ``column``.
+    column : str
+        The score; ``sign * column`` is larger for rows with the property.
+    sign : float
+        ``+1``: larger means the property; ``-1``: smaller.
+    kind : {'GE', 'attnspec', 'baseline'}
+        A Gaussian-equivalence diagnostic, another attnspec column, or a literature baseline.
+    label : tuple of (str, str), optional
+        ``(column, value)`` of attnspec's own decision on that property, if it makes one.
+
+    Examples
+    --------
+    >>> det = Detector("selective", "heads", "entropy_ratio", -1.0, "baseline")
+    >>> det.sign, det.label
+    (-1.0, None)
+    >>> [d.column for d in DETECTORS if d.prop == "selective"]
+    ['selection_score', 'entropy_ratio', 'confidence', 'score_scale']
+    """
+
+    prop: str
+    table: str
     column: str
-    sign: float         # +1: larger means the property; -1: smaller
-    kind: str           # 'GE', 'attnspec', 'baseline'
-    label: tuple[str, str] | None = None   # (column, value) of attnspec's decision, if it has one
+    sign: float
+    kind: str
+    label: tuple[str, str] | None = None
 
 
+def _detectors(prop: str, table: str, ge=(), attnspec=(), baseline=()) -> tuple[Detector, ...]:
+    """Detectors of one property in one table, larger meaning the property: GE diagnostics, then other
+    attnspec columns, then baselines."""
+    kinds = (("GE", ge), ("attnspec", attnspec), ("baseline", baseline))
+    return tuple(Detector(prop, table, column, 1.0, kind) for kind, columns in kinds for column in columns)
+
+
+#: Every detector scored by :func:`score_detectors` (attnspec's columns and the literature baselines).
 DETECTORS = (
     Detector("selective", "heads", "selection_score", 1.0, "GE", ("selection", "selective")),
-    Detector("selective", "heads", "entropy_ratio", -1.0, "baseline"),
-    Detector("selective", "heads", "confidence", 1.0, "baseline"),
-    Detector("selective", "heads", "score_scale", 1.0, "baseline"),
-    Detector("dependent", "pairs", "cka_excess", 1.0, "GE"),
-    Detector("dependent", "pairs", "cka", 1.0, "baseline"),
-    Detector("dependent", "pairs", "attention_corr", 1.0, "baseline"),
-    Detector("dependent", "heads", "cka_excess", 1.0, "GE"),
-    Detector("dependent", "heads", "cka_max", 1.0, "baseline"),
-    Detector("important", "heads", "removal_spec_shift", 1.0, "GE"),
-    Detector("important", "heads", "removal_spec_shift_ge", 1.0, "GE"),
-    Detector("important", "heads", "removal_effect", 1.0, "attnspec"),
-    Detector("important", "heads", "michel_importance", 1.0, "baseline"),
-    Detector("important", "heads", "energy_share", 1.0, "baseline"),
+    Detector("selective", "heads", "entropy_ratio", -1.0, "baseline"),     # lower entropy: more selective
+    *_detectors("selective", "heads", baseline=("confidence", "score_scale")),
+    *_detectors("dependent", "pairs", ge=("cka_excess",), baseline=("cka", "attention_corr")),
+    *_detectors("dependent", "heads", ge=("cka_excess",), baseline=("cka_max",)),
+    *_detectors("important", "heads", ge=("removal_spec_shift", "removal_spec_shift_ge"),
+                attnspec=("removal_effect",), baseline=("michel_importance", "energy_share")),
 )
 
 
@@ -55,6 +80,21 @@ def roc_auc(scores, positive) -> float:
     scores : array_like
         Larger means more likely positive; non-finite entries are dropped.
     positive : array_like of bool
+
+    Returns
+    -------
+    float
+        ``P(s_pos > s_neg) + P(s_pos = s_neg) / 2`` over all (positive, negative) pairs, from the rank sum
+        of the positives.
+
+    Examples
+    --------
+    >>> roc_auc([0.1, 0.4, 0.35, 0.8], [False, False, True, True])
+    0.75
+    >>> roc_auc([1, 1, 1, 1], [False, False, True, True])        # ties count one half
+    0.5
+    >>> roc_auc([1, 2], [True, True])                            # no negatives
+    nan
     """
     s = np.asarray(scores, float)
     y = np.asarray(positive, bool)
@@ -70,8 +110,20 @@ def roc_auc(scores, positive) -> float:
 def fpr_at_tpr(scores, positive, tpr: float = 0.9) -> float:
     """False-positive rate at the highest threshold that flags at least ``tpr`` of the positives.
 
-    Heads flagged: ``score >= t``; NaN without positives or negatives.
+    Rows flagged: ``score >= t`` with ``t`` the ``ceil(tpr * n_pos)``-th largest positive score; NaN
+    without positives or negatives. Non-finite scores are dropped.
+
+    Examples
+    --------
+    >>> s = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    >>> y = [False, False, False, False, True, False, True, True, True, True]
+    >>> fpr_at_tpr(s, y, 0.8)            # t = 0.7 flags no negative
+    0.0
+    >>> fpr_at_tpr(s, y, 1.0)            # t = 0.5 flags the negative at 0.6, one of five
+    0.2
     """
+    if not 0.0 < tpr <= 1.0:
+        raise ValueError(f"tpr must be in (0, 1], got {tpr}")
     s = np.asarray(scores, float)
     y = np.asarray(positive, bool)
     keep = np.isfinite(s)
@@ -115,8 +167,25 @@ def score_detectors(heads: pd.DataFrame, pairs: pd.DataFrame, by: list[str],
     Returns
     -------
     DataFrame
-        One row per group x detector x subset: ``property, subset, diagnostic, kind, n_pos, n_neg,
-        auc, fpr_at_tpr90, label_tpr, label_fpr``.
+        One row per group x detector x subset (subset ``'all'``, then one per selective pattern: the heads
+        of that pattern against every negative): the grouping columns, ``property, unit, subset, diagnostic,
+        kind, n_pos, n_neg, auc, fpr_at_tpr90``, and ``label_tpr, label_fpr`` for detectors with a label.
+        Detectors whose column is absent are skipped.
+
+    Examples
+    --------
+    Two runs of a four-head model whose head 0 is planted selective (class pattern):
+
+    >>> import pandas as pd
+    >>> heads = pd.DataFrame({
+    ...     "run": [0, 0, 0, 0, 1, 1, 1, 1], "selective": [True, False, False, False] * 2,
+    ...     "pattern": ["class", "", "", ""] * 2,
+    ...     "selection_score": [2.0, 0.1, 0.3, 0.2, 0.4, 0.1, 0.9, 0.2],
+    ...     "selection": ["selective", "diffuse", "diffuse", "diffuse",
+    ...                   "undetermined", "diffuse", "selective", "diffuse"]})
+    >>> res = score_detectors(heads, pd.DataFrame(), ["run"], DETECTORS[:1])
+    >>> res[["run", "subset", "auc", "label_tpr", "label_fpr"]].round(3).values.tolist()
+    [[0, 'all', 1.0, 1.0, 0.0], [0, 'class', 1.0, 1.0, 0.0], [1, 'all', 0.667, 0.0, 0.333], [1, 'class', 0.667, 0.0, 0.333]]
     """
     rows = []
     tables = {"heads": heads, "pairs": pairs}
@@ -144,8 +213,29 @@ def score_detectors(heads: pd.DataFrame, pairs: pd.DataFrame, by: list[str],
 def beta_errors(heads: pd.DataFrame, by: list[str], columns=("beta_hat", "score_scale")) -> pd.DataFrame:
     """Error of temperature estimates against ``planted_beta`` on heads without a planted pattern.
 
-    Returns one row per group x planted beta x estimate: ``n``, ``mean`` of the estimate, ``bias``
-    (mean error), ``mae`` (mean absolute error), ``rel_mae`` (mae over the planted beta).
+    Parameters
+    ----------
+    heads : DataFrame
+        Diagnosis heads merged with the truth (``selective``, ``planted_beta``) and the ``columns``.
+    by : list of str
+        Grouping columns; runs within a group are pooled.
+    columns : sequence of str
+        The estimates of ``beta``.
+
+    Returns
+    -------
+    DataFrame
+        One row per group x planted beta x estimate: ``n``, ``mean`` of the estimate, ``bias`` (mean
+        error), ``mae`` (mean absolute error), ``rel_mae`` (mae over the planted beta).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> heads = pd.DataFrame({"n_texts": 8, "selective": [False, False, False, True],
+    ...                       "planted_beta": [2.0, 2.0, 2.0, 2.0], "beta_hat": [1.5, 1.7, 1.9, 9.0],
+    ...                       "score_scale": [2.4, 2.2, 2.0, 9.0]})
+    >>> beta_errors(heads, ["n_texts"])[["estimate", "n", "bias", "mae", "rel_mae"]].round(3).values.tolist()
+    [['beta_hat', 3, -0.3, 0.3, 0.15], ['score_scale', 3, 0.2, 0.2, 0.1]]
     """
     h = heads[~heads["selective"]]
     rows = []
@@ -169,10 +259,48 @@ def null_beta_hat(beta: float, lengths, head_dim: int = 16, seed: int = 0, reps:
     with ``y = n_i A - 1`` over rows with at least two keys (as in
     :mod:`attnspec.diagnostics.identification`), pooled over texts and ``reps`` draws. The gap to ``beta``
     is the finite-length bias of the estimator, not a property of a model.
+
+    Parameters
+    ----------
+    beta : float
+        Planted inverse temperature (> 0).
+    lengths : sequence of int
+        Text lengths in tokens.
+    head_dim : int
+        Width of ``Q`` and ``K``.
+    seed : int
+        Seeds the draws.
+    reps : int
+        Draws per text.
+    causal : bool
+        Causal attention (query ``i`` sees keys ``j <= i``).
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    Nearly unbiased for a cool head; a hot head saturates (its softmax is nearly one-hot on short texts):
+
+    >>> round(null_beta_hat(0.3, [16] * 4), 2)
+    0.29
+    >>> round(null_beta_hat(3.0, [16] * 4), 2)
+    1.56
+    >>> null_beta_hat(1.0, [1, 1])
+    Traceback (most recent call last):
+    ValueError: lengths must include a text of at least 2 tokens, got [1, 1]
     """
+    lengths = [int(n) for n in lengths]
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    if not lengths or max(lengths) < 2:
+        raise ValueError(f"lengths must include a text of at least 2 tokens, got {lengths}")
+    if head_dim < 1 or reps < 1:
+        raise ValueError(f"head_dim and reps must be >= 1, got head_dim={head_dim}, reps={reps}")
     gen = torch.Generator().manual_seed(seed)
     rows = []
-    for n in [int(n) for n in lengths for _ in range(reps)]:
+    for n in [n for n in lengths for _ in range(reps)]:
         q, k = torch.randn(2, n, head_dim, generator=gen, dtype=torch.float64)
         allowed = torch.ones(n, n, dtype=torch.bool)
         if causal:
