@@ -25,7 +25,7 @@ import math
 import torch
 
 __all__ = ["PATTERNS", "CLASS_TOKENS", "position_code", "structured_weights", "target_mask", "allowed_pairs",
-           "centered_logits", "score_scale", "target_gain"]
+           "score_scale", "target_gain"]
 
 #: Structured attention patterns of selective heads.
 PATTERNS = ("offset", "class", "identity")
@@ -39,7 +39,29 @@ def _omega(head_dim: int) -> torch.Tensor:
 
 
 def position_code(n_positions: int, head_dim: int, amplitude: float, basis: torch.Tensor) -> torch.Tensor:
-    """``(n_positions, hidden)`` position embeddings: sinusoids in ``basis[:, :head_dim]``."""
+    """``(n_positions, hidden)`` position embeddings: sinusoids in ``basis[:, :head_dim]``.
+
+    Position ``i`` gets ``amplitude * sum_k (cos(omega_k i) basis[:, 2k-2] + sin(omega_k i) basis[:, 2k-1])``,
+    ``omega_k = 2 pi k / (2K + 1)``, ``k = 1..K``, ``K = head_dim / 2``: periodic with period ``2K + 1``,
+    norm ``amplitude sqrt(K)`` for orthonormal ``basis``.
+
+    Parameters
+    ----------
+    n_positions : int
+    head_dim : int
+        Even; the code uses the first ``head_dim`` columns of ``basis``.
+    amplitude : float
+    basis : Tensor
+        ``(hidden, >= head_dim)`` float64, orthonormal columns.
+
+    Examples
+    --------
+    >>> import torch
+    >>> basis = torch.eye(10, dtype=torch.float64)[:, :6]
+    >>> P = position_code(7, 4, 1.0, basis)          # K = 2: period 5
+    >>> tuple(P.shape), bool(torch.allclose(P[5], P[0])), float(P[:, 4:].abs().max())
+    ((7, 10), True, 0.0)
+    """
     ang = torch.arange(n_positions, dtype=torch.float64)[:, None] * _omega(head_dim)
     code = torch.stack([ang.cos(), ang.sin()], -1).reshape(n_positions, head_dim)
     return amplitude * code @ basis[:, :head_dim].T
@@ -57,7 +79,40 @@ def _rotation(head_dim: int, offset: int) -> torch.Tensor:
 
 def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Tensor,
                        identity_basis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unit-gain query and key weights ``(head_dim, hidden)`` of one structured pattern."""
+    """Unit-gain query and key weights ``(head_dim, hidden)`` of one structured pattern.
+
+    ``'offset'``: query ``R(omega offset) U^T``, key ``U^T`` with ``U = basis[:, :head_dim]`` and ``R`` the
+    block rotation by ``omega_k * offset``, so that on the position code ``q_i . k_j = a^2 sum_k
+    cos(omega_k (j - i - offset))`` (``a`` its amplitude); ``'class'``: query reads the constant direction
+    ``basis[:, head_dim]``, key the class direction ``basis[:, head_dim + 1]`` (first row only, times
+    ``sqrt(head_dim)``); ``'identity'``: query and key both ``identity_basis^T``.
+
+    Parameters
+    ----------
+    pattern : {'offset', 'class', 'identity'}
+    offset : int
+        Relative position of the target key (``'offset'`` only).
+    head_dim : int
+    basis : Tensor
+        ``(hidden, head_dim + 2)`` float64: position code, constant, class directions.
+    identity_basis : Tensor
+        ``(hidden, head_dim)`` float64: the subspace of the word embeddings read by ``'identity'``.
+
+    Examples
+    --------
+    Query 2 of an offset-1 head scores key 3 highest (``K = 2``: ``2`` there, ``-1/2`` at every other key):
+
+    >>> import torch
+    >>> eye = torch.eye(10, dtype=torch.float64)
+    >>> basis, ident = eye[:, :6], eye[:, 6:]
+    >>> Wq, Wk = structured_weights("offset", 1, 4, basis, ident)
+    >>> P = position_code(7, 4, 1.0, basis)
+    >>> ((P @ Wq.T) @ (P @ Wk.T).T)[2].tolist()
+    [-0.5, -0.5, -0.5, 2.0, -0.5, -0.5, -0.5]
+    >>> structured_weights("diagonal", 0, 4, basis, ident)
+    Traceback (most recent call last):
+    ValueError: unknown pattern 'diagonal'; expected one of ('offset', 'class', 'identity')
+    """
     U = basis[:, :head_dim]
     if pattern == "offset":
         return _rotation(head_dim, offset) @ U.T, U.T.clone()
@@ -71,7 +126,31 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
 
 
 def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: torch.Tensor) -> torch.Tensor:
-    """``(B, L, L)`` bool: the keys ``j`` a head of this pattern should attend to from query ``i``."""
+    """``(B, L, L)`` bool: the keys ``j`` a head of this pattern should attend to from query ``i``.
+
+    ``'offset'``: ``j = i + offset``; ``'class'``: ``input_ids[j]`` in ``class_ids``; ``'identity'``:
+    ``input_ids[j] == input_ids[i]`` (``j = i`` included).
+
+    Parameters
+    ----------
+    pattern : {'offset', 'class', 'identity'}
+    offset : int
+    input_ids : Tensor
+        ``(B, L)`` token ids.
+    class_ids : Tensor
+        Ids of the class tokens (:data:`CLASS_TOKENS`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> ids, cls = torch.tensor([[101, 7, 9, 7, 102]]), torch.tensor([101, 102])
+    >>> target_mask("offset", 1, ids, cls)[0, 1].int().tolist()
+    [0, 0, 1, 0, 0]
+    >>> target_mask("class", 0, ids, cls)[0, 1].int().tolist()
+    [1, 0, 0, 0, 1]
+    >>> target_mask("identity", 0, ids, cls)[0, 1].int().tolist()
+    [0, 1, 0, 1, 0]
+    """
     B, L = input_ids.shape
     if pattern == "offset":
         i = torch.arange(L)
@@ -85,14 +164,27 @@ def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: t
 
 def allowed_pairs(valid: torch.Tensor, causal: bool) -> torch.Tensor:
     """``(B, L, L)`` bool: query ``i`` may attend to key ``j`` (both real; ``j <= i`` when causal), for rows
-    with at least two allowed keys (attnspec's fit skips rows with one)."""
+    with at least two allowed keys (attnspec's fit skips rows with one).
+
+    Parameters
+    ----------
+    valid : Tensor
+        ``(B, L)`` bool: real (not padding) tokens.
+    causal : bool
+
+    Examples
+    --------
+    >>> import torch
+    >>> allowed_pairs(torch.tensor([[True, True, True, False]]), causal=True)[0].int().tolist()
+    [[0, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]
+    """
     al = valid[:, :, None] & valid[:, None, :]
     if causal:
         al = al & torch.ones(valid.shape[1], valid.shape[1], dtype=torch.bool).tril()
     return al & (al.sum(-1, keepdim=True) >= 2)
 
 
-def centered_logits(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:
+def _centered_logits(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:
     """Row-centered logits ``q_i . k_j / sqrt(d)`` per head ``(B, H, L, L)``, 0 off allowed pairs.
 
     ``X``: ``(B, L, D)``; ``allowed``: ``(B, L, L)`` bool (:func:`allowed_pairs`); ``Wq``, ``Wk``:
@@ -108,19 +200,63 @@ def centered_logits(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk
 
 def score_scale(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:
     """``sqrt(mean S^2)`` of the row-centered logits over allowed pairs, per head ``(H,)`` (attnspec's
-    ``score_scale`` on these inputs)."""
-    S = centered_logits(X, allowed, Wq, Wk)
+    ``score_scale`` on these inputs).
+
+    ``S_ij = q_i . k_j / sqrt(d) - mean_{j' allowed} q_i . k_j' / sqrt(d)``, the mean of ``S^2`` taken over
+    every allowed (text, query, key); homogeneous of degree one in ``Wq`` and in ``Wk``.
+
+    Parameters
+    ----------
+    X : Tensor
+        ``(B, L, D)`` float64, what the projections read.
+    allowed : Tensor
+        ``(B, L, L)`` bool (:func:`allowed_pairs`).
+    Wq, Wk : Tensor
+        ``(H, d, D)`` float64, one block of projection rows per head.
+
+    Examples
+    --------
+    >>> import torch
+    >>> gen = torch.Generator().manual_seed(0)
+    >>> X = torch.randn(2, 5, 8, generator=gen, dtype=torch.float64)
+    >>> Wq, Wk = torch.randn(2, 3, 4, 8, generator=gen, dtype=torch.float64)
+    >>> allowed = allowed_pairs(torch.ones(2, 5, dtype=torch.bool), causal=False)
+    >>> s = score_scale(X, allowed, Wq, Wk)
+    >>> tuple(s.shape), bool(torch.allclose(score_scale(X, allowed, 2 * Wq, Wk), 2 * s))
+    ((3,), True)
+    """
+    S = _centered_logits(X, allowed, Wq, Wk)
     return (S.pow(2).sum(dim=(0, 2, 3)) / allowed.sum()).sqrt()
 
 
 def target_gain(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor,
                 targets: list[torch.Tensor]) -> torch.Tensor:
     """Per head ``(H,)``: mean logit at its target keys minus mean logit at its other allowed keys
-    (``targets``: one ``(B, L, L)`` mask per head). 0 for a head whose targets never occur."""
-    S = centered_logits(X, allowed, Wq, Wk)
-    out = torch.zeros(len(targets), dtype=S.dtype)
-    for h, tgt in enumerate(targets):
-        on, off = allowed & tgt, allowed & ~tgt
-        if on.any() and off.any():
-            out[h] = S[:, h][on].mean() - S[:, h][off].mean()
-    return out
+    (``targets``: one ``(B, L, L)`` mask per head). 0 for a head whose targets never occur.
+
+    Logits as in :func:`score_scale` (row-centered, ``1 / sqrt(d)``), pooled over all allowed pairs of
+    all texts. A gain ``g`` puts ``e^g`` times more attention on a target key than on an average other key.
+
+    Examples
+    --------
+    An offset-1 head reading the position code (``K = 2``): logit ``1`` at the target, ``-1/4`` at other
+    keys, a gap of ``1.25`` within a row; pooled it is smaller, since the last row has no target and the
+    aliases ``j = i + 1 +- 5`` score like a target without being one:
+
+    >>> import torch
+    >>> eye = torch.eye(10, dtype=torch.float64)
+    >>> Wq, Wk = structured_weights("offset", 1, 4, eye[:, :6], eye[:, 6:])
+    >>> X = position_code(7, 4, 1.0, eye[:, :6])[None]
+    >>> allowed = allowed_pairs(torch.ones(1, 7, dtype=torch.bool), causal=False)
+    >>> tgt = target_mask("offset", 1, torch.arange(7)[None], torch.tensor([0]))
+    >>> round(float(target_gain(X, allowed, Wq[None], Wk[None], [tgt])[0]), 4)
+    1.1192
+    """
+    S = _centered_logits(X, allowed, Wq, Wk)
+    if not targets:
+        return torch.zeros(0, dtype=S.dtype)
+    tgt = torch.stack(targets, 1)                                   # (B, H, L, L)
+    on, off = allowed[:, None] & tgt, allowed[:, None] & ~tgt
+    n_on, n_off = on.sum(dim=(0, 2, 3)), off.sum(dim=(0, 2, 3))
+    gap = (S * on).sum(dim=(0, 2, 3)) / n_on.clamp_min(1) - (S * off).sum(dim=(0, 2, 3)) / n_off.clamp_min(1)
+    return torch.where((n_on > 0) & (n_off > 0), gap, torch.zeros_like(gap))
