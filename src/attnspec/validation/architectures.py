@@ -33,6 +33,22 @@ class Architecture:
     write_layer : callable
         ``(model, layer, Wq, Wk, Wv, Wo)`` with ``Wq, Wk, Wv`` ``(H, d, D)`` (rows of each head's
         projection) and ``Wo`` ``(D, H, d)`` (columns of each head's output slice); biases set to 0.
+
+    Examples
+    --------
+    A one-layer BERT of width 8 with 2 heads over 50 tokens (BERT's build needs no tokenizer), its
+    attention weights written as zeros:
+
+    >>> import torch
+    >>> bert = ARCHITECTURES["bert"]
+    >>> model = bert.build(8, 1, 2, 50, None)
+    >>> W = torch.zeros(2, 4, 8, dtype=torch.float64)
+    >>> bert.write_layer(model, 0, W, W, W, torch.zeros(8, 2, 4, dtype=torch.float64))
+    >>> float(model.encoder.layer[0].attention.self.query.weight.detach().abs().max())
+    0.0
+    >>> enc = {"input_ids": torch.tensor([[1, 2, 3]]), "attention_mask": torch.ones(1, 3, dtype=torch.long)}
+    >>> bert.causal, tuple(bert.layer_input(model, enc, 0).shape), [tuple(w.shape) for w in bert.embeddings(model)]
+    (False, (1, 3, 8), [(50, 8), (512, 8), (2, 8)])
     """
 
     name: str
