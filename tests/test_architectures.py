@@ -8,6 +8,7 @@ input by hand in a full forward pass. Refused families and look-alikes fail befo
 name. Models use MiniLM's tokenizer (vocabulary 30,522) so that the loader's vocabulary check passes.
 """
 import copy
+import json
 import shutil
 from pathlib import Path
 
@@ -158,8 +159,25 @@ def test_cli_heads_table(saved, name, tmp_path):
     assert len(ad.sites) == _n_sites(model)
     assert len(heads) == sum(s.n_heads for s in ad.sites)
     assert list(heads.groupby("layer").size()) == [s.n_heads for s in ad.sites]
-    numeric = heads.select_dtypes("number")
+    numeric = heads.drop(columns="stack").select_dtypes("number")   # "" (single stack) reads back as NaN
     assert not numeric.isna().any().any(), numeric.columns[numeric.isna().any()].tolist()
+    if name in SEQ2SEQ:
+        _check_seq2seq_tables(ad, heads, out)
+
+
+def _check_seq2seq_tables(ad, heads, out):
+    """Encoder-decoder tables name each site's stack and role; cross-attention is its own kind, outside the
+    law's setting; the adapter's note (decoder input, what removal measures) reaches the summary."""
+    per_head = [(s.stack, s.role) for s in ad.sites for _ in range(s.n_heads)]
+    assert list(zip(heads["stack"], heads["role"])) == per_head
+    layers, pairs = pd.read_csv(out / "layers.csv"), pd.read_csv(out / "pairs.csv")
+    assert list(zip(layers["stack"], layers["role"])) == [(s.stack, s.role) for s in ad.sites]
+    kinds = layers["attention"].tolist()
+    assert kinds == ["cross (keys: encoder)" if s.role == "cross" else "causal" if s.causal else "bidirectional"
+                     for s in ad.sites]
+    assert layers["theory_applies"].tolist() == [s.stack == "encoder" for s in ad.sites]
+    assert set(zip(pairs["stack"], pairs["role"])) == {("encoder", "self"), ("decoder", "self"), ("decoder", "cross")}
+    assert ad.notes[0] in json.loads((out / "summary.json").read_text())["notes"]
 
 
 def _n_sites(model):

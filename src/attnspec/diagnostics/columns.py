@@ -20,6 +20,10 @@ _HI = "Upper end of the 95 % bootstrap interval of {}."
 _SPEC_BOOT = (" Each eigenvalue of the pooled spectra carries its text's weight; the fitted Gaussian equivalents and "
               "null heads are held fixed.")
 
+_STACK = "Encoder-decoders: the stack of the layer, encoder or decoder (empty for single-stack models)."
+_ROLE = ("self (queries, keys and values from one sequence) or cross (an encoder-decoder's decoder attending to the "
+         "encoder output: keys and values from the encoder).")
+
 _CKA_BOOT = (" Linearized: each text's first-order influence on the CKA numerators is re-weighted; the null "
              "(free rotations) is held fixed.")
 
@@ -27,8 +31,11 @@ COLUMNS: dict[str, dict[str, str]] = {
     "heads": {
         "layer": "Layer index (0-based).",
         "head": "Query head index within the layer.",
+        "stack": _STACK,
+        "role": _ROLE,
         "kv_group": "Key/value head this query head reads (grouped-query attention; = head without sharing).",
-        "attention": "Mask of the layer: bidirectional or causal, with the sliding window if any.",
+        "attention": ("Mask of the layer: bidirectional or causal (cross (keys: encoder) for cross-attention), with "
+                      "the sliding window if any."),
         "n_tokens": "Real tokens the head's statistics were computed from (all texts).",
         "score_scale": "Standard deviation of the head's row-centered logits: the inverse temperature it actually uses.",
         "beta_hat": ("Least-squares slope of l*A_ij - 1 on the standardized scores; a random head on long texts has "
@@ -108,12 +115,16 @@ COLUMNS: dict[str, dict[str, str]] = {
     },
     "layers": {
         "layer": "Layer index (0-based).",
-        "attention": "Mask of the layer: bidirectional or causal, with the sliding window if any.",
+        "stack": _STACK,
+        "role": _ROLE,
+        "attention": ("Mask of the layer: bidirectional or causal (cross (keys: encoder) for cross-attention), with "
+                      "the sliding window if any."),
         "n_heads": "Query heads.",
         "n_kv_heads": "Key/value heads (fewer than n_heads: grouped-query attention).",
         "head_dim": "Per-head value width.",
         "d_out": "Output width of the output projection.",
-        "theory_applies": "Bidirectional attention and no binding window: the full-attention theory applies as stated.",
+        "theory_applies": ("Bidirectional self-attention and no binding window: the full-attention theory applies as "
+                           "stated."),
         "window_binds": "A sliding window shorter than the longest text.",
         "value_power": "Value-path power c of the layer (sum over heads of the mean squared entry of P V_h W_O^h).",
         "spec_m1": "Mean eigenvalue of the layer's centered output spectrum.",
@@ -138,6 +149,8 @@ COLUMNS: dict[str, dict[str, str]] = {
     },
     "pairs": {
         "layer": "Layer index.",
+        "stack": _STACK,
+        "role": _ROLE,
         "head_a": "First head of the pair.",
         "head_b": "Second head of the pair.",
         "cka": "Linear CKA of the two heads' centered contexts (1: equal up to rotation and scale).",

@@ -51,6 +51,7 @@ def _notes(sites, corpus: CorpusStats, min_tokens: int, adapter=None) -> list[st
     notes = []
     if adapter is not None and adapter.kind == "encoder" and getattr(adapter, "decoder", False):
         notes.append(_NOTE_BASE.format(name=type(adapter.model).__name__))
+    notes.extend(getattr(adapter, "notes", ()))   # the adapter's own statement (encoder-decoders: decoder input, removal)
     if any(s.causal for s in sites):
         notes.append(_NOTE_CAUSAL)
     L = corpus.max_tokens

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ...config import BETA_MAX, alpha_of_beta
 from ...models import AttentionSite
 from .. import dependence as dep
 from .. import selection as sel
@@ -38,8 +39,22 @@ class TableOptions:
 
 
 def attention_kind(site: AttentionSite) -> str:
-    att = "causal" if site.causal else "bidirectional"
+    """The ``attention`` column: ``'causal'`` or ``'bidirectional'`` (``'cross (keys: encoder)'`` for an
+    encoder-decoder's cross-attention), followed by ``', window w'`` when the layer has a sliding window."""
+    if _role(site) == "cross":
+        att = "cross (keys: encoder)"
+    else:
+        att = "causal" if site.causal else "bidirectional"
     return att + (f", window {site.window}" if site.window is not None else "")
+
+
+def _role(site: AttentionSite) -> str:
+    return getattr(site, "role", "self")
+
+
+def _site_columns(site: AttentionSite) -> dict[str, str]:
+    """``stack`` (encoder-decoders: ``'encoder'``/``'decoder'``, else ``''``) and ``role`` (``'self'``/``'cross'``)."""
+    return {"stack": getattr(site, "stack", None) or "", "role": _role(site)}
 
 
 def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, cka, cka0, inner,
@@ -59,10 +74,10 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
         others = np.where(offdiag[h])[0]
         s_h = float(f["score_scale"][h])
         row = {
-            "layer": i, "head": h, "kv_group": site.kv_group(h), "attention": attention_kind(site),
+            "layer": i, "head": h, **_site_columns(site), "kv_group": site.kv_group(h), "attention": attention_kind(site),
             "n_tokens": int(fs.n_tokens),
             "score_scale": s_h, "beta_hat": float(f["beta_hat"][h]), "alpha_hat": float(f["alpha_hat"][h]),
-            "alpha_null": math.sqrt(max(math.expm1(min(s_h, 25) ** 2) - s_h ** 2, 0.0)),
+            "alpha_null": alpha_of_beta(min(s_h, BETA_MAX)) if math.isfinite(s_h) else math.nan,
             "r2": float(f["r2"][h]),
             "spec_w1": d["w1"], "spec_w1_rel": d["w1_rel"], "spec_ks": d["ks"],
             "spec_outliers_per_text": d["n_outliers"] / max(n_texts, 1), "spec_m1": d["m1"], "spec_m1_ge": d["m1_ref"],
@@ -95,9 +110,10 @@ def _layer_row(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
     shared = groups[iu[0]] == groups[iu[1]]
     labels = [r["selection"] for r in head_rows]
     return {
-        "layer": i, "attention": attention_kind(site), "n_heads": H, "n_kv_heads": site.n_kv_heads,
+        "layer": i, **_site_columns(site), "attention": attention_kind(site), "n_heads": H, "n_kv_heads": site.n_kv_heads,
         "head_dim": site.head_dim, "d_out": site.d_out,
-        "theory_applies": bool((not site.causal) and (site.window is None or site.window >= L_max)),
+        "theory_applies": bool(_role(site) == "self" and (not site.causal)
+                               and (site.window is None or site.window >= L_max)),
         "window_binds": bool(site.window is not None and site.window < L_max),
         "value_power": float(fs.head_power().sum()),
         "spec_m1": dge["m1"], "ge_m1": dge["m1_ref"], "ge_w1_rel": dge["w1_rel"], "ge_ks": dge["ks"],
@@ -117,7 +133,8 @@ def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner, sp: LayerSpectra) 
     g, hh, ck, ck0, corr, shared = dep.pair_table_arrays(cka, cka0, inner, groups)
     reps = cka_excess_replicates(sp)
     lo, hi = interval(reps[:, g, hh]) if reps is not None else (np.full(g.size, np.nan), np.full(g.size, np.nan))
-    return [{"layer": i, "head_a": int(a), "head_b": int(b), "cka": float(x1), "cka_null": float(x2),
+    where = _site_columns(site)
+    return [{"layer": i, **where, "head_a": int(a), "head_b": int(b), "cka": float(x1), "cka_null": float(x2),
              "cka_excess": float(x1 - x2), "cka_excess_lo": float(l), "cka_excess_hi": float(u),
              "output_corr": float(x3), "shared_kv": bool(x4)}
             for a, b, x1, x2, l, u, x3, x4 in zip(g, hh, ck, ck0, lo, hi, corr, shared)]
