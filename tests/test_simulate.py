@@ -115,7 +115,7 @@ def test_surrogate_is_the_gaussian_equivalent_of_softmax_entries():
 
 
 def test_gaussian_inputs_and_value_centering_run():
-    """Convention B: the attention matrix keeps m1 = e^{beta^2} - 1 (THEORY.md 5), while the output's
+    """Convention B: the attention matrix keeps m1 = e^{beta^2} - 1 (docs/theory.md, Input conventions A and B), while the output's
     linear path sees K^T V = W_K^T X^T X W_V and gets m1 = alpha^2 + beta^2 (1 + gamma); l > d allowed."""
     att = simulate(MHSAConfig.uniform(400, 400, 1, 400, inputs="gaussian", target="attention"), seed=0)
     assert att.surrogate.mean() == pytest.approx(math.e - 1, rel=0.03)
@@ -153,5 +153,5 @@ def test_bad_arguments():
 def test_moments_are_sane_for_the_attention_matrix():
     c = MHSAConfig.uniform(400, 400, 1, 400, target="attention", beta=0.5)
     m = moments(simulate(c, seed=1, draws=2, models=("surrogate",)).surrogate)
-    # THEORY.md 4b, att-4: m1 = 0.28403, m2 = 0.22384 (finite-size within a few %)
+    # docs/theory.md, Checked figures (attention matrix, beta = 1/2): m1 = 0.28403, m2 = 0.22384 (finite-size within a few %)
     assert m[0] == pytest.approx(0.2840254167, rel=0.02) and m[1] == pytest.approx(0.2238408746, rel=0.05)

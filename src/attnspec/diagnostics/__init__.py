@@ -1,4 +1,4 @@
-"""Diagnosis of trained models: per layer and per head (THEORY.md section 6).
+"""Diagnosis of trained models: per layer and per head (docs/theory.md, section *From theory to diagnosis*).
 
 ``diagnose(model, tokenizer_or_inputs, texts)`` returns a :class:`Diagnosis` whose ``heads`` table has
 one row per layer x head:

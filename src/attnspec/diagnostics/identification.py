@@ -1,4 +1,5 @@
-"""Per-head identification of the Gaussian equivalent (THEORY.md sections 2 and 6).
+"""Per-head identification of the Gaussian equivalent (docs/theory.md, sections *The Gaussian
+equivalent* and *From theory to diagnosis*).
 
 For head ``h``, query ``i`` with ``n_i`` allowed keys (real tokens, causal and window rules) and
 allowed key ``j``:
@@ -25,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["row_scores", "score_sums", "fit", "add_sums", "surrogate_weights", "null_weights"]
+__all__ = ["row_scores", "score_sums", "fit_from_sums", "add_sums", "surrogate_weights", "null_weights"]
 
 _TINY = 1e-30
 
@@ -61,7 +62,7 @@ def add_sums(a: dict | None, b: dict) -> dict:
     return dict(b) if a is None else {k: a[k] + b[k] for k in a}
 
 
-def fit(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``score_scale``, ``beta_hat``, ``alpha_hat``, ``r2`` per head from accumulated sums."""
     N = np.maximum(sums["N"], 1)
     sxx, sxy, syy = sums["sxx"], sums["sxy"], sums["syy"]
@@ -91,7 +92,7 @@ def null_weights(allowed: torch.Tensor, scale: np.ndarray, Q: torch.Tensor, K: t
 
     ``G = Q K^T / sqrt(d_qk)`` with ``Q`` ``(B, H, r, d_qk)`` (the tile's rows) and ``K``
     ``(B, H, L, d_qk)`` iid standard normal (purpose ``Draw.NULL_SCORES``): the scores of the
-    random-matrix model (THEORY.md s.1, unit-variance entries, rank ``d_qk`` like a real head's).
+    random-matrix model (docs/theory.md, *Model and normalization*; unit-variance entries, rank ``d_qk`` like a real head's).
     ``allowed`` ``(B, r, L)``; rows with no allowed key are 0.
     """
     G = Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5

@@ -7,7 +7,7 @@ For every head ``h`` of layer ``i``:
   layer's value-path power) when the head is removed. ``removal_spec_shift_ge``: the same shift for the
   layer's Gaussian equivalent (every head's attention replaced by its fitted surrogate, same inputs,
   values and ``W_O``) losing the same head, i.e. what the Gaussian-equivalent law of the ``H - 1``
-  remaining heads predicts (THEORY.md section 6). A head whose actual shift exceeds the prediction
+  remaining heads predicts (docs/theory.md, section *From theory to diagnosis*). A head whose actual shift exceeds the prediction
   shapes the layer's spectrum beyond its noise-like part;
 * ``removal_effect`` (b): exact, by ablation (:func:`attnspec.models.exact_removal`): the increase of
   next-token cross-entropy per predicted token (nats; column ``loss_increase``) for causal LMs, the mean

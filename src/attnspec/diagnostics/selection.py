@@ -5,10 +5,11 @@ be the Wasserstein-1 distance between a head's centered output spectrum and the 
 fitted Gaussian equivalent, relative to the equivalent's mean eigenvalue (dimensionless, invariant to
 the value path's scale). A finite, trained model never matches its equivalent exactly, and even a
 random softmax head departs from its equivalent at finite ``l`` (more so at high temperature, see
-THEORY.md section 4b). The score therefore compares the head with a *null head*: the same values,
-output projection, masks and score scale ``s_h``, but the random scores of the theory's model
-(``A0 = softmax(s_h G)``, ``G = Q K^T / sqrt(d_head)`` with iid standard normal ``Q, K``, drawn text by
-text), and its own fitted equivalent (fit pooled over all texts, like the head's):
+docs/theory.md, section *Finite size: how far to trust the equivalence*). The score therefore compares
+the head with a *null head*: the same values, output projection, masks and score scale ``s_h``, but the
+random scores of the theory's model (``A0 = softmax(s_h G)``, ``G = Q K^T / sqrt(d_head)`` with iid
+standard normal ``Q, K``, drawn text by text), and its own fitted equivalent (fit pooled over all
+texts, like the head's):
 
     selection_score = log( D(Y, Y~) / D(Y0, Y0~) ).
 
@@ -24,7 +25,7 @@ specific tokens consistently). Each label is a test against the bootstrap interv
   (true score about 0) far less;
 * ``diffuse`` (flag ``diffuse = True``): ``hi < threshold`` and ``score_scale <= beta_max``
   (default 1.5): noise-like and in the temperature range where the Gaussian equivalence is
-  quantitative (THEORY.md s.2, s.4b);
+  quantitative (docs/theory.md, *The Gaussian equivalent* and *Finite size*);
 * ``sparse``: ``hi < threshold`` but ``score_scale > beta_max``: the attention is
   concentrated, yet its output spectrum departs from the equivalent no more than a random head's at
   that temperature does. Spectra cannot tell a consistent one-token pattern (e.g. attending to the

@@ -1,9 +1,10 @@
-"""Centered output spectra of heads and layers of a trained model (THEORY.md section 1, adapted).
+"""Centered output spectra of heads and layers of a trained model (docs/theory.md, section
+*Model and normalization*, adapted).
 
 For text ``b`` with ``l_b`` real tokens, head ``h`` has context ``C_h = A_h V_h`` (``l_b x d_head``),
 centered over tokens: ``M_h = P C_h`` with ``P = I - 1 1^T / l_b``. Its output is ``M_h W_O^h``.
 
-Normalization (so that a random head's spectrum has first moment ``e^{beta^2} - 1`` as in THEORY.md):
+Normalization (so that a random head's spectrum has first moment ``e^{beta^2} - 1`` as in docs/theory.md):
 the *value-path power* ``c_h = sum_b ||P V_h W_O^h||_F^2 / sum_b (l_b d_out)`` (mean squared entry of
 the centered value path) and ``Y_h = sqrt(l_b / d_out) M_h W_O^h / sqrt(c_h)``; the layer uses
 ``Y = sqrt(l_b / d_out) sum_h M_h W_O^h / sqrt(c)`` with ``c = sum_h c_h``. Spectra are the

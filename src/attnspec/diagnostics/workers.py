@@ -123,7 +123,7 @@ def _here() -> str:
     try:
         from distributed import get_worker
         return get_worker().address
-    except (ImportError, ValueError):
+    except ValueError:
         return ""
 
 
@@ -137,7 +137,7 @@ def _worker_cache(run_id: str, adapter, reuse_forward: bool | None, create: bool
             try:
                 from distributed import get_worker
                 directory = get_worker().local_directory    # removed with the worker's scratch space
-            except (ImportError, ValueError):
+            except ValueError:
                 directory = None
             _CACHES[run_id] = _LockedCache(forward_cache.ForwardCache(directory=directory))
         return _CACHES.get(run_id)

@@ -25,7 +25,7 @@ import torch
 from .. import dependence as dep
 from .. import identification as ident
 from .. import selection as sel
-from .. import spectral as spec
+from .. import spectral
 from ..bootstrap import N_BOOT, weighted, weights
 from ..noise import Draw, TextNoise
 from .collect import LayerBatch
@@ -72,11 +72,11 @@ class LayerFitSums:
             self.baselines = _add(self.baselines, sel.baseline_sums(A, al, q, lb.special[:, rows]))
             C[:, :, rows] = A @ Vg
             ctx += (C[:, :, rows] * q[:, None, :, None]).sum(dim=(0, 2), dtype=torch.float64).numpy()
-        p, c = spec.value_power(lb.values, lb.groups, W, lb.valid)
+        p, c = spectral.value_power(lb.values, lb.groups, W, lb.valid)
         self.value_power = self.value_power + p
         self.value_count += c
         self.context_sum = self.context_sum + ctx
-        self.gram = self.gram + dep.gram_blocks(spec.center(C, lb.valid))
+        self.gram = self.gram + dep.gram_blocks(spectral.center(C, lb.valid))
         self.n_tokens += float(lb.valid.sum())
         return self
 
@@ -92,11 +92,11 @@ class LayerFitSums:
 
     def fit(self) -> dict[str, np.ndarray]:
         """``score_scale``, ``beta_hat``, ``alpha_hat``, ``r2`` per head."""
-        return ident.fit(self.scores)
+        return ident.fit_from_sums(self.scores)
 
     def fit_replicates(self) -> dict[str, np.ndarray]:
         """The same fits on every bootstrap replicate: ``(n_boot, H)`` each."""
-        return ident.fit(self.boot_scores)
+        return ident.fit_from_sums(self.boot_scores)
 
     def head_power(self) -> np.ndarray:
         """Value-path power ``c_h`` per head (mean squared entry of ``P V_h W_O^h``)."""
@@ -170,11 +170,11 @@ class NullFitSums:
                                                              _add(self.boot_scores, other.boot_scores))
 
     def fit(self) -> dict[str, np.ndarray]:
-        return ident.fit(self.scores)
+        return ident.fit_from_sums(self.scores)
 
     def fit_replicates(self) -> dict[str, np.ndarray]:
         """The null fits on every bootstrap replicate (same text weights as the heads'): ``(n_boot, H)``."""
-        return ident.fit(self.boot_scores)
+        return ident.fit_from_sums(self.boot_scores)
 
 
 @dataclass

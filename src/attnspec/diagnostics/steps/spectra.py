@@ -21,7 +21,7 @@ import torch
 
 from .. import dependence as dep
 from .. import identification as ident
-from .. import spectral as spec
+from .. import spectral
 from ..bootstrap import weighted
 from ..noise import Draw, TextNoise
 from .collect import LayerBatch
@@ -85,9 +85,9 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     lengths = valid.sum(1).numpy()
     H, dh, i = lb.site.n_heads, lb.site.head_dim, lb.index
     Wh = W.to(lb.dtype).view(H, dh, -1)
-    Ks = spec.sqrt_psd(Wh @ Wh.transpose(-1, -2))
-    M = {k: spec.center(C, valid) for k, C in _contexts(lb, f, f0, seed).items()}
-    heads = {k: spec.head_eigs(M[k], Ks, lengths, ch, lb.site.d_out) for k in HEAD_SPECTRA}
+    Ks = spectral.sqrt_psd(Wh @ Wh.transpose(-1, -2))
+    M = {k: spectral.center(C, valid) for k, C in _contexts(lb, f, f0, seed).items()}
+    heads = {k: spectral.head_eigs(M[k], Ks, lengths, ch, lb.site.d_out) for k in HEAD_SPECTRA}
     c_layer = float(ch.sum())
 
     def out(Mk: torch.Tensor) -> torch.Tensor:          # layer output sum_h M_h W_O^h: (B, L, d_out)
@@ -95,12 +95,12 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         return Mk.transpose(1, 2).reshape(B, L, H * dh) @ Wh.reshape(H * dh, -1)
 
     Y, Yge = out(M["act"]), out(M["ge"])
-    Mfree = spec.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, lb.order, valid))
-    layer = {"act": spec.layer_eigs(Y, lengths, c_layer), "ge": spec.layer_eigs(Yge, lengths, c_layer),
-             "free": spec.layer_eigs(out(Mfree), lengths, c_layer)}
+    Mfree = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, lb.order, valid))
+    layer = {"act": spectral.layer_eigs(Y, lengths, c_layer), "ge": spectral.layer_eigs(Yge, lengths, c_layer),
+             "free": spectral.layer_eigs(out(Mfree), lengths, c_layer)}
     return {"heads": heads, "layer": layer, "order": np.asarray(lb.order, dtype=np.int64), "lengths": lengths,
-            "removed": spec.layer_eigs_without_each(M["act"], Wh, lengths, c_layer),
-            "removed_ge": spec.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer),
+            "removed": spectral.layer_eigs_without_each(M["act"], Wh, lengths, c_layer),
+            "removed_ge": spectral.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer),
             "gram": dep.gram_blocks(M["act"]), "gram_free": dep.gram_blocks(Mfree),
             "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None else 0.0}
 
