@@ -34,7 +34,7 @@ def test_cli_writes_tables_and_report(model_dir, tmp_path, capsys):
         assert (out / name).is_file(), name
     import pandas as pd
     heads = pd.read_csv(out / "heads.csv")
-    assert len(heads) == 8 and not heads.drop(columns="stack").select_dtypes("number").isna().any().any()
+    assert len(heads) == 8 and not heads.select_dtypes("number").isna().any().any()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_texts"] == 8 and "timings_s" in summary
     assert "8 heads" in capsys.readouterr().out
@@ -99,7 +99,7 @@ def test_cli_diagnoses_a_vision_transformer_on_images(vit_dir, tmp_path):
         assert main(["diagnose", "--model", str(vit_dir), "--images", images, "--n-texts", "6", "--out", str(out),
                      "--quiet"]) == 0
         heads = pd.read_csv(out / "heads.csv")
-        assert len(heads) == 8 and not heads.drop(columns="stack").select_dtypes("number").isna().any().any()
+        assert len(heads) == 8 and not heads.select_dtypes("number").isna().any().any()
     assert json.loads((out / "summary.json").read_text())["n_texts"] == 5
     assert main(["diagnose", "--model", str(vit_dir), "--images", str(tmp_path / "none"), "--out", str(tmp_path / "x")]) == 2
     assert main(["diagnose", "--model", str(vit_dir), "--texts", str(imgs / "0.png"), "--out", str(tmp_path / "y")]) == 2

@@ -20,7 +20,8 @@ _HI = "Upper end of the 95 % bootstrap interval of {}."
 _SPEC_BOOT = (" Each eigenvalue of the pooled spectra carries its text's weight; the fitted Gaussian equivalents and "
               "null heads are held fixed.")
 
-_STACK = "Encoder-decoders: the stack of the layer, encoder or decoder (empty for single-stack models)."
+_STACK = ("The stack of the layer: encoder or decoder (an encoder-decoder's own; otherwise decoder for causal "
+          "attention, encoder for bidirectional).")
 _ROLE = ("self (queries, keys and values from one sequence) or cross (an encoder-decoder's decoder attending to the "
          "encoder output: keys and values from the encoder).")
 

@@ -53,8 +53,10 @@ def _role(site: AttentionSite) -> str:
 
 
 def _site_columns(site: AttentionSite) -> dict[str, str]:
-    """``stack`` (encoder-decoders: ``'encoder'``/``'decoder'``, else ``''``) and ``role`` (``'self'``/``'cross'``)."""
-    return {"stack": getattr(site, "stack", None) or "", "role": _role(site)}
+    """``stack`` (``'encoder'``/``'decoder'``: an encoder-decoder's own label, else ``'decoder'`` for causal
+    sites and ``'encoder'`` for bidirectional ones) and ``role`` (``'self'``/``'cross'``)."""
+    stack = getattr(site, "stack", None) or ("decoder" if getattr(site, "causal", False) else "encoder")
+    return {"stack": stack, "role": _role(site)}
 
 
 def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, cka, cka0, inner,
