@@ -18,16 +18,30 @@ EXAMPLES = re.compile(r"^Examples\n-{3,}\s*$", re.M)
 
 #: Modules whose public names do not all have an Examples section yet, by the part of the package that owns them.
 NOT_YET = {
-    # diagnosis of trained models
-    "attnspec.diagnostics.api", "attnspec.diagnostics.bootstrap", "attnspec.diagnostics.columns",
-    "attnspec.diagnostics.dependence", "attnspec.diagnostics.distributed", "attnspec.diagnostics.entry",
-    "attnspec.diagnostics.identification", "attnspec.diagnostics.intervals", "attnspec.diagnostics.noise",
-    "attnspec.diagnostics.removal", "attnspec.diagnostics.resources", "attnspec.diagnostics.result",
-    "attnspec.diagnostics.selection", "attnspec.diagnostics.spectral", "attnspec.diagnostics.steps.collect",
-    "attnspec.diagnostics.steps.fit", "attnspec.diagnostics.steps.forward_cache", "attnspec.diagnostics.steps.removal",
-    "attnspec.diagnostics.steps.spectra", "attnspec.diagnostics.steps.tables", "attnspec.diagnostics.summary",
-    "attnspec.diagnostics.texts", "attnspec.diagnostics.workers",
-    # report
+    # diagnosis of trained models and its report: one entry per line
+    "attnspec.diagnostics.api",
+    "attnspec.diagnostics.bootstrap",
+    "attnspec.diagnostics.columns",
+    "attnspec.diagnostics.dependence",
+    "attnspec.diagnostics.distributed",
+    "attnspec.diagnostics.entry",
+    "attnspec.diagnostics.identification",
+    "attnspec.diagnostics.intervals",
+    "attnspec.diagnostics.noise",
+    "attnspec.diagnostics.removal",
+    "attnspec.diagnostics.resources",
+    "attnspec.diagnostics.result",
+    "attnspec.diagnostics.selection",
+    "attnspec.diagnostics.spectral",
+    "attnspec.diagnostics.steps.collect",
+    "attnspec.diagnostics.steps.fit",
+    "attnspec.diagnostics.steps.forward_cache",
+    "attnspec.diagnostics.steps.removal",
+    "attnspec.diagnostics.steps.spectra",
+    "attnspec.diagnostics.steps.tables",
+    "attnspec.diagnostics.summary",
+    "attnspec.diagnostics.texts",
+    "attnspec.diagnostics.workers",
     "attnspec.report",
 }
 
