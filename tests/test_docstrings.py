@@ -29,7 +29,6 @@ NOT_YET = {
     "attnspec.diagnostics.intervals",
     "attnspec.diagnostics.noise",
     "attnspec.diagnostics.removal",
-    "attnspec.diagnostics.resources",
     "attnspec.diagnostics.result",
     "attnspec.diagnostics.selection",
     "attnspec.diagnostics.spectral",

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-__all__ = ["_layer_pool", "_trim_heap", "_one_blas_thread"]
+__all__: list[str] = []   # helpers of the diagnosis steps only
 
 
 @contextlib.contextmanager
