@@ -22,7 +22,6 @@ NOT_YET = {
     "attnspec.diagnostics.api",
     "attnspec.diagnostics.bootstrap",
     "attnspec.diagnostics.columns",
-    "attnspec.diagnostics.dependence",
     "attnspec.diagnostics.distributed",
     "attnspec.diagnostics.entry",
     "attnspec.diagnostics.identification",

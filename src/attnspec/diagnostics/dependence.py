@@ -27,14 +27,70 @@ __all__ = ["gram_blocks", "cka_matrix", "output_inner", "pair_table_arrays"]
 
 
 def gram_blocks(M: torch.Tensor) -> np.ndarray:
-    """``sum_b Mcat_b^T Mcat_b`` with ``Mcat = [M_1 .. M_H]``: ``(H*dh, H*dh)`` float64 (accumulate)."""
+    """Stacked Gram matrix of the heads' contexts, summed over the batch.
+
+    ``C = sum_b Mcat_b^T Mcat_b`` with ``Mcat_b = [M_b1 .. M_bH]`` (``L x H*dh``, the heads side by
+    side): block ``(g, h)`` of ``C`` is ``sum_b M_bg^T M_bh``. Computed in ``M``'s dtype per batch and
+    returned in float64, so that the Grams of successive batches can be added.
+
+    Parameters
+    ----------
+    M : torch.Tensor
+        Contexts ``(B, H, L, dh)`` (centered over tokens by the caller).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H*dh, H*dh)`` float64, symmetric positive semi-definite.
+
+    Examples
+    --------
+    >>> import torch
+    >>> M = torch.arange(12.).reshape(1, 2, 3, 2)      # one text, 2 heads, 3 tokens, dh = 2
+    >>> C = gram_blocks(M)
+    >>> C.shape, bool((C == C.T).all())
+    ((4, 4), True)
+    >>> float(C[0, 0]) == float((M[0, 0, :, 0] ** 2).sum())   # ||column 0 of head 0||^2
+    True
+    """
     B, H, L, dh = M.shape
     X = M.transpose(1, 2).reshape(B * L, H * dh)
     return (X.T @ X).double().numpy()                       # in M's dtype per batch, summed in float64
 
 
 def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:
-    """Linear CKA between all head pairs from the stacked Gram ``C`` ``(H*dh, H*dh)``: ``(H, H)``."""
+    """Linear CKA between all pairs of heads from their stacked Gram matrix.
+
+    ``cka[g, h] = ||C_gh||_F^2 / (||C_gg||_F ||C_hh||_F)`` with ``C_gh = M_g^T M_h`` the ``(dh, dh)``
+    blocks of ``C`` (Kornblith et al. 2019): in [0, 1], 1 on the diagonal and for heads whose token
+    representations agree up to rotation and scale. NaN for a head whose contexts are all zero.
+
+    Parameters
+    ----------
+    C : numpy.ndarray
+        ``(H*dh, H*dh)`` Gram matrix of :func:`gram_blocks`.
+    H : int
+        Number of heads (divides ``C.shape[0]``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, H)`` symmetric.
+
+    Examples
+    --------
+    Head 1 is head 0 rotated by 90 degrees (same representation), head 2 is unrelated:
+
+    >>> import numpy as np, torch
+    >>> rng = np.random.default_rng(0)
+    >>> m0 = rng.standard_normal((50, 2))
+    >>> m2 = rng.standard_normal((50, 2))
+    >>> M = torch.tensor(np.stack([m0, m0 @ [[0., -1.], [1., 0.]], m2]))[None]
+    >>> np.round(cka_matrix(gram_blocks(M), 3), 2)
+    array([[1.  , 1.  , 0.0...],
+           [1.  , 1.  , 0.0...],
+           [0.0..., 0.0..., 1.  ]])
+    """
     dh = C.shape[0] // H
     blocks = C.reshape(H, dh, H, dh)
     fro2 = np.einsum("gahb,gahb->gh", blocks, blocks)
@@ -44,14 +100,72 @@ def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:
 
 
 def output_inner(C: np.ndarray, W: np.ndarray, H: int) -> np.ndarray:
-    """``<M_g W_O^g, M_h W_O^h>_F`` summed over texts: ``(H, H)``; ``W`` ``(H*dh, d_out)``."""
+    """Inner products of the heads' outputs in the residual stream, from the stacked Gram matrix.
+
+    ``inner[g, h] = <M_g W_O^g, M_h W_O^h>_F = sum_{a,b} C_gh[a, b] (W_O^g W_O^h^T)[a, b]``, summed
+    over the texts that ``C`` sums over; ``W_O^h`` is rows ``h*dh .. (h+1)*dh`` of ``W``.
+
+    Parameters
+    ----------
+    C : numpy.ndarray
+        ``(H*dh, H*dh)`` Gram matrix of :func:`gram_blocks`.
+    W : numpy.ndarray
+        Output projection ``(H*dh, d_out)``, the heads' rows stacked.
+    H : int
+        Number of heads.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, H)`` symmetric; the diagonal is ``||Y_h||_F^2``.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> rng = np.random.default_rng(0)
+    >>> M, W = rng.standard_normal((1, 2, 5, 3)), rng.standard_normal((6, 4))
+    >>> inner = output_inner(gram_blocks(torch.tensor(M)), W, 2)
+    >>> Y0, Y1 = M[0, 0] @ W[:3], M[0, 1] @ W[3:]
+    >>> bool(np.allclose(inner, [[(Y0 * Y0).sum(), (Y0 * Y1).sum()], [(Y1 * Y0).sum(), (Y1 * Y1).sum()]]))
+    True
+    """
     dh = C.shape[0] // H
     KK = W @ W.T
     return np.einsum("gahb,gahb->gh", C.reshape(H, dh, H, dh), KK.reshape(H, dh, H, dh))
 
 
 def pair_table_arrays(cka: np.ndarray, cka_null: np.ndarray, inner: np.ndarray, groups: np.ndarray):
-    """Upper-triangle pairs: ``(g, h, cka, cka_null, output_corr, shared_kv)`` arrays."""
+    """Columns of the table of head pairs of one layer, one entry per pair ``g < h``.
+
+    ``output_corr = inner[g, h] / sqrt(inner[g, g] inner[h, h])`` (cosine of the two heads' outputs);
+    ``shared_kv`` is true when the two query heads read the same key/value head (GQA).
+
+    Parameters
+    ----------
+    cka, cka_null : numpy.ndarray
+        ``(H, H)`` CKA of the heads and of the same heads in generic position.
+    inner : numpy.ndarray
+        ``(H, H)`` output inner products of :func:`output_inner`.
+    groups : numpy.ndarray
+        ``(H,)`` key/value head of each query head.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(g, h, cka, cka_null, output_corr, shared_kv)``, each of length ``H (H - 1) / 2``, pairs in
+        row-major order of the upper triangle.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> cka = np.array([[1., .5, .2], [.5, 1., .1], [.2, .1, 1.]])
+    >>> inner = np.array([[4., -2., 0.], [-2., 1., 0.], [0., 0., 9.]])
+    >>> g, h, c, c0, corr, shared = pair_table_arrays(cka, 0 * cka, inner, np.array([0, 0, 1]))
+    >>> g, h, c
+    (array([0, 0, 1]), array([1, 2, 2]), array([0.5, 0.2, 0.1]))
+    >>> corr, shared
+    (array([-1.,  0.,  0.]), array([ True, False, False]))
+    """
     H = cka.shape[0]
     g, h = np.triu_indices(H, 1)
     d = np.sqrt(np.diag(inner))
