@@ -71,8 +71,36 @@ LABELS = ("selective", "diffuse", "sparse", "undetermined")
 def label(score: float, score_scale: float, threshold: float = DIFFUSE_THRESHOLD,
           beta_max: float = BETA_MAX_DIFFUSE, n_tokens: float = math.inf,
           min_tokens: int = MIN_TOKENS_FOR_LABEL, lo: float | None = None, hi: float | None = None) -> str:
-    """``'selective'``, ``'diffuse'``, ``'sparse'`` or ``'undetermined'`` (see module docstring); ``lo``,
-    ``hi``: the score's interval (default: the score itself)."""
+    """The selection label of one head from its score, interval and score scale (rules in the module docstring).
+
+    Parameters
+    ----------
+    score : float
+        The head's selection score ``log(D / D_null)``; not finite gives ``'undetermined'``.
+    score_scale : float
+        The head's fitted score scale ``beta_hat`` (separates ``'diffuse'`` from ``'sparse'`` at ``beta_max``).
+    threshold, beta_max : float
+        The score threshold (default ``log 2``) and the largest score scale called diffuse (default 1.5).
+    n_tokens, min_tokens : float, int
+        Real tokens behind the statistics and the fewest that allow a label (default 400).
+    lo, hi : float, optional
+        The score's interval (default, or not finite: the score itself).
+
+    Returns
+    -------
+    str
+        ``'selective'``, ``'diffuse'``, ``'sparse'`` or ``'undetermined'``.
+
+    Examples
+    --------
+    >>> label(1.2, score_scale=0.8), label(0.1, score_scale=0.8), label(0.1, score_scale=3.0)
+    ('selective', 'diffuse', 'sparse')
+
+    An interval across the threshold, or too few tokens, decides nothing:
+
+    >>> label(0.5, 0.8, lo=0.2, hi=1.0), label(1.2, 0.8, n_tokens=100)
+    ('undetermined', 'undetermined')
+    """
     if n_tokens < min_tokens or not math.isfinite(score):
         return "undetermined"
     lo = score if lo is None or not math.isfinite(lo) else lo
@@ -85,7 +113,37 @@ def label(score: float, score_scale: float, threshold: float = DIFFUSE_THRESHOLD
 
 
 def baseline_sums(A: torch.Tensor, allowed: torch.Tensor, valid: torch.Tensor, special: torch.Tensor) -> dict:
-    """Per-head sums ``(H,)`` for entropy and confidence (accumulate over batches)."""
+    """Per-head sums for the entropy and confidence baselines of one batch (add them over batches).
+
+    Parameters
+    ----------
+    A : torch.Tensor, shape (B, H, L, L)
+        Attention weights, rows summing to 1 over the allowed keys.
+    allowed : torch.Tensor of bool, shape (B, L, L)
+        Which key each query may attend to (``n_i`` = allowed keys of query ``i``).
+    valid, special : torch.Tensor of bool, shape (B, L)
+        Real (non-padding) tokens, and special tokens (left out of the confidence).
+
+    Returns
+    -------
+    dict
+        ``ent`` (H,): sum over real queries of ``-sum_j A_ij log A_ij``; ``nq``: real queries; ``logn``:
+        sum of ``log n_i``; ``ent_ratio`` (H,) and ``nq2``: sum and count of the entropy over ``log n_i`` for
+        queries with ``n_i > 1``; ``conf`` (H,) and ``nconf``: sum and count of ``max_j A_ij`` over real,
+        non-special queries. :func:`baselines` turns them into means.
+
+    Examples
+    --------
+    A causal head attending uniformly to the allowed keys has the entropy of a uniform head:
+
+    >>> import torch
+    >>> allowed = torch.tril(torch.ones(3, 3, dtype=torch.bool))[None]
+    >>> A = (allowed / allowed.sum(-1, keepdim=True))[:, None]           # (1, 1, 3, 3)
+    >>> valid, special = torch.ones(1, 3, dtype=torch.bool), torch.zeros(1, 3, dtype=torch.bool)
+    >>> s = baseline_sums(A, allowed, valid, special)
+    >>> round(float(s["ent"][0]), 4), round(s["logn"], 4), s["nq"]       # log 1 + log 2 + log 3
+    (1.7918, 1.7918, 3.0)
+    """
     al = allowed[:, None]
     ent = -(A * torch.log(A.clamp_min(1e-30)) * al).sum(-1)         # (B, H, L)
     n = allowed.sum(-1).clamp_min(1).double()                         # (B, L)
@@ -102,15 +160,63 @@ def baseline_sums(A: torch.Tensor, allowed: torch.Tensor, valid: torch.Tensor, s
 
 
 def baselines(s: dict) -> dict[str, np.ndarray]:
-    """``entropy``, ``entropy_uniform``, ``entropy_ratio``, ``confidence`` per head."""
+    """The baselines per head from the sums of :func:`baseline_sums` (module docstring, *Baselines*).
+
+    Parameters
+    ----------
+    s : dict
+        Sums of :func:`baseline_sums`, added over batches.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray, each of shape (H,)
+        ``entropy`` (mean attention entropy over real queries, nats), ``entropy_uniform`` (mean ``log n_i``),
+        ``entropy_ratio`` (mean of entropy / ``log n_i``, 1 = uniform) and ``confidence`` (mean ``max_j A_ij``
+        over real, non-special queries).
+
+    Examples
+    --------
+    >>> import torch
+    >>> allowed = torch.tril(torch.ones(3, 3, dtype=torch.bool))[None]
+    >>> A = (allowed / allowed.sum(-1, keepdim=True))[:, None]           # uniform causal head
+    >>> valid, special = torch.ones(1, 3, dtype=torch.bool), torch.zeros(1, 3, dtype=torch.bool)
+    >>> b = baselines(baseline_sums(A, allowed, valid, special))
+    >>> b["entropy_ratio"].round(4), b["confidence"].round(4)           # (1 + 1/2 + 1/3) / 3
+    (array([1.]), array([0.6111]))
+    """
     H = s["ent"].shape[0]
     return {"entropy": s["ent"] / max(s["nq"], 1), "entropy_uniform": np.full(H, s["logn"] / max(s["nq"], 1)),
             "entropy_ratio": s["ent_ratio"] / max(s["nq2"], 1), "confidence": s["conf"] / max(s["nconf"], 1)}
 
 
 def spectral_departure(actual: np.ndarray, reference: np.ndarray) -> dict[str, float]:
-    """``w1``, ``w1_rel`` (= W1 / m1(reference)), ``ks``, ``n_outliers`` (above the reference's max),
-    ``m1`` of both."""
+    """How far a spectrum departs from a reference spectrum (the ``D`` of the selection score).
+
+    Parameters
+    ----------
+    actual, reference : numpy.ndarray, 1-D
+        Eigenvalues (e.g. a head's output spectrum and that of its Gaussian equivalent).
+
+    Returns
+    -------
+    dict
+        ``w1``: Wasserstein-1 distance of the two empirical laws; ``w1_rel``: ``w1 / m1(reference)``
+        (dimensionless, NaN when the reference's mean is not positive); ``ks``: Kolmogorov-Smirnov distance;
+        ``n_outliers``: eigenvalues of ``actual`` above the reference's largest; ``m1``, ``m1_ref``: the mean
+        eigenvalues. An empty input gives NaN distances and 0 outliers.
+
+    Examples
+    --------
+    Doubling a spectrum moves it by its own mean, so ``w1_rel`` is 1:
+
+    >>> import numpy as np
+    >>> ref = np.arange(1.0, 11.0)
+    >>> d = spectral_departure(2 * ref, ref)
+    >>> round(d["w1"], 6), round(d["w1_rel"], 6), d["ks"], d["n_outliers"]
+    (5.5, 1.0, 0.5, 5)
+    >>> spectral_departure(ref, ref)["w1_rel"]
+    0.0
+    """
     if actual.size == 0 or reference.size == 0:
         return {"w1": np.nan, "w1_rel": np.nan, "ks": np.nan, "n_outliers": 0, "m1": np.nan, "m1_ref": np.nan}
     w1 = wasserstein1(actual, reference)
@@ -122,5 +228,23 @@ def spectral_departure(actual: np.ndarray, reference: np.ndarray) -> dict[str, f
 
 
 def selection_score(d_actual: np.ndarray, d_null: np.ndarray) -> np.ndarray:
-    """``log(D / D_null)`` (see module docstring); both floored at 1e-12."""
+    """The selection score ``log(D / D_null)`` (module docstring), elementwise.
+
+    Parameters
+    ----------
+    d_actual, d_null : numpy.ndarray
+        Relative departures ``w1_rel`` of the heads and of their null heads (:func:`spectral_departure`);
+        both are floored at 1e-12.
+
+    Returns
+    -------
+    numpy.ndarray
+        The scores: 0 when a head departs from its equivalent as much as its null head does.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> selection_score(np.array([0.4, 0.1]), np.array([0.1, 0.1])).round(4)   # log 4, log 1
+    array([1.3863, 0.    ])
+    """
     return np.log(np.maximum(d_actual, 1e-12) / np.maximum(d_null, 1e-12))
