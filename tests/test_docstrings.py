@@ -20,7 +20,6 @@ EXAMPLES = re.compile(r"^Examples\n-{3,}\s*$", re.M)
 NOT_YET = {
     # diagnosis of trained models and its report: one entry per line
     "attnspec.diagnostics.api",
-    "attnspec.diagnostics.bootstrap",
     "attnspec.diagnostics.columns",
     "attnspec.diagnostics.distributed",
     "attnspec.diagnostics.entry",

@@ -36,8 +36,39 @@ LEVEL = 0.95
 
 
 def weights(seed: int, text_ids: Sequence[int], n_boot: int = N_BOOT) -> np.ndarray:
-    """Poisson(1) weights ``(n_boot, n_texts)`` (float64) of the texts ``text_ids`` (positions in the
-    caller's list); column ``t`` depends only on ``(seed, text_ids[t], n_boot)``."""
+    """Poisson(1) bootstrap weights of the texts ``text_ids``, one row per replicate.
+
+    Column ``t`` is drawn from a generator seeded by ``(seed, Draw.BOOTSTRAP, 0, text_ids[t])``: it
+    depends only on ``(seed, text_ids[t], n_boot)``, not on which other texts are in the call.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the diagnosis.
+    text_ids : sequence of int
+        Positions of the texts in the caller's list.
+    n_boot : int, optional
+        Number of replicates, ``>= 0`` (default :data:`N_BOOT`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n_boot, len(text_ids))`` float64 non-negative integers (mean 1, variance 1).
+
+    Raises
+    ------
+    ValueError
+        If ``n_boot`` is not an integer ``>= 0``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> w = weights(0, [0, 1, 2], n_boot=2000)
+    >>> w.shape, bool((w == np.round(w)).all()), round(float(w.mean()), 1)
+    ((2000, 3), True, 1.0)
+    >>> bool((weights(0, [5, 2], 20)[:, 1] == weights(0, [2], 20)[:, 0]).all())   # text 2's column
+    True
+    """
     if not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
         raise ValueError(f"n_boot must be an integer >= 0, got {n_boot!r}")
     ids = [int(t) for t in text_ids]
@@ -48,7 +79,30 @@ def weights(seed: int, text_ids: Sequence[int], n_boot: int = N_BOOT) -> np.ndar
 
 
 def weighted(w: np.ndarray | None, per_text: np.ndarray) -> np.ndarray | float:
-    """``sum_t w_{bt} s_t``: ``(n_boot, ...)`` from ``per_text`` ``(n_texts, ...)`` (0.0 when ``w`` is None)."""
+    """Bootstrap replicates of a sum over texts: ``T*_b = sum_t w_{bt} s_t``.
+
+    Parameters
+    ----------
+    w : numpy.ndarray or None
+        ``(n_boot, n_texts)`` weights of :func:`weights`; None when no bootstrap is run.
+    per_text : numpy.ndarray
+        ``(n_texts, ...)`` the statistic ``s_t`` of each text.
+
+    Returns
+    -------
+    numpy.ndarray or float
+        ``(n_boot, ...)`` float64, or ``0.0`` when ``w`` is None.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> w = np.array([[1., 0., 2.], [1., 1., 1.]])
+    >>> weighted(w, np.array([[1., 10.], [2., 20.], [3., 30.]]))
+    array([[ 7., 70.],
+           [ 6., 60.]])
+    >>> weighted(None, np.ones(3))
+    0.0
+    """
     if w is None:
         return 0.0
     s = np.asarray(per_text, dtype=np.float64)
@@ -56,9 +110,30 @@ def weighted(w: np.ndarray | None, per_text: np.ndarray) -> np.ndarray | float:
 
 
 def interval(reps: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval of replicates ``(n_boot, ...)``: ``(lo, hi)`` at the ``(1 -/+ level)/2``
-    quantiles over the replicates with a finite value (NaN where fewer than 10 are finite or there
-    are no replicates)."""
+    """Percentile bootstrap interval of replicates.
+
+    ``lo`` and ``hi`` are the ``(1 - level)/2`` and ``(1 + level)/2`` quantiles over the replicates
+    with a finite value; NaN where fewer than 10 are finite or there are no replicates.
+
+    Parameters
+    ----------
+    reps : numpy.ndarray
+        ``(n_boot, ...)`` replicates.
+    level : float, optional
+        Two-sided level in (0, 1) (default :data:`LEVEL`).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(lo, hi)``, each of shape ``reps.shape[1:]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> reps = np.stack([np.arange(101.), np.r_[np.arange(5.), np.full(96, np.nan)]], axis=1)
+    >>> interval(reps, level=0.9)        # the second column has only 5 finite replicates
+    (array([ 5., nan]), array([95., nan]))
+    """
     reps = np.asarray(reps, dtype=np.float64)
     shape = reps.shape[1:]
     if reps.ndim == 0 or reps.shape[0] == 0:
@@ -72,8 +147,32 @@ def interval(reps: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.nda
 
 
 def weighted_mean(x: np.ndarray, ix: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Weighted means ``(n_boot,)`` of values ``x`` ``(n,)`` of texts ``ix`` under text weights ``w``
-    ``(n_boot, n_texts)``: per text sums first, so the cost is one pass over ``x``."""
+    """Bootstrap replicates of the mean of values pooled over texts.
+
+    ``mean_b = sum_k w[b, ix_k] x_k / sum_k w[b, ix_k]``, computed from per-text sums (one pass over
+    ``x``).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        ``(n,)`` values.
+    ix : numpy.ndarray
+        ``(n,)`` int, the text (column of ``w``) of each value.
+    w : numpy.ndarray
+        ``(n_boot, n_texts)`` text weights.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n_boot,)``; NaN for a replicate that gives every value weight 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x, ix = np.array([1., 3., 10.]), np.array([0, 0, 1])
+    >>> weighted_mean(x, ix, np.array([[1., 1.], [1., 0.], [0., 2.]]))
+    array([ 4.66666667,  2.        , 10.        ])
+    """
     n_texts = w.shape[1]
     with np.errstate(invalid="ignore", divide="ignore"):
         return (w @ np.bincount(ix, weights=x, minlength=n_texts)) / (w @ np.bincount(ix, minlength=n_texts))
@@ -82,11 +181,34 @@ def weighted_mean(x: np.ndarray, ix: np.ndarray, w: np.ndarray) -> np.ndarray:
 def weighted_w1(x: np.ndarray, ix: np.ndarray, y: np.ndarray, iy: np.ndarray, w: np.ndarray) -> np.ndarray:
     """W1 distances ``(n_boot,)`` between the weighted empirical laws of ``x`` and ``y``.
 
-    ``x`` ``(n,)`` and ``y`` ``(m,)`` values; ``ix``, ``iy`` the text (column of ``w``) of each value;
-    ``w`` ``(n_boot, n_texts)`` the texts' weights. Replicate ``b`` gives value ``x_k`` the weight
+    Replicate ``b`` gives value ``x_k`` the weight
     ``w[b, ix_k]``; ``W1 = int |F_x(z) - F_y(z)| dz`` with ``F`` the weighted CDFs. One sort of the
     pooled values, then one gather, cumulative sum and dot product per replicate (vectorized over
     replicates). With unit weights it equals :func:`attnspec.spectra.wasserstein1` of the two samples.
+
+    Parameters
+    ----------
+    x, y : numpy.ndarray
+        ``(n,)`` and ``(m,)`` values.
+    ix, iy : numpy.ndarray
+        ``(n,)`` and ``(m,)`` int, the text (column of ``w``) of each value.
+    w : numpy.ndarray
+        ``(n_boot, n_texts)`` the texts' weights.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n_boot,)`` non-negative.
+
+    Examples
+    --------
+    Two texts; ``x`` is shifted from ``y`` by 1 on text 0 and by 3 on text 1:
+
+    >>> import numpy as np
+    >>> y, iy = np.array([0., 0.]), np.array([0, 1])
+    >>> x, ix = np.array([1., 3.]), np.array([0, 1])
+    >>> weighted_w1(x, ix, y, iy, np.array([[1., 1.], [1., 0.], [0., 1.], [3., 1.]]))
+    array([2. , 1. , 3. , 1.5])
     """
     n_texts = w.shape[1]
     sx = w @ np.bincount(ix, minlength=n_texts).astype(np.float64)
