@@ -25,7 +25,6 @@ NOT_YET = {
     "attnspec.diagnostics.entry",
     "attnspec.diagnostics.identification",
     "attnspec.diagnostics.intervals",
-    "attnspec.diagnostics.noise",
     "attnspec.diagnostics.result",
     "attnspec.diagnostics.spectral",
     "attnspec.diagnostics.steps.collect",

@@ -23,7 +23,16 @@ __all__ = ["Draw", "TextNoise"]
 
 
 class Draw(IntEnum):
-    """Purposes of the random draws of a diagnosis (one part of each draw's seed)."""
+    """Purposes of the random draws of a diagnosis (one part of each draw's seed).
+
+    A draw for purpose ``p`` of layer ``i`` and text ``t`` comes from a generator seeded by
+    ``(seed, int(p), i, t)``, so draws of different purposes are independent.
+
+    Examples
+    --------
+    >>> int(Draw.GE_NOISE), Draw(5).name
+    (1, 'BOOTSTRAP')
+    """
 
     #: ``Z`` of each head's Gaussian equivalent ``(1 + beta S + alpha Z) / n``.
     GE_NOISE = 1
@@ -53,6 +62,21 @@ class TextNoise:
 
     Draws advance each text's generator: call :meth:`full` draws first, then :meth:`rows` on
     consecutive query tiles in increasing order.
+
+    Examples
+    --------
+    Text 7 has 2 real tokens in a batch padded to 3; its draw is the same wherever it sits and
+    however the query rows are tiled:
+
+    >>> import torch
+    >>> valid = torch.tensor([[True, True, True], [False, True, True]])
+    >>> z = TextNoise(0, Draw.GE_NOISE, 0, [3, 7], valid).rows(slice(0, 3), (1,))
+    >>> z.shape, z[1, 0, 0].tolist()                       # (B, heads, rows, keys); padding row is 0
+    (torch.Size([2, 1, 3, 3]), [0.0, 0.0, 0.0])
+    >>> alone = TextNoise(0, Draw.GE_NOISE, 0, [7], torch.tensor([[True, True]]))
+    >>> tiles = torch.cat([alone.rows(slice(0, 1), (1,)), alone.rows(slice(1, 2), (1,))], dim=2)
+    >>> torch.equal(tiles[0], z[1][:, 1:, 1:])
+    True
     """
 
     def __init__(self, seed: int, purpose: Draw, layer: int, text_ids: Sequence[int], valid: torch.Tensor):
