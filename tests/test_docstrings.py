@@ -34,7 +34,6 @@ NOT_YET = {
     "attnspec.diagnostics.steps.spectra",
     "attnspec.diagnostics.steps.tables",
     "attnspec.diagnostics.summary",
-    "attnspec.diagnostics.texts",
     "attnspec.diagnostics.workers",
     "attnspec.report",
 }

@@ -20,7 +20,31 @@ DEFAULT_N_TEXTS = {"encoder": 64, "causal-lm": 16, "generic": 32}
 
 
 def read_texts(path: str | Path) -> list[str]:
-    """Non-blank lines of a UTF-8 file; ``ValueError`` naming the file when it has none or is not UTF-8."""
+    """The texts of a file: its non-blank lines.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        A UTF-8 text file, one text per line.
+
+    Returns
+    -------
+    list of str
+        The lines that are not blank, in order.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, when it is not UTF-8 or has no non-blank line.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "texts.txt"
+    >>> _ = f.write_text("The cat sat.\\n\\n   \\nA second text.\\n", encoding="utf-8")
+    >>> read_texts(f)
+    ['The cat sat.', 'A second text.']
+    """
     p = Path(path)
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
@@ -34,7 +58,45 @@ def read_texts(path: str | Path) -> list[str]:
 
 def resolve_texts(texts: Sequence[str] | str | None, tokenizer: Any, kind: str, n_texts: int | None = None,
                   max_length: int = 128, pack: bool | None = None) -> tuple[list[str], str]:
-    """``(texts, source)`` with ``source`` ``'builtin'`` or ``'user'`` (see module docstring)."""
+    """The texts of a diagnosis and where they come from (policy in the module docstring).
+
+    Parameters
+    ----------
+    texts : list of str, 'builtin' or None
+        The user's texts, or the built-in corpus (``'builtin'`` or ``None``). A file name is refused
+        (read it with :func:`read_texts`).
+    tokenizer : tokenizer
+        The model's tokenizer (used to pack built-in texts for causal LMs).
+    kind : str
+        The adapter's kind (``'encoder'``, ``'causal-lm'``, ``'generic'``): the default count and packing.
+    n_texts : int, optional
+        How many texts (>= 1); default :data:`DEFAULT_N_TEXTS` of the kind for the built-in corpus, all of
+        the user's texts otherwise.
+    max_length : int
+        Tokens per packed text.
+    pack : bool, optional
+        Pack built-in texts into ``max_length``-token texts (default: for causal LMs only).
+
+    Returns
+    -------
+    texts : list of str
+    source : str
+        ``'builtin'`` or ``'user'``.
+
+    Examples
+    --------
+    >>> from attnspec.models import load_model
+    >>> tok = load_model("minilm")[1]
+    >>> texts, source = resolve_texts("builtin", tok, "encoder", n_texts=3)
+    >>> len(texts), source
+    (3, 'builtin')
+    >>> resolve_texts(["one text", "two", "three"], tok, "encoder", n_texts=2)
+    (['one text', 'two'], 'user')
+    >>> resolve_texts(["x"], tok, "encoder", n_texts=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_texts must be an integer >= 1 (or None for the default), got 0
+    """
     if n_texts is not None and (not isinstance(n_texts, int) or isinstance(n_texts, bool) or n_texts < 1):
         raise ValueError(f"n_texts must be an integer >= 1 (or None for the default), got {n_texts!r}")
     if texts is None or (isinstance(texts, str) and texts == "builtin"):
