@@ -27,7 +27,27 @@ __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "l
 
 
 def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Center ``X`` ``(B, ..., L, d)`` over the real tokens of each text; zero at padding. ``valid`` ``(B, L)``."""
+    """``P X``: each text's rows centered over its real tokens, zero at padding.
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (B, ..., L, d)
+        Rows are tokens; leading axes after the first (e.g. heads) are kept.
+    valid : torch.Tensor of bool, shape (B, L)
+        Real tokens of each text.
+
+    Returns
+    -------
+    torch.Tensor, shape of ``X``
+        ``X`` minus its mean over the real tokens of the text, and 0 at padding.
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.tensor([[[1.0], [2.0], [6.0]]])                    # (B=1, L=3, d=1)
+    >>> center(X, torch.tensor([[True, True, False]])).flatten().tolist()  # mean of 1 and 2; padding 0
+    [-0.5, 0.5, 0.0]
+    """
     shape = (valid.shape[0],) + (1,) * (X.dim() - 3) + (valid.shape[1], 1)
     m = valid.view(shape).to(X.dtype)
     mean = (X * m).sum(-2, keepdim=True) / m.sum(-2, keepdim=True).clamp_min(1)
@@ -35,7 +55,34 @@ def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 def head_contexts(A: torch.Tensor, V: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Centered per-head contexts ``M_h = P A_h V_{g(h)}``: ``(B, H, L, d_head)``."""
+    """Centered per-head contexts ``M_h = P A_h V_{g(h)}``.
+
+    Parameters
+    ----------
+    A : torch.Tensor, shape (B, H, L, L)
+        Attention weights.
+    V : torch.Tensor, shape (B, H_kv, L, d_head)
+        Values of the key-value heads.
+    groups : torch.Tensor of int, shape (H,)
+        Key-value head ``g(h)`` of each query head.
+    valid : torch.Tensor of bool, shape (B, L)
+        Real tokens.
+
+    Returns
+    -------
+    torch.Tensor, shape (B, H, L, d_head)
+
+    Examples
+    --------
+    Uniform attention gives every token the same context, which centering removes:
+
+    >>> import torch
+    >>> A = torch.full((1, 2, 3, 3), 1 / 3)
+    >>> V = torch.tensor([[[[1.0, 0.0], [0.0, 2.0], [2.0, 1.0]]]])     # one key-value head for 2 heads
+    >>> M = head_contexts(A, V, torch.tensor([0, 0]), torch.ones(1, 3, dtype=torch.bool))
+    >>> tuple(M.shape), float(M.abs().max())
+    ((1, 2, 3, 2), 0.0)
+    """
     return center(A @ V[:, groups], valid)
 
 
@@ -43,7 +90,35 @@ def value_power(V: torch.Tensor, groups: torch.Tensor, W: torch.Tensor, valid: t
     """``sum_b ||P V_{g(h)} W_O^h||_F^2`` per head ``(H,)`` and ``sum_b l_b d_out`` for this batch.
 
     Computed as ``<sum_b (P V_g)^T (P V_g), W_O^h W_O^{hT}>_F`` (``d_head x d_head`` Grams), never forming
-    the ``(B, H, L, d_out)`` value path."""
+    the ``(B, H, L, d_out)`` value path.
+
+    Parameters
+    ----------
+    V : torch.Tensor, shape (B, H_kv, L, d_head)
+    groups : torch.Tensor of int, shape (H,)
+        Key-value head of each query head.
+    W : torch.Tensor, shape (H * d_head, d_out)
+        The output projection, head ``h`` in rows ``h d_head`` to ``(h + 1) d_head``.
+    valid : torch.Tensor of bool, shape (B, L)
+
+    Returns
+    -------
+    power : numpy.ndarray, shape (H,)
+        ``sum_b ||P V_{g(h)} W_O^h||_F^2``.
+    count : float
+        ``sum_b l_b d_out``; the value-path power of the module docstring is ``power / count`` summed over
+        batches.
+
+    Examples
+    --------
+    With ``W_O = I`` the power is the squared norm of the centered values:
+
+    >>> import torch
+    >>> V = torch.tensor([[[[1.0, 0.0], [0.0, 2.0], [2.0, 1.0]]]])
+    >>> valid = torch.ones(1, 3, dtype=torch.bool)
+    >>> value_power(V, torch.tensor([0]), torch.eye(2), valid), float((center(V, valid) ** 2).sum())
+    ((array([4.]), 6.0), 4.0)
+    """
     H = groups.numel()
     dh = V.shape[-1]
     Vc = center(V, valid).double()                          # (B, H_kv, L, dh)
@@ -55,7 +130,25 @@ def value_power(V: torch.Tensor, groups: torch.Tensor, W: torch.Tensor, valid: t
 
 
 def sqrt_psd(K: torch.Tensor) -> torch.Tensor:
-    """Symmetric square root of a batch of PSD matrices."""
+    """Symmetric square root of a batch of PSD matrices (negative eigenvalues from rounding count as 0).
+
+    Parameters
+    ----------
+    K : torch.Tensor, shape (..., n, n)
+        Symmetric positive semi-definite matrices.
+
+    Returns
+    -------
+    torch.Tensor, shape of ``K``, dtype of ``K``
+        ``S`` symmetric PSD with ``S S = K``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> sqrt_psd(torch.tensor([[4.0, 0.0], [0.0, 9.0]]))
+    tensor([[2., 0.],
+            [0., 3.]])
+    """
     w, U = np.linalg.eigh(K.double().numpy())
     return torch.from_numpy((U * np.sqrt(np.maximum(w, 0))[..., None, :]) @ np.swapaxes(U, -1, -2)).to(K.dtype)
 
@@ -68,7 +161,38 @@ def _top(ev: np.ndarray, r: np.ndarray) -> np.ndarray:
 
 
 def head_eigs(M: torch.Tensor, Ksqrt: torch.Tensor, lengths: np.ndarray, scale: np.ndarray, d_out: int) -> list[np.ndarray]:
-    """Pooled spectra of ``Y_h`` per head (list of ``H`` arrays). ``M`` ``(B, H, L, dh)``."""
+    """Pooled spectra of the normalized head outputs ``Y_h`` (module docstring), one array per head.
+
+    Parameters
+    ----------
+    M : torch.Tensor, shape (B, H, L, d_head)
+        Centered contexts (:func:`head_contexts`).
+    Ksqrt : torch.Tensor, shape (H, d_head, d_head)
+        ``(W_O^h W_O^{hT})^{1/2}`` (:func:`sqrt_psd`).
+    lengths : numpy.ndarray of int, shape (B,)
+        Real tokens ``l_b`` of each text.
+    scale : numpy.ndarray, shape (H,)
+        Value-path power ``c_h`` of each head.
+    d_out : int
+        Output width.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Per head, the top ``min(l_b - 1, d_head)`` eigenvalues of ``Y_h Y_h^T`` of each text, pooled.
+
+    Examples
+    --------
+    The eigenvalues are those of ``(l / d_out) M_h W_O^h (M_h W_O^h)^T / c_h``:
+
+    >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
+    >>> M = center(torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64), torch.ones(1, 4, dtype=torch.bool))
+    >>> Wh = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)    # W_O^h: (H, d_head, d_out)
+    >>> ev = head_eigs(M, sqrt_psd(Wh @ Wh.transpose(-1, -2)), np.array([4]), np.ones(2), d_out=5)
+    >>> Z = (M[0, 0] @ Wh[0]).numpy()
+    >>> [e.shape for e in ev], np.allclose(ev[0], np.linalg.eigvalsh(Z @ Z.T)[-3:] * 4 / 5)
+    ([(3,), (3,)], True)
+    """
     Z = (M @ Ksqrt[None].to(M.dtype)).numpy()               # float32 unless the model is float64
     ev = gram_eigenvalues(Z)                                # (B, H, L) ascending
     B, H, L = ev.shape
@@ -79,9 +203,33 @@ def head_eigs(M: torch.Tensor, Ksqrt: torch.Tensor, lengths: np.ndarray, scale: 
 
 
 def layer_eigs(Y: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray:
-    """Pooled spectrum of a layer output ``Y`` ``(..., B, L, d_out)`` (uncentered rows already centered).
+    """Pooled spectrum of a layer output ``Y`` (rows already centered), normalized as in the module docstring.
 
-    Returns ``(..., n)`` pooled over texts (leading axes kept)."""
+    Parameters
+    ----------
+    Y : torch.Tensor, shape (..., B, L, d_out)
+        Centered outputs ``sum_h M_h W_O^h`` of each text (leading axes: several outputs at once).
+    lengths : numpy.ndarray of int, shape (B,)
+        Real tokens ``l_b``.
+    scale : float
+        The layer's value-path power ``c``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (..., n)
+        The top ``min(l_b - 1, d_out)`` eigenvalues of ``(l_b / (d_out c)) Y_b Y_b^T`` of each text, pooled
+        (leading axes kept).
+
+    Examples
+    --------
+    >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
+    >>> M = center(torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64), torch.ones(1, 4, dtype=torch.bool))
+    >>> Wh = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)    # W_O^h: (H, d_head, d_out)
+    >>> Y = torch.einsum("bhld,hde->ble", M, Wh)
+    >>> ev = layer_eigs(Y, np.array([4]), 1.0)
+    >>> ev.shape, np.allclose(ev, np.linalg.eigvalsh((Y[0] @ Y[0].T).numpy())[1:] * 4 / 5)
+    ((3,), True)
+    """
     d_out = Y.shape[-1]
     Yn = Y.numpy() if Y.dtype == torch.float64 else Y.float().numpy()   # float32 unless the model is float64
     ev = gram_eigenvalues(Yn).astype(np.float64) * (lengths[:, None] / (d_out * scale))
@@ -100,8 +248,33 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
     ``Y_{-h} Y_{-h}^T = Y Y^T - T_h M_h^T - M_h T_h^T + M_h (W_O^h W_O^{hT}) M_h^T`` (``l x l``), and for
     ``l > d_out`` the ``d_out x d_out`` form ``Y^T Y - W^{hT} M_h^T Y - Y^T M_h W^h + W^{hT} M_h^T M_h W^h``.
     Computed in ``M``'s dtype (float32 unless the model is float64): the cancellation error is
-    ``eps ||Y||^2``, the same order as the eigensolver's on ``Y_{-h}``. ``M`` ``(B, H, L, dh)``, ``Wh``
-    ``(H, dh, d_out)``.
+    ``eps ||Y||^2``, the same order as the eigensolver's on ``Y_{-h}``.
+
+    Parameters
+    ----------
+    M : torch.Tensor, shape (B, H, L, d_head)
+        Centered contexts.
+    Wh : torch.Tensor, shape (H, d_head, d_out)
+        Output projection per head.
+    lengths : numpy.ndarray of int, shape (B,)
+    scale : float
+        Value-path power used for every row.
+
+    Returns
+    -------
+    numpy.ndarray, shape (H, n)
+
+    Examples
+    --------
+    With two heads, the layer without head 0 is head 1 alone:
+
+    >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
+    >>> M = center(torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64), torch.ones(1, 4, dtype=torch.bool))
+    >>> Wh = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)    # W_O^h: (H, d_head, d_out)
+    >>> out = layer_eigs_without_each(M, Wh, np.array([4]), 1.0)
+    >>> alone = layer_eigs(torch.einsum("bld,de->ble", M[:, 1], Wh[1]), np.array([4]), 1.0)
+    >>> out.shape, np.allclose(out[0], alone)
+    ((2, 3), True)
     """
     W = Wh.to(M.dtype)
     B, H, L, dh = M.shape
@@ -126,7 +299,28 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
 
 def helmert_basis(n: int) -> np.ndarray:
     """Orthonormal basis ``(n, n - 1)`` of the sum-zero vectors of ``R^n`` (Helmert): column ``k``
-    is ``(1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1))`` with ``k`` ones."""
+    is ``(1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1))`` with ``k`` ones.
+
+    Parameters
+    ----------
+    n : int
+        Dimension (>= 1; ``n = 1`` gives an empty ``(1, 0)`` basis).
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, n - 1)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> E = helmert_basis(3)
+    >>> E.round(4)
+    array([[ 0.7071,  0.4082],
+           [-0.7071,  0.4082],
+           [ 0.    , -0.8165]])
+    >>> np.allclose(E.T @ E, np.eye(2)), np.allclose(E.sum(axis=0), 0)
+    (True, True)
+    """
     i, k = np.arange(n)[:, None], np.arange(1, n)[None, :]
     return np.where(i < k, 1.0, np.where(i == k, -k, 0.0)) / np.sqrt(k * (k + 1.0))
 
@@ -167,7 +361,33 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     Gaussian ``n_b x d_head``). QR factors have ``R``'s diagonal non-negative, so that the map is
     continuous in ``M`` and equal inputs up to rounding give equal rotations.
     Cost per head and text ``O(min(n_b, d_head)^3)``, draws per text (:class:`TextNoise`), so the result
-    depends neither on batching nor on padding. Shape ``(B, H, L, dh)``.
+    depends neither on batching nor on padding.
+
+    Parameters
+    ----------
+    M : torch.Tensor, shape (B, H, L, d_head)
+        Centered contexts.
+    valid : torch.Tensor of bool, shape (B, L)
+        Real tokens.
+    noise : TextNoise
+        The per-text draws (purpose :attr:`Draw.FREE_ROTATION`).
+
+    Returns
+    -------
+    torch.Tensor, shape (B, H, L, d_head)
+
+    Examples
+    --------
+    Each head's ``M_h^T M_h`` (so its spectrum) is kept, the contexts themselves move:
+
+    >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
+    >>> M = center(torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64), torch.ones(1, 4, dtype=torch.bool))
+    >>> Wh = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)    # W_O^h: (H, d_head, d_out)
+    >>> from attnspec.diagnostics.noise import Draw, TextNoise
+    >>> valid = torch.ones(1, 4, dtype=torch.bool)
+    >>> R = free_rotation(M, valid, TextNoise(0, Draw.FREE_ROTATION, 0, [0], valid))
+    >>> torch.allclose(R[0, 0].T @ R[0, 0], M[0, 0].T @ M[0, 0]), torch.allclose(R, M)
+    (True, False)
     """
     B, H, L, dh = M.shape
     Mn = M.double().numpy()
