@@ -26,16 +26,45 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["row_scores", "score_sums", "fit_from_sums", "add_sums", "surrogate_weights", "null_weights"]
+__all__ = ["row_scores", "score_sums", "fit_from_sums", "surrogate_weights", "null_weights"]
 
 _TINY = 1e-30
 
 
 def row_scores(A: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Row-centered logits ``S^raw`` ``(B, H, L, L)`` (0 off ``allowed``), the fit mask and ``n_i``.
+    """Row-centered logits of attention weights, the mask of the entries that enter the fit, and ``n_i``.
 
-    ``A``: ``(B, H, L, L)``; ``allowed``: ``(B, L, L)``. The fit mask ``(B, 1, L, L)`` keeps allowed
-    entries of rows with ``n_i >= 2``; ``n_i`` has shape ``(B, 1, L, 1)``.
+    ``S^raw_ij = log A_ij - mean_{j' allowed} log A_ij'`` on allowed entries, 0 elsewhere. The fit
+    mask keeps the allowed entries of rows with ``n_i >= 2`` allowed keys.
+
+    Parameters
+    ----------
+    A : torch.Tensor
+        ``(B, H, L, L)`` attention weights (rows sum to 1 over the allowed keys).
+    allowed : torch.Tensor
+        ``(B, L, L)`` bool, the keys each query may attend to.
+
+    Returns
+    -------
+    S : torch.Tensor
+        ``(B, H, L, L)`` row-centered logits.
+    fit_mask : torch.Tensor
+        ``(B, 1, L, L)`` bool.
+    n : torch.Tensor
+        ``(B, 1, L, 1)`` number of allowed keys of each row (at least 1), in ``A``'s dtype.
+
+    Examples
+    --------
+    Causal attention over 3 tokens; the first row has one key and is left out of the fit:
+
+    >>> import torch
+    >>> allowed = torch.ones(3, 3, dtype=torch.bool).tril()[None]
+    >>> A = torch.tensor([[[[1., 0, 0], [.5, .5, 0], [.2, .4, .4]]]], dtype=torch.float64)
+    >>> S, fit_mask, n = row_scores(A, allowed)
+    >>> n.flatten().tolist(), fit_mask.sum().item()
+    ([1.0, 2.0, 3.0], 5)
+    >>> bool(torch.allclose(S.sum(-1), torch.zeros(3, dtype=torch.float64)))      # centered per row
+    True
     """
     al = allowed[:, None]
     n = al.sum(-1, keepdim=True).clamp_min(1).to(A.dtype)
@@ -46,8 +75,35 @@ def row_scores(A: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False) -> dict[str, np.ndarray]:
-    """Sufficient statistics per head (float64 ``(H,)``): ``N, sxx, sxy, syy`` over fit entries;
-    per text ``(B, H)`` when ``per_text`` (their sum over texts is the default's)."""
+    """Sufficient statistics of each head's least-squares fit of ``y = n_i A - 1`` on ``S^raw``.
+
+    Over the fit entries (:func:`row_scores`): ``N`` (count), ``sxx = sum S^raw^2``,
+    ``sxy = sum S^raw y`` and ``syy = sum y^2``. Sums of several batches add up.
+
+    Parameters
+    ----------
+    A : torch.Tensor
+        ``(B, H, L, L)`` attention weights.
+    allowed : torch.Tensor
+        ``(B, L, L)`` bool.
+    per_text : bool, optional
+        Keep one value per text: ``(B, H)`` instead of ``(H,)``.
+
+    Returns
+    -------
+    dict
+        ``{"N", "sxx", "sxy", "syy"}`` float64 arrays.
+
+    Examples
+    --------
+    Uniform causal attention: zero logits, zero response:
+
+    >>> import torch
+    >>> allowed = torch.ones(3, 3, dtype=torch.bool).tril()[None]
+    >>> A = allowed[:, None].double() / allowed.sum(-1, keepdim=True)[:, None]
+    >>> score_sums(A, allowed)
+    {'N': array([5.]), 'sxx': array([0.]), 'sxy': array([0.]), 'syy': array([0.])}
+    """
     S, fm, n = row_scores(A, allowed)
     y = (n * A - 1) * fm
     S = S * fm
@@ -58,12 +114,36 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False) -
     return {"N": N, "sxx": d(S * S), "sxy": d(S * y), "syy": d(y * y)}
 
 
-def add_sums(a: dict | None, b: dict) -> dict:
-    return dict(b) if a is None else {k: a[k] + b[k] for k in a}
-
-
 def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``score_scale``, ``beta_hat``, ``alpha_hat``, ``r2`` per head from accumulated sums."""
+    """Gaussian-equivalent parameters of each head from accumulated :func:`score_sums`.
+
+    ``score_scale = sqrt(sxx / N)``, slope ``b = sxy / sxx`` per unit of raw score,
+    ``beta_hat = b * score_scale`` (per unit of standardized score),
+    ``alpha_hat = sqrt((syy - b sxy) / N)`` and ``r2 = 1 - (syy - b sxy) / syy``.
+
+    Parameters
+    ----------
+    sums : dict
+        ``{"N", "sxx", "sxy", "syy"}`` arrays of equal shape.
+
+    Returns
+    -------
+    dict
+        ``{"score_scale", "beta_hat", "alpha_hat", "r2"}`` arrays of that shape.
+
+    Examples
+    --------
+    A random head at inverse temperature 0.8 (:func:`null_weights`): ``beta_hat`` is close to 0.8
+    and ``alpha_hat`` to ``sqrt(e^0.64 - 1 - 0.64) = 0.51``:
+
+    >>> import numpy as np, torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> Q, K = torch.randn(2, 4, 1, 64, 64, generator=g, dtype=torch.float64)
+    >>> allowed = torch.ones(4, 64, 64, dtype=torch.bool)
+    >>> fit = fit_from_sums(score_sums(null_weights(allowed, np.array([0.8]), Q, K), allowed))
+    >>> {k: np.round(v, 1) for k, v in fit.items()}
+    {'score_scale': array([0.8]), 'beta_hat': array([0.8]), 'alpha_hat': array([0.5]), 'r2': array([0.7])}
+    """
     N = np.maximum(sums["N"], 1)
     sxx, sxy, syy = sums["sxx"], sums["sxy"], sums["syy"]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -76,10 +156,38 @@ def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def surrogate_weights(A: torch.Tensor, allowed: torch.Tensor, scale: np.ndarray, beta: np.ndarray,
                       alpha: np.ndarray, Z: torch.Tensor) -> torch.Tensor:
-    """Gaussian-equivalent weights ``(1 + beta_hat S + alpha_hat Z) / n_i`` on allowed entries.
+    """Gaussian-equivalent attention weights ``(1 + beta_hat S + alpha_hat Z) / n_i`` on allowed entries.
 
-    ``A`` ``(B, H, r, L)`` (a query tile), ``allowed`` ``(B, r, L)``, ``Z`` standard normal of ``A``'s
-    shape (:meth:`TextNoise.rows` with purpose ``Draw.GE_NOISE`` or ``Draw.NULL_GE_NOISE``).
+    ``S = S^raw / score_scale`` are the standardized row-centered logits of ``A`` (:func:`row_scores`);
+    0 off the allowed entries.
+
+    Parameters
+    ----------
+    A : torch.Tensor
+        ``(B, H, r, L)`` attention weights of a tile of ``r`` query rows.
+    allowed : torch.Tensor
+        ``(B, r, L)`` bool.
+    scale, beta, alpha : numpy.ndarray
+        ``(H,)`` fitted ``score_scale``, ``beta_hat``, ``alpha_hat`` (:func:`fit_from_sums`).
+    Z : torch.Tensor
+        Standard normal of ``A``'s shape (:meth:`.noise.TextNoise.rows` with purpose
+        ``Draw.GE_NOISE`` or ``Draw.NULL_GE_NOISE``).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, H, r, L)`` in ``A``'s dtype.
+
+    Examples
+    --------
+    Without noise the weights are the linearized softmax, ``(1 + S^raw) / n``; rows still sum to 1:
+
+    >>> import numpy as np, torch
+    >>> allowed = torch.ones(1, 2, 2, dtype=torch.bool)
+    >>> A = torch.tensor([[[[.5, .5], [.2, .8]]]], dtype=torch.float64)
+    >>> W = surrogate_weights(A, allowed, np.array([1.]), np.array([1.]), np.array([0.]), torch.zeros_like(A))
+    >>> W.sum(-1).tolist(), round(W[0, 0, 1, 1].item() - 0.5, 4), round(float(np.log(2)) / 2, 4)
+    ([[[1.0, 1.0]]], 0.3466, 0.3466)
     """
     S, _, n = row_scores(A, allowed)
     t = lambda v: torch.as_tensor(v, dtype=A.dtype)[None, :, None, None]  # noqa: E731
@@ -90,10 +198,40 @@ def surrogate_weights(A: torch.Tensor, allowed: torch.Tensor, scale: np.ndarray,
 def null_weights(allowed: torch.Tensor, scale: np.ndarray, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     """A random head at the same temperature: ``softmax(s_h G)`` over allowed keys, for a query tile.
 
-    ``G = Q K^T / sqrt(d_qk)`` with ``Q`` ``(B, H, r, d_qk)`` (the tile's rows) and ``K``
-    ``(B, H, L, d_qk)`` iid standard normal (purpose ``Draw.NULL_SCORES``): the scores of the
-    random-matrix model (docs/theory.md, *Model and normalization*; unit-variance entries, rank ``d_qk`` like a real head's).
-    ``allowed`` ``(B, r, L)``; rows with no allowed key are 0.
+    ``G = Q K^T / sqrt(d_qk)`` with ``Q`` and ``K`` iid standard normal (purpose ``Draw.NULL_SCORES``):
+    the scores of the random-matrix model (docs/theory.md, *Model and normalization*; unit-variance
+    entries, rank ``d_qk`` like a real head's).
+
+    Parameters
+    ----------
+    allowed : torch.Tensor
+        ``(B, r, L)`` bool; rows with no allowed key get weights 0.
+    scale : numpy.ndarray
+        ``(H,)`` inverse temperatures ``s_h``.
+    Q : torch.Tensor
+        ``(B, H, r, d_qk)`` the tile's query rows.
+    K : torch.Tensor
+        ``(B, H, L, d_qk)``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, H, r, L)``, rows summing to 1 over the allowed keys.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> Q, K = torch.randn(2, 1, 2, 3, 8, generator=g)
+    >>> allowed = torch.ones(3, 3, dtype=torch.bool).tril()[None]
+    >>> A = null_weights(allowed, np.array([1.0, 0.0]), Q, K)
+    >>> A[0, 1]                                     # scale 0: uniform over the allowed keys
+    tensor([[1.0000, 0.0000, 0.0000],
+            [0.5000, 0.5000, 0.0000],
+            [0.3333, 0.3333, 0.3333]])
+    >>> A.sum(-1)
+    tensor([[[1., 1., 1.],
+             [1., 1., 1.]]])
     """
     G = Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5
     logits = G * torch.as_tensor(scale, dtype=G.dtype)[None, :, None, None]
