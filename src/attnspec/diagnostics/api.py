@@ -40,8 +40,9 @@ from .steps.tables import TableOptions, build_tables
 from .summary import build_summary, removal_summary
 from .texts import resolve_texts
 
-__all__ = ["diagnose", "CorpusStats", "Shard", "make_shards", "StepResults", "run_steps", "tables_and_summary",
-           "fit_pass", "null_pass", "spectra_pass", "first_order_pass", "exact_pass", "merge_parts"]
+#: The passes below (``fit_pass`` .. ``exact_pass``, ``make_shards``, ``merge_parts``, ``run_steps``,
+#: ``tables_and_summary``) are the steps :mod:`.workers` and :mod:`.distributed` run one by one, not public.
+__all__ = ["diagnose", "CorpusStats"]
 
 def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Callable[[int, Any], None],
                tile_bytes: int, desc: str, progress: bool, on_batch: Callable | None = None,
@@ -305,6 +306,28 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     Diagnosis
         ``.heads`` (one row per layer x head), ``.layers``, ``.pairs`` and ``.summary``; column
         meanings in :mod:`attnspec.diagnostics.columns`.
+
+    Raises
+    ------
+    ValueError
+        If an integer option is below its minimum (named in the message).
+
+    Examples
+    --------
+    A seeded 2-layer, 2-head GPT-2 on 2 texts of 6 random tokens, every head removed exactly:
+
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
+    >>> inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    >>> d = diagnose(ad, inputs, min_tokens=0, n_boot=20)
+    >>> d.heads[["layer", "head", "n_tokens"]].values.tolist()
+    [[0, 0, 12], [0, 1, 12], [1, 0, 12], [1, 1, 12]]
+    >>> d.summary["removal_effect"], len(d.layers), len(d.pairs)      # one pair of heads per layer
+    ('loss_increase', 2, 2)
+    >>> diagnose(ad, inputs, n_boot=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_boot must be an integer >= 0, got -1
     """
     for name, v, lo in (("max_length", max_length, 2), ("bucket_size", bucket_size, 1),
                         ("removal_bucket_size", removal_bucket_size, 1), ("max_tokens", max_tokens, 1),
