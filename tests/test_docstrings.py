@@ -21,7 +21,6 @@ NOT_YET = {
     # diagnosis of trained models and its report: one entry per line
     "attnspec.diagnostics.columns",
     "attnspec.diagnostics.distributed",
-    "attnspec.diagnostics.entry",
     "attnspec.diagnostics.intervals",
     "attnspec.diagnostics.result",
     "attnspec.diagnostics.steps.collect",
@@ -30,7 +29,6 @@ NOT_YET = {
     "attnspec.diagnostics.steps.removal",
     "attnspec.diagnostics.steps.spectra",
     "attnspec.diagnostics.steps.tables",
-    "attnspec.diagnostics.summary",
     "attnspec.diagnostics.workers",
     "attnspec.report",
 }

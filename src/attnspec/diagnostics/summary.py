@@ -30,7 +30,32 @@ _NOTE_FEW = ("{n} real tokens is below the minimum of {m} for a selection label:
 def removal_summary(heads: pd.DataFrame, mode: str, screen_code, positions: int | None) -> dict:
     """Mode, scored positions and, when first-order and exact effects were both computed, their measured
     rank agreement: over all exactly removed heads and over the randomly sampled ones only (unbiased for
-    the heads that first order alone ranks)."""
+    the heads that first order alone ranks).
+
+    Parameters
+    ----------
+    heads : pandas.DataFrame
+        The heads table (``layer``; ``removal_effect`` and ``removal_first_order`` when computed).
+    mode : str
+        The removal mode (:data:`.steps.removal.MODES`).
+    screen_code : numpy.ndarray of int, shape (n_layers, max heads), optional
+        For ``'screened'``: 2 = among the top heads, 1 = randomly sampled, 0 = first order only.
+    positions : int, optional
+        Scored positions per text (``None``: all).
+
+    Returns
+    -------
+    dict
+        ``mode``, ``positions_per_text``, ``n_exact_heads``; for ``'screened'`` also ``n_top``, ``n_sampled``
+        and the Spearman correlations ``spearman_first_order_exact_all`` / ``_sampled`` (``None`` under 3 heads).
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> heads = pd.DataFrame({"layer": [0, 0, 1], "removal_effect": [0.2, 0.1, np.nan]})
+    >>> removal_summary(heads, "exact", None, None)
+    {'mode': 'exact', 'positions_per_text': None, 'n_exact_heads': 2}
+    """
     out = {"mode": mode, "positions_per_text": positions}
     if "removal_effect" in heads:
         out["n_exact_heads"] = int(heads["removal_effect"].notna().sum())
@@ -68,7 +93,27 @@ def _notes(sites, corpus: CorpusStats, min_tokens: int, adapter=None) -> list[st
 def random_head_beta(heads: pd.DataFrame) -> dict:
     """What ``beta_hat`` returns for a random head at these text lengths: per band of ``score_scale``, the
     heads in it and the median relative bias ``beta_null / score_scale - 1`` (``beta_null``: the null head's
-    fit at the head's scale, same masks). Negative: ``beta_hat`` underestimates hot heads on short texts."""
+    fit at the head's scale, same masks). Negative: ``beta_hat`` underestimates hot heads on short texts.
+
+    Parameters
+    ----------
+    heads : pandas.DataFrame
+        The heads table with ``score_scale`` and ``beta_null`` (without ``beta_null``: empty result).
+
+    Returns
+    -------
+    dict
+        ``'score_scale_{lo}_to_{hi}'`` -> ``{'heads': n, 'median_relative_bias': float}`` for the bands
+        [0, 1), [1, 1.5), [1.5, 2.5), [2.5, inf) that hold a head.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> heads = pd.DataFrame({"score_scale": [0.5, 0.8, 2.0], "beta_null": [0.45, 0.8, 1.6]})
+    >>> random_head_beta(heads)
+    {'score_scale_0_to_1': {'heads': 2, 'median_relative_bias': -0.05},
+     'score_scale_1.5_to_2.5': {'heads': 1, 'median_relative_bias': -0.2}}
+    """
     if "beta_null" not in heads:
         return {}
     out = {}
@@ -82,7 +127,29 @@ def random_head_beta(heads: pd.DataFrame) -> dict:
 
 
 def verdicts(opt: TableOptions) -> dict:
-    """How the labels were decided: replicates, interval level, nominal false-positive rate, token minimum."""
+    """How the labels were decided: replicates, interval level, nominal false-positive rate, token minimum.
+
+    Parameters
+    ----------
+    opt : TableOptions
+        The tables' options (``n_boot``, ``min_tokens``).
+
+    Returns
+    -------
+    dict
+        ``n_boot``, ``interval_level``, the rules ``selective_if`` and ``diffuse_or_sparse_if``,
+        ``nominal_false_positive_rate_selective`` (``(1 - level) / 2``), ``min_tokens_for_verdict`` and
+        ``no_verdict`` (the columns given without a label). Without replicates the rules use the score.
+
+    Examples
+    --------
+    >>> from attnspec.diagnostics.steps.tables import TableOptions
+    >>> v = verdicts(TableOptions(n_boot=200))
+    >>> v["interval_level"], v["nominal_false_positive_rate_selective"], v["selective_if"]
+    (0.95, 0.025, 'selection_score_lo >= selection_threshold')
+    >>> verdicts(TableOptions(n_boot=0))["selective_if"]
+    'selection_score >= threshold'
+    """
     from .bootstrap import LEVEL
     return {"n_boot": opt.n_boot, "interval_level": LEVEL if opt.n_boot else None,
             "selective_if": "selection_score_lo >= selection_threshold" if opt.n_boot else "selection_score >= threshold",
@@ -94,6 +161,45 @@ def verdicts(opt: TableOptions) -> dict:
 
 def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timings, source, max_length, bucket_size,
              seed, model_name) -> dict:
+    """The ``summary`` of a diagnosis: model, corpus, options, label counts, verdict rules, notes, timings.
+
+    Parameters
+    ----------
+    adapter : ModelAdapter
+        The diagnosed model (sites, kind, family).
+    heads : pandas.DataFrame
+        The heads table (``selection``, ``selection_score``; removal columns when computed).
+    corpus : CorpusStats
+        Texts and real tokens seen.
+    opt : TableOptions
+        Options of the tables.
+    timings : dict of str to float
+        Seconds per step (rounded to ms).
+    source, max_length, bucket_size, seed, model_name
+        Recorded as given (``source``: ``'builtin'`` adds the corpus' provenance).
+
+    Returns
+    -------
+    dict
+        JSON-ready; ``n_selective`` ... ``n_undetermined`` count the labels, ``notes`` say what limits the
+        reading (causal masks, windows, shared keys and values, too few tokens).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.steps.fit import CorpusStats
+    >>> from attnspec.diagnostics.steps.tables import TableOptions
+    >>> ad, batch = tiny_causal_lm()
+    >>> heads = pd.DataFrame({"selection": ["diffuse", "undetermined", "diffuse", "selective"],
+    ...                       "selection_score": [0.1, 0.5, -0.2, 1.0]})
+    >>> s = build_summary(ad, heads, CorpusStats().update(batch), TableOptions(), {"fit": 0.01}, "user", 128, 8,
+    ...                   0, "tiny")
+    >>> s["n_layers"], s["n_heads"], s["n_tokens"], s["n_diffuse"], s["n_selective"]
+    (2, 4, 12, 2, 1)
+    >>> [n.split(":")[0] for n in s["notes"]]      # a causal LM, and 12 tokens is under the label minimum
+    ['causal attention', '12 real tokens is below the minimum of 400 for a selection label']
+    """
     sites = adapter.sites
     counts = {f"n_{k}": int((heads["selection"] == k).sum()) for k in sel.LABELS}
     summary = {
