@@ -88,4 +88,4 @@ def _label(diag: Diagnosis, labels: list[dict]) -> Diagnosis:
 
 diagnose.__doc__ = api.diagnose.__doc__.replace("    reuse_forward : bool, optional",
                                                 _CLIENT_DOC.strip("\n") + "\n    reuse_forward : bool, optional", 1)
-diagnose.__doc__ = diagnose.__doc__.rstrip() + "\n" + _CUSTOM_DOC
+diagnose.__doc__ = diagnose.__doc__.replace("    Examples\n    --------", _CUSTOM_DOC.strip("\n") + "\n\n    Examples\n    --------", 1)
