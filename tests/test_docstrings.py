@@ -22,7 +22,6 @@ NOT_YET = {
     "attnspec.diagnostics.columns",
     "attnspec.diagnostics.distributed",
     "attnspec.diagnostics.intervals",
-    "attnspec.diagnostics.result",
     "attnspec.diagnostics.steps.collect",
     "attnspec.diagnostics.steps.fit",
     "attnspec.diagnostics.steps.forward_cache",

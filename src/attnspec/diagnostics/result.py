@@ -29,6 +29,23 @@ class Diagnosis:
         ``{layer: {'actual', 'gaussian_equivalent', 'free_sum'}}`` pooled layer spectra (arrays).
     summary : dict
         Model, data, settings, timings, Spearman correlations of the removal measures, notes.
+
+    Examples
+    --------
+    Usually returned by :func:`attnspec.diagnose`; built by hand here, then written out:
+
+    >>> import json, tempfile
+    >>> import pandas as pd
+    >>> d = Diagnosis(heads=pd.DataFrame({"layer": [0, 0], "head": [0, 1], "beta_hat": [0.5, 2.0]}),
+    ...               layers=pd.DataFrame({"layer": [0]}),
+    ...               summary={"model": "toy", "n_selective": 1, "n_diffuse": 1, "n_texts": 3})
+    >>> d
+    Diagnosis(toy: 1 layers, 2 heads, 1 selective / 1 diffuse, 3 texts)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     [p.name for p in d.to_csv(tmp)]
+    ['heads.csv', 'layers.csv', 'pairs.csv', 'summary.json']
+    >>> json.loads(d.to_json())["heads"][1]
+    {'layer': 0, 'head': 1, 'beta_hat': 2.0}
     """
 
     heads: pd.DataFrame
@@ -43,6 +60,7 @@ class Diagnosis:
                 f"{s.get('n_selective')} selective / {s.get('n_diffuse')} diffuse, {s.get('n_texts')} texts)")
 
     def summary_json(self) -> str:
+        """:attr:`summary` as an indented JSON document (numpy values converted)."""
         return json.dumps(jsonable(self.summary), indent=2)
 
     def _write_tables(self, directory: str | Path, suffix: str) -> list[Path]:
