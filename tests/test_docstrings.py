@@ -29,7 +29,6 @@ NOT_YET = {
     "attnspec.diagnostics.steps.spectra",
     "attnspec.diagnostics.steps.tables",
     "attnspec.diagnostics.workers",
-    "attnspec.report",
 }
 
 

@@ -132,7 +132,32 @@ def _table(df, digits: int = 3) -> str:
 
 
 def render_report(diag) -> str:
-    """The report as an HTML string."""
+    """The report as one self-contained HTML page (sections in the module docstring).
+
+    Parameters
+    ----------
+    diag : Diagnosis
+        A result of :func:`attnspec.diagnose` (its ``summary``, ``heads``, ``layers`` and spectra).
+
+    Returns
+    -------
+    str
+        The HTML document: no external resource, no JavaScript; the spectra and the intervals are inline PNGs.
+
+    Examples
+    --------
+    >>> import torch, transformers, attnspec
+    >>> from attnspec.models import load_model
+    >>> tok = load_model("minilm")[1]
+    >>> _ = torch.manual_seed(0)
+    >>> bert = transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+    ...                               intermediate_size=64, vocab_size=tok.vocab_size)).eval()
+    >>> diag = attnspec.diagnose(bert, tok, ["The cat sat on the mat.", "A second short text.", "And a third one."],
+    ...                          min_tokens=0, n_boot=20)
+    >>> page = render_report(diag)
+    >>> page.startswith("<!DOCTYPE html>"), page.count("<img"), "<h2>Heat maps (layer x head)</h2>" in page
+    (True, 2, True)
+    """
     s = diag.summary
     esc = html.escape
     notes = "".join(f"<li>{esc(n)}</li>" for n in s.get("notes", []))
@@ -194,7 +219,35 @@ equivalent (orange, filled) and of the free sum of its heads (green, dashed); bo
 
 
 def write_report(diag, path: str | Path) -> Path:
-    """Write :func:`render_report` to ``path`` (UTF-8)."""
+    """Write :func:`render_report` to ``path`` (UTF-8), creating its folder.
+
+    Parameters
+    ----------
+    diag : Diagnosis
+        A result of :func:`attnspec.diagnose`.
+    path : str or pathlib.Path
+        The HTML file to write (replaced when it exists).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Examples
+    --------
+    >>> import torch, transformers, attnspec
+    >>> from attnspec.models import load_model
+    >>> tok = load_model("minilm")[1]
+    >>> _ = torch.manual_seed(0)
+    >>> bert = transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+    ...                               intermediate_size=64, vocab_size=tok.vocab_size)).eval()
+    >>> diag = attnspec.diagnose(bert, tok, ["The cat sat on the mat.", "A second short text.", "And a third one."],
+    ...                          min_tokens=0, n_boot=20)
+    >>> import tempfile
+    >>> out = write_report(diag, tempfile.mkdtemp() + "/reports/tiny.html")
+    >>> out.name, out.read_text(encoding="utf-8") == render_report(diag)
+    ('tiny.html', True)
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report(diag), encoding="utf-8")
