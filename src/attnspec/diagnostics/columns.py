@@ -202,12 +202,50 @@ VERDICTS = (
 
 
 def describe(name: str, table: str = "heads") -> str:
-    """Meaning of column ``name`` of ``table``; ``KeyError`` for a column outside the vocabulary."""
+    """Meaning of column ``name`` of table ``table``.
+
+    Parameters
+    ----------
+    name : str
+        A column of the table.
+    table : {'heads', 'layers', 'pairs'}, optional
+
+    Returns
+    -------
+    str
+        One or a few sentences, as in ``docs/columns.md``.
+
+    Raises
+    ------
+    KeyError
+        For a table or column outside the vocabulary.
+
+    Examples
+    --------
+    >>> describe("interference", table="layers")
+    '||sum_h Y_h||^2 / sum_h ||Y_h||^2 - 1: share of output energy in cross terms between heads.'
+    >>> describe("beta_hat").split(";")[0]
+    'Least-squares slope of l*A_ij - 1 on the standardized scores'
+    """
     return COLUMNS[table][name]
 
 
 def markdown() -> str:
-    """The vocabulary as Markdown (the content of ``docs/columns.md``)."""
+    """The vocabulary as Markdown: the verdicts, then one table of column meanings per table.
+
+    Returns
+    -------
+    str
+        The content of ``docs/columns.md`` (without its final newline).
+
+    Examples
+    --------
+    >>> md = markdown()
+    >>> [line for line in md.splitlines() if line.startswith("## ")]
+    ['## Intervals and verdicts', '## `heads.csv`', '## `layers.csv`', '## `pairs.csv`']
+    >>> "| `beta_hat` | Least-squares slope" in md
+    True
+    """
     out = ["# Columns of a diagnosis", "",
            "Generated from `attnspec.diagnostics.columns` (the tables, the report and this page read the same "
            "vocabulary).", "", "## Intervals and verdicts", "", VERDICTS, ""]
