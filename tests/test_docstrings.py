@@ -21,9 +21,7 @@ NOT_YET = {
     # diagnosis of trained models and its report: one entry per line
     "attnspec.diagnostics.distributed",
     "attnspec.diagnostics.intervals",
-    "attnspec.diagnostics.steps.collect",
     "attnspec.diagnostics.steps.fit",
-    "attnspec.diagnostics.steps.forward_cache",
     "attnspec.diagnostics.steps.removal",
     "attnspec.diagnostics.steps.spectra",
     "attnspec.diagnostics.steps.tables",

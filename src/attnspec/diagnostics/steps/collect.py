@@ -53,6 +53,19 @@ class LayerBatch:
         Query rows per tile.
     dtype : torch.dtype
         Compute dtype of the statistics: float64 for a float64 model, float32 otherwise.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lb = collect(ad, batch)[0]
+    >>> lb.index, tuple(lb.values.shape), tuple(lb.allowed.shape), lb.groups.tolist()
+    (0, (2, 2, 6, 16), (2, 6, 6), [0, 1])
+    >>> A = lb.weights_of(slice(0, 3))                            # first 3 query rows: (B, H, 3, L)
+    >>> tuple(A.shape), torch.allclose(A.sum(-1), torch.ones(())), bool((A[..., 0, 1:] == 0).all())  # causal
+    ((2, 2, 3, 6), True, True)
     """
 
     index: int
@@ -87,7 +100,27 @@ class LayerBatch:
 
 
 def on_device(batch: dict, adapter: ModelAdapter) -> dict:
-    """``batch`` with its tensors on the model's device (the CPU copies stay in ``batch``)."""
+    """``batch`` with its token tensors on the model's device (the CPU copies stay in ``batch``).
+
+    Parameters
+    ----------
+    batch : dict
+        ``input_ids``, ``attention_mask`` (moved) and other entries (kept as they are).
+    adapter : ModelAdapter
+
+    Returns
+    -------
+    dict
+        ``batch`` itself when the model is on the CPU, else a copy with ``input_ids`` and ``attention_mask``
+        on the model's device.
+
+    Examples
+    --------
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
+    >>> on_device(batch, ad) is batch                             # a CPU model: nothing to move
+    True
+    """
     p = next(adapter.model.parameters(), None)
     if p is None or p.device.type == "cpu":
         return batch
@@ -106,7 +139,27 @@ def _tile_rows(B: int, H: int, L: int, tile_bytes: int) -> int:
 
 
 def compute_dtype(adapter: ModelAdapter) -> torch.dtype:
-    """float64 for a float64 model, float32 otherwise (bfloat16/float16 models are read in float32)."""
+    """The dtype of the statistics: float64 for a float64 model, float32 otherwise (bfloat16/float16 models
+    are read in float32).
+
+    Parameters
+    ----------
+    adapter : ModelAdapter
+
+    Returns
+    -------
+    torch.dtype
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, _ = tiny_causal_lm()
+    >>> before = compute_dtype(ad)
+    >>> _ = ad.model.double()                                    # the same model in float64
+    >>> before, compute_dtype(ad)
+    (torch.float32, torch.float64)
+    """
     p = next(adapter.model.parameters(), None)
     return torch.float64 if p is not None and p.dtype == torch.float64 else torch.float32
 
@@ -139,6 +192,34 @@ def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
     Returns one record per attention site: an :class:`AttentionCall` (transformers models, any kernel)
     or ``{"weights": (B, H, L, L), "values": (B, H_kv, L, d_v)}`` (custom modules, read by hooks).
     ``head_only``: skip the LM head when the adapter can. The model's outputs are not changed.
+
+    Parameters
+    ----------
+    adapter : ModelAdapter
+    batch : dict
+        ``input_ids``, ``attention_mask`` (``(B, L)``).
+    head_only : bool
+        Skip the LM head when the adapter can run the base model alone.
+
+    Returns
+    -------
+    list
+        One record per attention site, in site order.
+
+    Raises
+    ------
+    RuntimeError
+        When a site's module made no attention call that could be recorded.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> recs = record(ad, batch)
+    >>> len(recs), type(recs[0]).__name__, tuple(recs[0].allowed.shape)
+    (2, 'AttentionCall', (2, 6, 6))
     """
     sites = adapter.sites
     run = adapter.run_base if (head_only and adapter.can_reuse) else adapter.run
@@ -178,7 +259,32 @@ def _share_equal_masks(calls: list[AttentionCall]) -> None:
 
 def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes: int = DEFAULT_TILE_BYTES
                   ) -> list[LayerBatch]:
-    """One :class:`LayerBatch` per layer from the records of :func:`record`."""
+    """One :class:`LayerBatch` per layer from the records of :func:`record`.
+
+    Parameters
+    ----------
+    adapter : ModelAdapter
+    batch : dict
+        The batch the records come from (``attention_mask``, ``special``, ``order``).
+    records : list
+        :func:`record`'s result (or the same records read back from a :class:`.forward_cache.ForwardCache`).
+    tile_bytes : int
+        Budget of one tile of attention weights (bytes); sets :attr:`LayerBatch.tile_rows`.
+
+    Returns
+    -------
+    list of LayerBatch
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lbs = layer_batches(ad, batch, record(ad, batch), tile_bytes=4 * 2 * 2 * 6 * 2)   # 2 query rows a tile
+    >>> [lb.index for lb in lbs], lbs[0].tile_rows, list(lbs[0].tiles())
+    ([0, 1], 2, [slice(0, 2, None), slice(2, 4, None), slice(4, 6, None)])
+    """
     dtype = compute_dtype(adapter)
     return [(_from_call if isinstance(r, AttentionCall) else _from_capture)(i, s, r, batch, tile_bytes, dtype)
             for i, (s, r) in enumerate(zip(adapter.sites, records))]
@@ -186,5 +292,30 @@ def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes:
 
 def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_BYTES,
             head_only: bool = True) -> list[LayerBatch]:
-    """:func:`record` then :func:`layer_batches`: one forward pass, one :class:`LayerBatch` per layer."""
+    """:func:`record` then :func:`layer_batches`: one forward pass, one :class:`LayerBatch` per layer.
+
+    Parameters
+    ----------
+    adapter : ModelAdapter
+    batch : dict
+        ``input_ids``, ``attention_mask``, ``special`` (``(B, L)``) and ``order`` (the texts' positions).
+    tile_bytes : int
+        Budget of one tile of attention weights (bytes).
+    head_only : bool
+        Skip the LM head when the adapter can.
+
+    Returns
+    -------
+    list of LayerBatch
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lbs = collect(ad, batch)
+    >>> len(lbs), lbs[1].site.n_heads, lbs[1].lengths.tolist()
+    (2, 2, [6, 6])
+    """
     return layer_batches(adapter, batch, record(adapter, batch, head_only), tile_bytes)

@@ -30,7 +30,26 @@ MAX_BYTES = 8 * 2 ** 30
 
 
 def wanted(adapter, reuse_forward: bool | None) -> bool:
-    """``reuse_forward`` when given, else True for a model whose parameters are on the CPU."""
+    """Whether to keep the first forward pass on disk: ``reuse_forward`` when given, else True for a model
+    whose parameters are on the CPU.
+
+    Parameters
+    ----------
+    adapter : ModelAdapter
+    reuse_forward : bool or None
+        The caller's choice (``None``: decide by the model's device).
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, _ = tiny_causal_lm()
+    >>> wanted(ad, None), wanted(ad, False)
+    (True, False)
+    """
     if reuse_forward is not None:
         return bool(reuse_forward)
     p = next(adapter.model.parameters(), None)
@@ -66,6 +85,26 @@ class ForwardCache:
         Parent of the temporary directory (default: the system's temporary directory).
 
     Use as a context manager, or call :meth:`close`.
+
+    Examples
+    --------
+    The records read back give the same attention weights as the forward pass:
+
+    >>> import torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> from attnspec.diagnostics.steps.collect import layer_batches, record
+    >>> recs = record(ad, batch)
+    >>> with ForwardCache() as cache:
+    ...     kept = cache.put(tuple(batch["order"]), recs)
+    ...     back = layer_batches(ad, batch, cache.get((0, 1)))
+    ...     missing = cache.get((2, 3))
+    >>> kept, missing, torch.equal(back[1].weights_of(slice(0, 6)), layer_batches(ad, batch, recs)[1].weights_of(slice(0, 6)))
+    (True, None, True)
+    >>> with ForwardCache(max_bytes=0) as cache:                  # over budget: not kept, recomputed later
+    ...     cache.put((0, 1), recs)
+    False
     """
 
     def __init__(self, max_bytes: int = MAX_BYTES, directory: str | None = None):
