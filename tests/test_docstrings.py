@@ -21,7 +21,6 @@ NOT_YET = {
     # diagnosis of trained models and its report: one entry per line
     "attnspec.diagnostics.distributed",
     "attnspec.diagnostics.intervals",
-    "attnspec.diagnostics.steps.fit",
     "attnspec.diagnostics.steps.removal",
     "attnspec.diagnostics.steps.spectra",
     "attnspec.diagnostics.steps.tables",

@@ -45,7 +45,31 @@ def _add_per_text(total: dict | None, boot: dict | None, per_text: dict, w: np.n
 
 @dataclass
 class LayerFitSums:
-    """Mergeable per-layer sums of step 2 (see module docstring)."""
+    """Mergeable per-layer sums of step 2 (see module docstring).
+
+    :meth:`update` adds a layer batch, :meth:`merge` adds another accumulator (sums over texts, so the
+    order of batches does not matter); :meth:`fit` gives ``score_scale``, ``beta_hat``, ``alpha_hat``,
+    ``r2`` per head and :meth:`fit_replicates` the same on each bootstrap replicate.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> sums = LayerFitSums().update(lb, ad.sites[0].w_out(), seed=0, n_boot=5)
+    >>> sorted(sums.fit()), sums.fit_replicates()["beta_hat"].shape, sums.n_tokens
+    (['alpha_hat', 'beta_hat', 'r2', 'score_scale'], (5, 2), 12.0)
+
+    Text by text, merged, gives the same fit:
+
+    >>> one = lambda i: {k: v[i:i + 1] for k, v in batch.items()}
+    >>> parts = [LayerFitSums().update(collect(ad, one(i))[0], ad.sites[0].w_out(), 0, 5) for i in (0, 1)]
+    >>> np.allclose(parts[0].merge(parts[1]).fit()["beta_hat"], sums.fit()["beta_hat"])
+    True
+    """
 
     scores: dict | None = None
     baselines: dict | None = None
@@ -110,7 +134,44 @@ class LayerFitSums:
 def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: int, H: int, d: int,
                       scale: np.ndarray, seed: int, tile_rows: int, dtype: torch.dtype = torch.float32):
     """Null-head weights of one layer batch, tile by tile: yields ``(rows, A0)`` with ``A0``
-    ``(B, H, r, L)`` (:func:`..identification.null_weights`; ``K`` drawn first, then ``Q`` row by row)."""
+    ``(B, H, r, L)`` (:func:`..identification.null_weights`; ``K`` drawn first, then ``Q`` row by row).
+
+    Parameters
+    ----------
+    allowed : torch.Tensor of bool, shape (B, L, L)
+        The heads' allowed sets (the null heads attend within them).
+    valid : torch.Tensor of bool, shape (B, L)
+    order : sequence of int
+        The texts' positions (the draws are per text, :class:`..noise.TextNoise`).
+    layer, H, d : int
+        Layer index, heads, head width of ``Q, K``.
+    scale : numpy.ndarray, shape (H,)
+        Score scale ``s_h`` of each null head: ``A0 = softmax(s_h Q K^T / sqrt(d))`` over the allowed keys.
+    seed, tile_rows : int
+        Seed of the draws and query rows per tile.
+    dtype : torch.dtype
+
+    Yields
+    ------
+    rows : slice
+    A0 : torch.Tensor, shape (B, H, rows, L)
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> tiles = list(null_tile_weights(lb.allowed, lb.valid, lb.order, 0, 2, 16, np.array([1.0, 2.0]), 0,
+    ...                                tile_rows=4))
+    >>> [(r, tuple(A0.shape)) for r, A0 in tiles]
+    [(slice(0, 4, None), (2, 2, 4, 6)), (slice(4, 6, None), (2, 2, 2, 6))]
+    >>> A0 = tiles[0][1]
+    >>> torch.allclose(A0.sum(-1), torch.ones(())), bool((A0[:, :, 0, 1:] == 0).all())   # causal rows
+    (True, True)
+    """
     noise = TextNoise(seed, Draw.NULL_SCORES, layer, order, valid)
     K = noise.full((H,), (d,), dtype=dtype)
     L = valid.shape[1]
@@ -122,7 +183,25 @@ def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: 
 
 @dataclass
 class MaskStore:
-    """The allowed sets of every (batch, layer), bit-packed, identical masks of a batch stored once."""
+    """The allowed sets of every (batch, layer), bit-packed, identical masks of a batch stored once.
+
+    Iterating yields ``(valid, order, allowed_of_layer)`` per batch, ``allowed_of_layer(i)`` the unpacked
+    ``(B, L, L)`` mask of layer ``i``.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> store = MaskStore()
+    >>> store.add(collect(ad, batch))
+    >>> (valid, order, allowed_of), = store
+    >>> order, torch.equal(allowed_of(1), lb.allowed), len(store.batches[0][4])   # both layers: one mask
+    ([0, 1], True, 1)
+    """
 
     batches: list = field(default_factory=list)   # (valid, order, L, [mask index per layer], [packed masks])
 
@@ -149,7 +228,21 @@ class MaskStore:
 
 @dataclass
 class NullFitSums:
-    """Score sums of the null heads of one layer (mergeable), at the heads' fitted score scales."""
+    """Score sums of the null heads of one layer (mergeable), at the heads' fitted score scales.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> f = LayerFitSums().update(lb, ad.sites[0].w_out(), 0, 5).fit()
+    >>> null = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6, n_boot=5)
+    >>> null.fit()["r2"].round(3), null.fit_replicates()["beta_hat"].shape
+    (array([1., 1.]), (5, 2))
+    """
 
     scores: dict | None = None
     boot_scores: dict | None = None
@@ -179,7 +272,15 @@ class NullFitSums:
 
 @dataclass
 class CorpusStats:
-    """Texts, real tokens and the longest text seen (mergeable)."""
+    """Texts, real tokens and the longest text seen (mergeable).
+
+    Examples
+    --------
+    >>> import torch
+    >>> mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    >>> CorpusStats().update({"attention_mask": mask}).merge(CorpusStats(1, 2, 2))
+    CorpusStats(n_texts=3, n_tokens=9, max_tokens=4)
+    """
 
     n_texts: int = 0
     n_tokens: int = 0
