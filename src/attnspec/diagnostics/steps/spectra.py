@@ -59,7 +59,33 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray) -> np.ndarray:
     """Each text's influence on the CKA numerators: ``IF[b, g, h] = <C_gh, C^b_gh>_F`` ``(B, H, H)`` float64,
     with ``C = gram`` the head-pair Gram sum over all texts and ``C^b = M_b^T M_b`` text ``b``'s (``M``
     ``(B, H, L, dh)`` centered contexts). ``sum_b IF[b] = ||C_gh||_F^2``, and under text weights ``w``
-    ``||sum_b w_b C^b_gh||^2 = 2 sum_b w_b IF[b, g, h] - ||C_gh||^2`` to first order in ``w - 1``."""
+    ``||sum_b w_b C^b_gh||^2 = 2 sum_b w_b IF[b, g, h] - ||C_gh||^2`` to first order in ``w - 1``.
+
+    Parameters
+    ----------
+    M : torch.Tensor, shape (B, H, L, d_head)
+        Centered contexts of the batch.
+    gram : numpy.ndarray, shape (H d_head, H d_head)
+        Head-pair Gram sum over all texts (:func:`..dependence.gram_blocks`).
+
+    Returns
+    -------
+    numpy.ndarray, shape (B, H, H)
+
+    Examples
+    --------
+    With the batch as the whole corpus, the influences add up to ``||C_gh||_F^2``:
+
+    >>> import numpy as np, torch
+    >>> from attnspec.diagnostics.dependence import gram_blocks
+    >>> from attnspec.diagnostics.spectral import center
+    >>> M = center(torch.randn(3, 2, 5, 4, generator=torch.Generator().manual_seed(0)), torch.ones(3, 5, dtype=torch.bool))
+    >>> C = gram_blocks(M)
+    >>> IF = cka_influence(M, C)
+    >>> blocks = C.reshape(2, 4, 2, 4)
+    >>> IF.shape, np.allclose(IF.sum(0), (blocks ** 2).sum(axis=(1, 3)))
+    ((3, 2, 2), True)
+    """
     B, H, L, dh = M.shape
     G = torch.from_numpy(np.ascontiguousarray(gram, dtype=np.float64)).view(H, dh, H, dh)
     X = M.transpose(1, 2).reshape(B, L, H * dh)
@@ -80,6 +106,30 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers;
     ``boot_cka``: ``sum_b w_rb IF[b]`` ``(n_boot, H, H)`` (:func:`cka_influence`) for the merged Gram sum
     ``gram`` of step 2 and the texts' bootstrap weights ``w`` (0.0 without them).
+
+    Returns
+    -------
+    dict
+        The entries above, with ``order`` and ``lengths`` (real tokens) of the batch's texts.
+
+    Examples
+    --------
+    Each text of 6 tokens gives its top ``min(6 - 1, d_head)`` = 5 eigenvalues per spectrum:
+
+    >>> import numpy as np, torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> from attnspec.diagnostics.steps.fit import LayerFitSums, NullFitSums
+    >>> W = ad.sites[0].w_out()
+    >>> sums = LayerFitSums().update(lb, W)
+    >>> f = sums.fit()
+    >>> f0 = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
+    >>> r = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
+    >>> [len(e) for e in r["heads"]["act"]], r["layer"]["free"].shape, r["removed"].shape
+    ([10, 10], (10,), (2, 10))
     """
     valid = lb.valid
     lengths = valid.sum(1).numpy()
@@ -108,7 +158,28 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
 @dataclass
 class LayerSpectra:
     """Mergeable pooled spectra and Gram sums of one layer (see module docstring). Eigenvalues are kept in
-    ``store_dtype`` (float32 for float32 models: the eigensolver's precision, half the memory)."""
+    ``store_dtype`` (float32 for float32 models: the eigensolver's precision, half the memory).
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> from attnspec.diagnostics.steps.fit import LayerFitSums, NullFitSums
+    >>> W = ad.sites[0].w_out()
+    >>> sums = LayerFitSums().update(lb, W)
+    >>> f = sums.fit()
+    >>> f0 = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
+    >>> r = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
+    >>> sp = LayerSpectra(2, head_dim=16, d_out=32).update(r).merge(LayerSpectra(2).update(r))  # batch twice
+    >>> sp.head("act", 0).shape, sp.of_layer("ge").shape, sp.without(1).shape
+    ((20,), (20,), (20,))
+    >>> bool(np.all(np.diff(sp.head("null", 1)) >= 0))          # pooled spectra come sorted
+    True
+    """
 
     n_heads: int
     store_dtype: str = "float64"
