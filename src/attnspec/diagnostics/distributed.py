@@ -39,6 +39,8 @@ from . import selection as sel
 from . import workers as wk
 from .api import merge_parts
 from .bootstrap import N_BOOT
+from .cluster_jobs import groups as _groups
+from .cluster_jobs import removal_jobs as _removal_jobs
 from .result import Diagnosis
 from .steps.collect import DEFAULT_TILE_BYTES
 from .workers import ModelSpec, model_loads_in_this_process
@@ -51,54 +53,6 @@ GROUPS_PER_THREAD = 4
 
 
 # --------------------------------------------------------------------------------------- client side
-
-def _split(items: Sequence, cost: Sequence[float], n: int) -> list[list]:
-    """``items`` cut into ``min(n, len(items))`` contiguous non-empty parts, the ``k``-th cut where the
-    running cost comes nearest to ``k / n`` of the total."""
-    m = len(items)
-    if m == 0:
-        return []
-    n = max(1, min(n, m))
-    cum = [0.0]
-    for c in cost:
-        cum.append(cum[-1] + float(c))
-    cuts = [0]
-    for k in range(1, n):
-        target = cum[-1] * k / n
-        cuts.append(min(range(cuts[-1] + 1, m - (n - k) + 1), key=lambda j: abs(cum[j] - target)))
-    cuts.append(m)
-    return [list(items[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
-
-
-def _groups(batches: Sequence[dict], n: int) -> list[list[dict]]:
-    """``batches`` in at most ``n`` contiguous groups of about equal padded size (``B x L``)."""
-    return _split(batches, [int(b["attention_mask"].numel()) for b in batches], n)
-
-
-def _removal_jobs(rm_batches: list, n_heads: list, heads_of: dict | None, n: int, max_tokens: int) -> list:
-    """``(batches, heads_of)`` of the exact-removal tasks, about ``n`` of them.
-
-    With at least ``n`` removal batches: groups of batches, every chosen head. With fewer (a large model
-    on few texts): one batch per task and the batch's chosen heads split into ``(layer, head block)``
-    units, a block being the ``K`` heads that one suffix forward pass removes together (so every pass
-    is the one-process pass), units grouped by cost (suffix depth x heads)."""
-    if len(rm_batches) >= n:
-        return [(g, heads_of) for g in _groups(rm_batches, n)]
-    per, jobs = -(-n // len(rm_batches)), []
-    for b in rm_batches:
-        B, L = b["attention_mask"].shape
-        units = []
-        for i, H in enumerate(n_heads):
-            chosen = list(range(H)) if heads_of is None else sorted(heads_of.get(i, ()))
-            K = max(1, min(H, max_tokens // max(1, int(B) * int(L))))
-            units += [(i, chosen[h:h + K]) for h in range(0, len(chosen), K)]
-        for part in _split(units, [len(hs) * (len(n_heads) - i) for i, hs in units], per):
-            ho: dict = {}
-            for i, hs in part:
-                ho.setdefault(i, []).extend(hs)
-            jobs.append(([b], ho))
-    return jobs
-
 
 @dataclass
 class _Run:
@@ -373,6 +327,33 @@ screen_top, screen_sample, n_boot
     ------
     TypeError
         For a model object (pass its name or path) or an unknown keyword argument.
+    ValueError
+        For an option outside its range (named in the message), checked before any cluster is touched.
+
+    Examples
+    --------
+    A 1-layer, 2-head BERT saved with the packaged MiniLM tokenizer, diagnosed on an in-process
+    cluster (the worker loads the model from the directory):
+
+    >>> import logging, tempfile, transformers
+    >>> from distributed import Client
+    >>> from attnspec.models.packaged import minilm_dir
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> tok = transformers.AutoTokenizer.from_pretrained(minilm_dir())
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+    ...                               intermediate_size=64, vocab_size=tok.vocab_size)
+    >>> transformers.BertModel(cfg).save_pretrained(tmp.name); _ = tok.save_pretrained(tmp.name)
+    >>> texts = ["A short text about cats.", "Another one, on dogs and birds."]
+    >>> with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None,
+    ...             silence_logs=logging.ERROR) as client:
+    ...     d = diagnose_on_cluster(tmp.name, texts, client, max_length=16, n_boot=20, min_tokens=0)
+    >>> d.heads[["layer", "head", "n_tokens"]].values.tolist(), d.summary["cluster"]["tasks"]["fit"]
+    ([[0, 0, 18], [0, 1, 18]], 1)
+    >>> tmp.cleanup()
+    >>> diagnose_on_cluster("minilm", texts, "tcp://127.0.0.1:1", removal="sometimes")
+    Traceback (most recent call last):
+    ...
+    ValueError: removal must be one of ...
     """
     spec = ModelSpec.of(model, load_kwargs)
     opts = dict(n_texts=n_texts, max_length=max_length, bucket_size=bucket_size, removal=removal,
