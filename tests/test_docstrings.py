@@ -20,7 +20,6 @@ EXAMPLES = re.compile(r"^Examples\n-{3,}\s*$", re.M)
 NOT_YET = {
     # diagnosis of trained models and its report: one entry per line
     "attnspec.diagnostics.intervals",
-    "attnspec.diagnostics.steps.removal",
     "attnspec.diagnostics.steps.tables",
     "attnspec.diagnostics.workers",
 }
