@@ -29,11 +29,35 @@ from .bootstrap import LEVEL, interval, weighted_mean, weighted_w1, weights
 from .steps.fit import LayerFitSums, NullFitSums
 from .steps.spectra import LayerSpectra
 
-__all__ = ["TextWeights", "head_intervals", "cka_excess_replicates"]
+#: ``head_intervals`` (the interval columns of one layer, from the step accumulators) is called by
+#: :mod:`.steps.tables` only and is not public.
+__all__ = ["TextWeights", "cka_excess_replicates"]
 
 
 class TextWeights:
-    """The bootstrap weights of every text of a diagnosis, drawn once: ``self(order) -> (n_boot, B)``."""
+    """The bootstrap weights of every text of a diagnosis, drawn once.
+
+    ``w[:, k]`` are the Poisson(1) weights (:func:`.bootstrap.weights`) of the ``k``-th distinct text
+    id in increasing order; :meth:`column` maps text ids to those columns.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the diagnosis.
+    text_ids : numpy.ndarray
+        Positions of the texts in the caller's list (repeats allowed).
+    n_boot : int
+        Number of replicates, ``>= 0``.
+
+    Examples
+    --------
+    >>> tw = TextWeights(0, [7, 3, 5, 3], n_boot=4)
+    >>> tw.ids, tw.w.shape
+    (array([3, 5, 7]), (4, 3))
+    >>> cols = tw.column([5, 7])                      # the weights of texts 5 and 7, as a batch
+    >>> cols, bool((tw.w[:, cols] == weights(0, [5, 7], 4)).all())
+    (array([1, 2]), True)
+    """
 
     def __init__(self, seed: int, text_ids: np.ndarray, n_boot: int):
         self.ids = np.unique(np.asarray(text_ids, dtype=np.int64))
@@ -58,7 +82,45 @@ def _pairs(lo_hi: tuple[np.ndarray, np.ndarray], name: str) -> dict[str, np.ndar
 
 
 def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
-    """Replicates ``(n_boot, H, H)`` of ``cka - cka_null`` (see module docstring), or None without them."""
+    """Bootstrap replicates of the excess CKA ``cka - cka_null`` of every pair of heads of a layer.
+
+    Linearized (module docstring): ``F_gh(w) = 2 sum_b w_b <C_gh, C^b_gh> - F_gh`` with
+    ``F_gh = ||C_gh||_F^2``, then ``CKA_gh(w) = F_gh(w) / sqrt(F_gg(w) F_hh(w))`` (NaN for a replicate
+    whose ``F_gg(w)`` leaves the positive range); the null CKA of the free rotation is held fixed.
+
+    Parameters
+    ----------
+    sp : LayerSpectra
+        The layer's spectra accumulator, with ``gram`` (``C``), ``gram_free`` and ``boot_cka``
+        (``(n_boot, H, H)`` weighted sums of :func:`.steps.spectra.cka_influence`).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        ``(n_boot, H, H)``, or None when the accumulator holds no replicates.
+
+    Examples
+    --------
+    Two heads on 40 texts, head 1 = head 0 + independent noise; the null Gram ``gram_free`` is the
+    identity (null CKA 0 between heads), so the excess is the CKA itself:
+
+    >>> import numpy as np, torch
+    >>> from attnspec.diagnostics.bootstrap import interval, weighted
+    >>> from attnspec.diagnostics.dependence import cka_matrix, gram_blocks
+    >>> from attnspec.diagnostics.steps.spectra import LayerSpectra, cka_influence
+    >>> rng = np.random.default_rng(0)
+    >>> M = rng.standard_normal((40, 2, 8, 2))
+    >>> M[:, 1] += M[:, 0]
+    >>> M = torch.from_numpy(M - M.mean(2, keepdims=True))
+    >>> C = gram_blocks(M)
+    >>> w = weights(0, range(40), 100)
+    >>> sp = LayerSpectra(2, gram=C, gram_free=np.eye(4), boot_cka=weighted(w, cka_influence(M, C)))
+    >>> reps = cka_excess_replicates(sp)
+    >>> reps.shape, round(float(cka_matrix(C, 2)[0, 1]), 2)
+    ((100, 2, 2), 0.51)
+    >>> [round(float(v), 2) for v in interval(reps[:, 0, 1])]         # 95 % interval around it
+    [0.46, 0.58]
+    """
     if np.ndim(sp.boot_cka) != 3 or np.ndim(sp.gram) != 2:
         return None
     H = sp.n_heads
