@@ -26,6 +26,19 @@ DESCRIPTIONS = COLUMNS["heads"]   # the column vocabulary of attnspec.diagnostic
 _THEORY_NOTE = ("<li>All layers are bidirectional full attention: the model of docs/theory.md "
                 "(section <i>Model and normalization</i>) applies as stated.</li>")
 
+#: The report's inline styles.
+_STYLE = """<style>
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;line-height:1.4}
+h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em}
+.tbl{border-collapse:collapse;font-size:0.8em} .tbl td,.tbl th{padding:2px 6px;border-bottom:1px solid #eee;text-align:right}
+img{max-width:100%} dt{font-weight:bold;margin-top:.5em} code{background:#f4f4f4;padding:0 3px}
+.kv span{display:inline-block;margin-right:1.5em}
+#heatmaps{display:flex;flex-wrap:wrap;gap:1.2em} .hm{margin:0} .hm figcaption{font-size:.85em;margin-bottom:.2em}
+.hm table{border-collapse:collapse;font-size:.7em} .hm td{width:1.6em;height:1.3em;text-align:center;padding:0}
+.hm th{font-weight:normal;color:#666;padding:0 3px} .hm td.na{background:#eee} .hm th.corner{font-size:.85em}
+.cbar{height:.6em;margin-top:.3em} .cbar-range{display:flex;justify-content:space-between;font-size:.7em;color:#555}
+</style>"""
+
 
 def _hex(rgba) -> str:
     return "#%02x%02x%02x" % tuple(int(round(255 * c)) for c in rgba[:3])
@@ -137,22 +150,21 @@ def render_report(diag) -> str:
     Parameters
     ----------
     diag : Diagnosis
-        A result of :func:`attnspec.diagnose` (its ``summary``, ``heads``, ``layers`` and spectra).
+        A result of :func:`attnspec.diagnose`.
 
     Returns
     -------
     str
-        The HTML document: no external resource, no JavaScript; the spectra and the intervals are inline PNGs.
+        The HTML document (no external resource, no JavaScript; figures are inline PNGs).
 
     Examples
     --------
     >>> import torch, transformers, attnspec
     >>> from attnspec.models import load_model
-    >>> tok = load_model("minilm")[1]
-    >>> _ = torch.manual_seed(0)
-    >>> bert = transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-    ...                               intermediate_size=64, vocab_size=tok.vocab_size)).eval()
-    >>> diag = attnspec.diagnose(bert, tok, ["The cat sat on the mat.", "A second short text.", "And a third one."],
+    >>> tok, _ = load_model("minilm")[1], torch.manual_seed(0)
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=tok.vocab_size)                     # a random one-layer BERT
+    >>> diag = attnspec.diagnose(transformers.BertModel(cfg).eval(), tok, ["The cat sat on the mat.", "A short text."],
     ...                          min_tokens=0, n_boot=20)
     >>> page = render_report(diag)
     >>> page.startswith("<!DOCTYPE html>"), page.count("<img"), "<h2>Heat maps (layer x head)</h2>" in page
@@ -175,17 +187,7 @@ def render_report(diag) -> str:
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in s.get("timings_s", {}).items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>attnspec diagnosis: {esc(str(s.get('model')))}</title>
-<style>
-body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;line-height:1.4}}
-h1{{font-size:1.5em}} h2{{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em}}
-.tbl{{border-collapse:collapse;font-size:0.8em}} .tbl td,.tbl th{{padding:2px 6px;border-bottom:1px solid #eee;text-align:right}}
-img{{max-width:100%}} dt{{font-weight:bold;margin-top:.5em}} code{{background:#f4f4f4;padding:0 3px}}
-.kv span{{display:inline-block;margin-right:1.5em}}
-#heatmaps{{display:flex;flex-wrap:wrap;gap:1.2em}} .hm{{margin:0}} .hm figcaption{{font-size:.85em;margin-bottom:.2em}}
-.hm table{{border-collapse:collapse;font-size:.7em}} .hm td{{width:1.6em;height:1.3em;text-align:center;padding:0}}
-.hm th{{font-weight:normal;color:#666;padding:0 3px}} .hm td.na{{background:#eee}} .hm th.corner{{font-size:.85em}}
-.cbar{{height:.6em;margin-top:.3em}} .cbar-range{{display:flex;justify-content:space-between;font-size:.7em;color:#555}}
-</style></head><body>
+{_STYLE}</head><body>
 <h1>attnspec diagnosis: {esc(str(s.get('model')))}</h1>
 <p class="kv"><span>family: <b>{esc(str(s.get('family')))}</b> ({esc(str(s.get('kind')))})</span>
 <span>{s.get('n_layers')} layers, {s.get('n_heads')} heads</span>
@@ -237,11 +239,10 @@ def write_report(diag, path: str | Path) -> Path:
     --------
     >>> import torch, transformers, attnspec
     >>> from attnspec.models import load_model
-    >>> tok = load_model("minilm")[1]
-    >>> _ = torch.manual_seed(0)
-    >>> bert = transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-    ...                               intermediate_size=64, vocab_size=tok.vocab_size)).eval()
-    >>> diag = attnspec.diagnose(bert, tok, ["The cat sat on the mat.", "A second short text.", "And a third one."],
+    >>> tok, _ = load_model("minilm")[1], torch.manual_seed(0)
+    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+    ...                               vocab_size=tok.vocab_size)                     # a random one-layer BERT
+    >>> diag = attnspec.diagnose(transformers.BertModel(cfg).eval(), tok, ["The cat sat on the mat.", "A short text."],
     ...                          min_tokens=0, n_boot=20)
     >>> import tempfile
     >>> out = write_report(diag, tempfile.mkdtemp() + "/reports/tiny.html")

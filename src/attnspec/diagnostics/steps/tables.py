@@ -26,7 +26,27 @@ __all__ = ["TableOptions", "build_tables", "attention_kind"]
 
 @dataclass(frozen=True)
 class TableOptions:
-    """What the tables contain: removal columns, gradient importance, labels."""
+    """What the tables contain: removal columns, gradient importance, labels.
+
+    Attributes
+    ----------
+    removal : str
+        Removal mode (:data:`.removal.MODES`): which removal columns exist.
+    mean_ablation, gradient : bool
+        Add the mean-ablation columns; the first-order (Michel) importance.
+    threshold, min_tokens : float, int
+        Selection threshold and token minimum of the labels (:func:`..selection.label`).
+    effect_name : str
+        Second name of the ``removal_effect`` column (e.g. ``'embedding_shift'``, ``'loss_increase'``).
+    seed, n_boot : int
+        Key of the texts' bootstrap weights and number of replicates (0: no intervals).
+
+    Examples
+    --------
+    >>> opt = TableOptions(removal="none", n_boot=0)
+    >>> opt.removal, opt.gradient, round(opt.threshold, 4), opt.min_tokens
+    ('none', True, 0.6931, 400)
+    """
 
     removal: str = "exact"            # exact | screened | first-order | none
     mean_ablation: bool = False
@@ -40,7 +60,26 @@ class TableOptions:
 
 def attention_kind(site: AttentionSite) -> str:
     """The ``attention`` column: ``'causal'`` or ``'bidirectional'`` (``'cross (keys: encoder)'`` for an
-    encoder-decoder's cross-attention), followed by ``', window w'`` when the layer has a sliding window."""
+    encoder-decoder's cross-attention), followed by ``', window w'`` when the layer has a sliding window.
+
+    Parameters
+    ----------
+    site : AttentionSite
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> import dataclasses
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> site = tiny_causal_lm()[0].sites[0]
+    >>> attention_kind(site), attention_kind(dataclasses.replace(site, window=4))
+    ('causal', 'causal, window 4')
+    >>> attention_kind(dataclasses.replace(site, causal=False))
+    'bidirectional'
+    """
     if _role(site) == "cross":
         att = "cross (keys: encoder)"
     else:
@@ -179,7 +218,56 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
                  opt: TableOptions, null_sums: list[NullFitSums] | None = None
                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``(heads, layers, pairs)`` (columns in :mod:`..columns`); ``null_sums``: the null heads' fit sums
-    (``beta_null`` and its replicates)."""
+    (``beta_null`` and its replicates).
+
+    Parameters
+    ----------
+    sites : list of AttentionSite
+    fit_sums, fits : list
+        Per layer: step 2's merged :class:`.fit.LayerFitSums` and their fits.
+    spectra : list of LayerSpectra
+        Per layer: step 3's merged spectra.
+    removal : RemovalSums
+        Step 4's sums (empty when ``opt.removal`` is ``'none'`` and ``opt.gradient`` is False).
+    W : list of torch.Tensor
+        Per layer ``W_O`` ``(H d_head, d_out)``.
+    n_texts, L_max : int
+        Texts of the corpus and tokens of the longest.
+    opt : TableOptions
+    null_sums : list of NullFitSums, optional
+
+    Returns
+    -------
+    heads, layers, pairs : pandas.DataFrame
+        One row per head, per layer, per pair of heads of a layer.
+
+    Examples
+    --------
+    Steps 1-3 by hand on the tiny GPT-2 (one batch), then the tables without removal:
+
+    >>> import torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.bootstrap import weights
+    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> from attnspec.diagnostics.steps.fit import LayerFitSums
+    >>> from attnspec.diagnostics.steps.spectra import layer_batch_spectra
+    >>> ad, batch = tiny_causal_lm()
+    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
+    >>> lbs, W = collect(ad, batch), [s.w_out() for s in ad.sites]
+    >>> sums = [LayerFitSums().update(lb, w, 0, 20) for lb, w in zip(lbs, W)]
+    >>> fits = [s.fit() for s in sums]
+    >>> nulls = [NullFitSums().update(lb.allowed, lb.valid, lb.order, lb.index, 2, 16, f["score_scale"], 0, 6,
+    ...                               n_boot=20) for lb, f in zip(lbs, fits)]
+    >>> spectra = [LayerSpectra(2, head_dim=16, d_out=32).update(layer_batch_spectra(
+    ...     lb, w, f, n.fit(), s.head_power(), 0, s.gram, weights(0, lb.order, 20)))
+    ...     for lb, w, f, n, s in zip(lbs, W, fits, nulls, sums)]
+    >>> opt = TableOptions(removal="none", gradient=False, n_boot=20, min_tokens=0)
+    >>> heads, layers, pairs = build_tables(ad.sites, sums, fits, spectra, RemovalSums(), W, 2, 6, opt, nulls)
+    >>> len(heads), len(layers), len(pairs), "removal_effect" in heads
+    (4, 2, 2, False)
+    >>> layers[["layer", "attention", "theory_applies"]].values.tolist()   # causal: read as descriptive
+    [[0, 'causal', False], [1, 'causal', False]]
+    """
     rows, lrows, prows = [], [], []
     H_of = np.array([s.n_heads for s in sites])
     cols = removal_columns(removal, opt, H_of)
