@@ -19,7 +19,6 @@ EXAMPLES = re.compile(r"^Examples\n-{3,}\s*$", re.M)
 #: Modules whose public names do not all have an Examples section yet, by the part of the package that owns them.
 NOT_YET = {
     # diagnosis of trained models and its report: one entry per line
-    "attnspec.diagnostics.workers",
 }
 
 

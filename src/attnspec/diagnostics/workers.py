@@ -2,6 +2,10 @@
 worker's forward caches and task accounts, and the task functions of each step (each a pure function
 of its batches, the merged fits and the seed, so that a task rerun after a worker's death gives the
 same result). Everything here runs in a worker process except :class:`ModelSpec` construction.
+
+Public: :class:`ModelSpec` and :func:`model_loads_in_this_process` (re-exported by :mod:`.distributed`).
+The task functions and accounts (``in_task``, ``prepare``, ``fit_task``, ...) are the worker side of
+:mod:`.distributed`'s protocol, called only by it, and are not part of the API.
 """
 from __future__ import annotations
 
@@ -12,9 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["ModelSpec", "model_loads_in_this_process", "in_task", "accepted", "drop_cache", "pop_times",
-           "prepare", "fit_task", "merged_grams", "null_task", "spectra_task", "first_order_task", "exact_task", "tables_task",
-           "load_only"]
+__all__ = ["ModelSpec", "model_loads_in_this_process"]
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -30,6 +32,18 @@ class ModelSpec:
     load_kwargs : tuple of (str, value) pairs
         Keyword arguments of :func:`attnspec.models.load_model` (``device``, ``dtype``, ``device_map``,
         ``attn_implementation``), sorted; build it with :meth:`of`.
+
+    Examples
+    --------
+    >>> spec = ModelSpec.of("minilm", {"dtype": "float32"})
+    >>> spec
+    ModelSpec(name_or_path='minilm', load_kwargs=(('dtype', 'float32'),))
+    >>> ModelSpec.of(spec, {"device": "cpu"}).load_kwargs          # merged, sorted
+    (('device', 'cpu'), ('dtype', 'float32'))
+    >>> ModelSpec.of("minilm", {"dtpye": "float32"})
+    Traceback (most recent call last):
+    ...
+    TypeError: load_kwargs ['dtpye'] are not arguments of attnspec.models.load_model (expected some of [...])
     """
 
     name_or_path: str
@@ -83,7 +97,19 @@ def _loaded(spec: ModelSpec) -> tuple[Any, Any]:
 
 def model_loads_in_this_process() -> list[ModelSpec]:
     """The specs this process has loaded, in order (a worker loads a model once: run it with
-    ``client.run(model_loads_in_this_process)`` to check)."""
+    ``client.run(model_loads_in_this_process)`` to check).
+
+    Returns
+    -------
+    list of ModelSpec
+
+    Examples
+    --------
+    >>> spec = ModelSpec.of("minilm")
+    >>> adapter, tokenizer = spec.load()
+    >>> spec.load()[0] is adapter, model_loads_in_this_process()[-1] == spec   # loaded once, then kept
+    (True, True)
+    """
     return list(_LOADS)
 
 
