@@ -12,3 +12,6 @@ try:
     torch.set_num_threads(1)
 except ImportError:  # torch is only needed by the model tests
     pass
+
+#: Scripts beside test data (e.g. the zoo fixture generator) are run by hand, not collected.
+collect_ignore_glob = ["tests/data/*"]

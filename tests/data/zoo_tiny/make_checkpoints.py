@@ -13,7 +13,7 @@ import torch
 
 from attnspec.zoo.checkpoint import build, save
 from attnspec.zoo.eeg_sim import SimConfig, make_dataset
-from attnspec.zoo.train import fit, split
+from attnspec.zoo.train import split, train_model
 
 SIM = SimConfig(n_subjects=1, trials_per_class=12, erd_depth=0.85, erd_depth_sd=0.05, mu_uv=14.0,
                 background_uv=5.0, seed=0)
@@ -33,7 +33,7 @@ def main(root: Path = Path(__file__).parent) -> None:
     for arch, kw in MODELS.items():
         torch.manual_seed(0)
         m = build(arch, dict(n_channels=X.shape[1], n_times=X.shape[2], n_classes=2, **kw))
-        fit(m, X[tr], y[tr], epochs=2, lr=5e-3, seed=0, progress=False)
+        train_model(m, X[tr], y[tr], epochs=2, lr=5e-3, seed=0, progress=False)
         save(m, root / arch, meta)
         print(root / arch)
 
