@@ -245,6 +245,14 @@ def _is_tokenizer(obj: Any) -> bool:
     return obj is not None and callable(obj) and not isinstance(obj, (torch.Tensor, dict)) and not hasattr(obj, "keys")
 
 
+def _check_ints(optional: bool = False, **values: tuple) -> None:
+    """Raise ``ValueError`` naming the option for each ``name=(value, minimum)`` that is not an integer >= minimum
+    (``None`` allowed when ``optional``)."""
+    for name, (v, lo) in values.items():
+        if not (optional and v is None) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
+            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+
+
 def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] | str | None = None, *,
              n_texts: int | None = None, max_length: int = 128, bucket_size: int = 16, removal: str | bool = "auto",
              mean_ablation: bool = False, gradient: bool = True, threshold: float = sel.DIFFUSE_THRESHOLD,
@@ -267,36 +275,25 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         Texts (policy in :mod:`attnspec.diagnostics.texts`: ``'builtin'``/``None`` takes ``n_texts``
         texts of the built-in corpus, packed to ``max_length`` tokens for causal LMs unless ``pack``).
     removal : {'auto', 'exact', 'screened', 'first-order', 'none'} or bool
-        Head removal (:mod:`.steps.removal`): ``'exact'`` removes every head (zero ablation, one suffix
-        forward per head block); ``'first-order'`` estimates every head's effect from one backward pass;
-        ``'screened'`` does both, removing exactly the ``screen_top`` heads of largest first-order effect
-        and a seeded random ``screen_sample`` of the others (column ``removal_estimate``: exact where
-        measured, else first order; the summary gives the measured rank agreement). ``'auto'`` (default):
-        ``'screened'`` above 150 M parameters, else ``'exact'``. True/False mean 'exact'/'none'.
+        Head removal (:mod:`.steps.removal`): every head exactly, every head to first order, or 'screened':
+        exactly the ``screen_top`` heads of largest first-order effect and a seeded ``screen_sample`` of the
+        others. ``'auto'``: 'screened' above 150 M parameters, else 'exact'. True/False: 'exact'/'none'.
     removal_positions : int, optional
-        Score a seeded sample of this many predicted positions per text in exact removal (causal LMs;
-        default all, 32 in 'screened' mode). Standard errors (``*_se`` columns) include the sampling spread.
+        Predicted positions per text scored by exact removal, a seeded sample (default all; 32 screened).
     screen_top, screen_sample : int, optional
         Heads removed exactly in 'screened' mode (default ``max(8, 5 %)`` of the heads each).
     mean_ablation, gradient : bool
-        Also mean ablation in exact removal; Michel et al. importance (always computed when removal
-        is 'screened' or 'first-order').
-    threshold : float
-        Selection-score threshold below which a head is flagged diffuse (default ``log 2``).
-    min_tokens : int
-        Fewest real tokens for a selection label (fewer: ``'undetermined'``).
+        Also mean ablation in exact removal; Michel et al. importance (always with first-order removal).
+    threshold, min_tokens : float, int
+        Selection-score threshold of the labels (default ``log 2``); fewest real tokens for a label.
     n_boot : int
-        Poisson-bootstrap replicates over texts (:mod:`attnspec.diagnostics.bootstrap`, default 200; 0:
-        no intervals, labels from the point scores): the ``*_lo`` / ``*_hi`` columns (95 % percentile
-        intervals) and the labels, which are tests against them.
+        Poisson-bootstrap replicates over texts (:mod:`.bootstrap`): 95 % intervals (``*_lo``/``*_hi``)
+        and the labels, tests against them.
     seed : int
-        Seeds the Gaussian-equivalent noise, null heads, free rotations and gradient probes.
-    max_tokens : int
-        Token budget of one ablation forward pass (``K`` heads removed per pass = budget / (B L)).
-    removal_bucket_size : int
-        Texts per length bucket in exact removal (at most ``bucket_size``).
-    tile_bytes : int
-        Budget of one tile of recomputed attention weights (float32 ``(B, H, rows, L)``).
+        Seeds every draw: Gaussian-equivalent noise, null heads, free rotations, probes, bootstrap.
+    max_tokens, removal_bucket_size, tile_bytes : int
+        Tokens per ablation pass (``K`` heads removed per pass = budget / (B L)); texts per length bucket
+        in exact removal; bytes of one tile of recomputed attention weights (float32 ``(B, H, rows, L)``).
     reuse_forward : bool, optional
         Keep what the first forward pass recorded on disk (temporary, removed at the end) and read it
         back for the spectra instead of a second forward pass. Default: when the model is on the CPU.
@@ -304,8 +301,7 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     Returns
     -------
     Diagnosis
-        ``.heads`` (one row per layer x head), ``.layers``, ``.pairs`` and ``.summary``; column
-        meanings in :mod:`attnspec.diagnostics.columns`.
+        ``.heads`` (a row per layer x head), ``.layers``, ``.pairs``, ``.summary`` (columns: :mod:`.columns`).
 
     Raises
     ------
@@ -324,19 +320,11 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     [[0, 0, 12], [0, 1, 12], [1, 0, 12], [1, 1, 12]]
     >>> d.summary["removal_effect"], len(d.layers), len(d.pairs)      # one pair of heads per layer
     ('loss_increase', 2, 2)
-    >>> diagnose(ad, inputs, n_boot=-1)
-    Traceback (most recent call last):
-    ...
-    ValueError: n_boot must be an integer >= 0, got -1
     """
-    for name, v, lo in (("max_length", max_length, 2), ("bucket_size", bucket_size, 1),
-                        ("removal_bucket_size", removal_bucket_size, 1), ("max_tokens", max_tokens, 1),
-                        ("tile_bytes", tile_bytes, 1), ("min_tokens", min_tokens, 0),
-                        ("removal_positions", removal_positions, 1), ("screen_top", screen_top, 0),
-                        ("screen_sample", screen_sample, 0), ("n_boot", n_boot, 0)):
-        if (v is not None or name in ("max_length", "bucket_size", "removal_bucket_size", "max_tokens", "tile_bytes",
-                                      "min_tokens", "n_boot")) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    _check_ints(max_length=(max_length, 2), bucket_size=(bucket_size, 1), removal_bucket_size=(removal_bucket_size, 1),
+                max_tokens=(max_tokens, 1), tile_bytes=(tile_bytes, 1), min_tokens=(min_tokens, 0), n_boot=(n_boot, 0))
+    _check_ints(optional=True, removal_positions=(removal_positions, 1), screen_top=(screen_top, 0),
+                screen_sample=(screen_sample, 0))
     adapter = adapt(model)
     steps = dict(seed=seed, removal=resolve_mode(removal, adapter), mean_ablation=mean_ablation, gradient=gradient,
                  max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, reuse_forward=reuse_forward,
