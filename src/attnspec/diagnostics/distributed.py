@@ -20,6 +20,14 @@ only where they run changes:
   task, 3 by default) and the result equals an uninterrupted run's, since every task is a pure
   function of its batches, the merged fits and the seed.
 
+Exact removal is split over tasks by groups of removal batches, or, with fewer removal batches than
+tasks wanted, by (layer, head block) within each batch; ``'screened'`` chooses its heads on the client
+from the merged first-order effects of the whole corpus. ``torch_threads`` sets ``torch.set_num_threads``
+in every task: Dask's nanny starts workers with one BLAS/OpenMP thread, and the tasks of one worker
+process share its model and run one at a time, so use one Dask thread per worker and give it the
+process's cores. ``summary['cluster']['task_times']`` sums each step's task wall and CPU seconds (CPU of
+the worker process while the task ran: CPU over wall well below 1 means the workers were starved of cores).
+
 Task keys start with ``attnspec-prepare``, ``attnspec-fit``, ``attnspec-null``, ``attnspec-spectra``,
 ``attnspec-removal`` and ``attnspec-tables`` (the dashboard groups them by step).
 """
@@ -279,62 +287,39 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
     Parameters
     ----------
     model : str, path or ModelSpec
-        A built-in name (``'minilm'``, ``'gemma3-270m'``, ``'qwen2.5-0.5b'``) or a model directory or
-        GGUF file readable by every worker. Model objects are refused (workers load the model).
+        A built-in name or a model directory / GGUF file every worker can read (not a model object).
     texts : list of str or 'builtin' or None
         As :func:`attnspec.diagnose` (resolved on a worker with the model's tokenizer).
-    client : distributed.Client or str or None
-        An existing client (left open), a scheduler address such as ``'tcp://10.0.0.5:8786'`` (a
-        client is opened and closed here), or ``None``: a new :class:`distributed.LocalCluster` of
-        ``n_workers`` processes with one thread each (closed at the end).
-    n_workers : int, optional
-        Workers of the LocalCluster started when ``client`` is ``None`` (default: the CPU count).
+    client, n_workers, cluster_kwargs : distributed.Client or str or None, int, dict
+        A client (left open), a scheduler address (``'tcp://10.0.0.5:8786'``), or ``None``: a new LocalCluster
+        of ``n_workers`` one-thread processes (default: CPU count) with ``cluster_kwargs``, closed at the end.
     load_kwargs : dict, optional
-        Keyword arguments of :func:`attnspec.models.load_model` on the workers, e.g.
-        ``{'dtype': 'bfloat16', 'device': 'cuda'}``.
+        :func:`attnspec.models.load_model` keywords on the workers, e.g. ``{'dtype': 'bfloat16'}``.
     n_texts, max_length, bucket_size, removal, mean_ablation, gradient, threshold, min_tokens, seed, \
 max_tokens, removal_bucket_size, tile_bytes, pack, model_name, reuse_forward, removal_positions, \
-screen_top, screen_sample, n_boot
-        As :func:`attnspec.diagnose`. ``reuse_forward`` keeps each worker's forward records in the
-        worker's local directory for the spectra of the same texts. Exact removal is split over tasks
-        by groups of removal batches, or, with fewer removal batches than tasks wanted, by (layer, head
-        block) within each batch; ``'screened'`` chooses its heads on the client from the merged
-        first-order effects of the whole corpus.
-    progress : bool
-        Progress bars over each step's tasks (on the client).
+screen_top, screen_sample, n_boot, progress
+        As :func:`attnspec.diagnose` (``reuse_forward``: on each worker's local disk).
     n_shards : int, optional
         Groups of length buckets per step (default: 4 per worker thread, at most one per bucket).
     torch_threads : int, optional
-        ``torch.set_num_threads`` in every task (Dask's nanny starts workers with one BLAS/OpenMP
-        thread: give the cores per worker process here when a worker has several). The tasks of one
-        worker process share its model and run one at a time: use one Dask thread per worker.
-    cluster_kwargs : dict, optional
-        Extra arguments of the LocalCluster started when ``client`` is ``None``.
+        ``torch.set_num_threads`` in every task (the cores per worker process; see module docstring).
     **options
-        Further keyword arguments of :func:`attnspec.diagnostics.api.make_shards`,
-        :func:`~attnspec.diagnostics.api.first_order_pass`, :func:`~attnspec.diagnostics.api.exact_pass`
-        or :func:`~attnspec.diagnostics.api.tables_and_summary`, passed to those that take them.
+        Keywords of :func:`.api.make_shards`, :func:`.api.first_order_pass`, :func:`.api.exact_pass` or
+        :func:`.api.tables_and_summary`, passed to those that take them.
 
     Returns
     -------
     Diagnosis
-        The tables of :func:`attnspec.diagnose` on the same texts (equal to 1e-9); ``summary['cluster']``
-        names the scheduler, the worker threads, the tasks run per step and their summed wall and CPU
-        seconds (``task_times``; CPU time of the worker process while the task ran: with one thread
-        per worker, CPU over wall well below 1 means the workers were starved of cores).
+        The tables of :func:`attnspec.diagnose` on the same texts (equal to 1e-9); ``summary['cluster']``:
+        scheduler, worker threads, tasks per step and their wall and CPU seconds (module docstring).
 
     Raises
     ------
-    TypeError
-        For a model object (pass its name or path) or an unknown keyword argument.
-    ValueError
-        For an option outside its range (named in the message), checked before any cluster is touched.
+    TypeError, ValueError
+        A model object or an unknown keyword; an option outside its range (before any cluster is touched).
 
     Examples
     --------
-    A 1-layer, 2-head BERT saved with the packaged MiniLM tokenizer, diagnosed on an in-process
-    cluster (the worker loads the model from the directory):
-
     >>> import logging, tempfile, transformers
     >>> from distributed import Client
     >>> from attnspec.models.packaged import minilm_dir
@@ -345,15 +330,11 @@ screen_top, screen_sample, n_boot
     >>> transformers.BertModel(cfg).save_pretrained(tmp.name); _ = tok.save_pretrained(tmp.name)
     >>> texts = ["A short text about cats.", "Another one, on dogs and birds."]
     >>> with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None,
-    ...             silence_logs=logging.ERROR) as client:
+    ...             silence_logs=logging.ERROR) as client:    # the worker loads the model from the directory
     ...     d = diagnose_on_cluster(tmp.name, texts, client, max_length=16, n_boot=20, min_tokens=0)
     >>> d.heads[["layer", "head", "n_tokens"]].values.tolist(), d.summary["cluster"]["tasks"]["fit"]
     ([[0, 0, 18], [0, 1, 18]], 1)
     >>> tmp.cleanup()
-    >>> diagnose_on_cluster("minilm", texts, "tcp://127.0.0.1:1", removal="sometimes")
-    Traceback (most recent call last):
-    ...
-    ValueError: removal must be one of ...
     """
     spec = ModelSpec.of(model, load_kwargs)
     opts = dict(n_texts=n_texts, max_length=max_length, bucket_size=bucket_size, removal=removal,
