@@ -20,6 +20,7 @@ except the gradient probes, and statistics are accumulated in float64 on the CPU
 """
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -64,12 +65,29 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
             del records
             if on_batch is not None:
                 on_batch(batch, lbs)
-            with _layer_pool(threads) as pool:
-                for lb, r in zip(lbs, pool.map(fn, lbs)):
-                    on_result(lb.index, r)
-            del lbs
+            _run_layers(lbs, fn, on_result, threads)
             _trim_heap()
             bar.update(int(batch["attention_mask"].shape[0]))   # tqdm shows texts/s and the ETA
+
+
+def _run_layers(lbs: list[LayerBatch], fn: Callable[[LayerBatch], Any], on_result: Callable[[int, Any], None],
+                threads: int) -> None:
+    """Run ``fn`` on the layers ``lbs`` in a pool of ``threads`` workers, at most ``threads`` layers in flight,
+    handing results over in layer order. ``lbs`` is emptied as layers are submitted, so a finished layer's
+    inputs (its recorded queries, keys, values) and temporaries are freed, and the heap trimmed, before the
+    next layer starts: peak memory is that of ``threads`` layers, not of the whole model."""
+    lbs.reverse()
+    pending: collections.deque = collections.deque()
+    with _layer_pool(threads) as pool:
+        while lbs or pending:
+            while lbs and len(pending) < max(1, threads):
+                lb = lbs.pop()
+                pending.append((lb.index, pool.submit(fn, lb)))
+                del lb
+            i, fut = pending.popleft()
+            on_result(i, fut.result())
+            del fut
+            _trim_heap()
 
 
 def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,

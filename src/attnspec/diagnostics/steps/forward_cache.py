@@ -4,7 +4,9 @@ The fit (step 2) must see the whole corpus before the spectra (step 3) can use i
 reads every batch twice. On a CPU the second forward pass costs as much as the first; writing the
 recorded attention inputs (queries, keys after the position encoding, values and the allowed set, in
 the model's own dtype) to a temporary directory and reading them back costs a fraction of that, and
-gives bit-identical inputs. Nothing of it stays in memory: RAM does not grow with the corpus. The
+gives bit-identical inputs. Nothing of it stays in memory: RAM does not grow with the corpus, and a batch is
+read back memory-mapped, so a layer's queries and keys are paged in only when that layer is processed and
+released with it (the spectra step holds a few layers' inputs, not the whole model's). The
 directory is removed when the cache is closed (also on error); a batch that would exceed the byte
 budget (default :data:`MAX_BYTES`, at most half the free disk space) is simply not kept and is
 recomputed by a forward pass.
@@ -130,7 +132,7 @@ class ForwardCache:
         path = self.paths.get(key)
         if path is None:
             return None
-        return [_from_plain(d) for d in torch.load(path, weights_only=True)]
+        return [_from_plain(d) for d in torch.load(path, weights_only=True, mmap=True)]
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
