@@ -40,9 +40,11 @@ def test_diagnosis_small(gemma):
     d = diagnose(model, tok, builtin_texts(2), max_length=16)
     h = d.heads
     assert len(h) == 72 and "loss_increase" in h and d.summary["removal"]["mode"] == "screened"   # 268 M parameters
-    exact_only = ["removal_effect", "loss_increase", "removal_effect_se"]
+    exact_only = ["removal_effect", "loss_increase", "removal_effect_se", "removal_effect_lo", "removal_effect_hi"]
     assert not h.drop(columns=exact_only).select_dtypes("number").isna().any().any()
-    assert h["removal_effect"].notna().sum() == d.summary["removal"]["n_exact_heads"] == 16
+    measured = h["removal_effect"].notna()
+    assert measured.sum() == d.summary["removal"]["n_exact_heads"] == 16
+    assert (h[exact_only].notna().to_numpy() == measured.to_numpy()[:, None]).all()   # NaN exactly where not removed
     assert h["removal_estimate"].notna().all()
     assert d.pairs["shared_kv"].all()
     assert d.layers["cka_shared_kv_mean"].notna().all()
