@@ -15,7 +15,8 @@ __all__ = ["tiny_causal_lm"]
 
 def tiny_causal_lm(seed: int = 0, n_texts: int = 2, length: int = 6) -> tuple[ModelAdapter, dict]:
     """A seeded 2-layer, 2-head GPT-2 (``transformers.GPT2LMHeadModel``, eval mode) and a batch of
-    ``n_texts`` random texts of ``length`` tokens (``input_ids``, ``attention_mask``, ``order``).
+    ``n_texts`` random texts of ``length`` tokens (``input_ids``, ``attention_mask``, ``special`` (none),
+    ``order``).
 
     Examples
     --------
@@ -31,5 +32,5 @@ def tiny_causal_lm(seed: int = 0, n_texts: int = 2, length: int = 6) -> tuple[Mo
     model = transformers.GPT2LMHeadModel(cfg).eval()
     ids = torch.randint(0, 50, (n_texts, length), generator=torch.Generator().manual_seed(seed))
     batch = {"input_ids": ids, "attention_mask": torch.ones(n_texts, length, dtype=torch.long),
-             "order": list(range(n_texts))}
+             "special": torch.zeros(n_texts, length, dtype=torch.bool), "order": list(range(n_texts))}
     return adapt(model), batch
