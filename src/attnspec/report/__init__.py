@@ -237,15 +237,10 @@ def write_report(diag, path: str | Path) -> Path:
 
     Examples
     --------
-    >>> import torch, transformers, attnspec
-    >>> from attnspec.models import load_model
-    >>> tok, _ = load_model("minilm")[1], torch.manual_seed(0)
-    >>> cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-    ...                               vocab_size=tok.vocab_size)                     # a random one-layer BERT
-    >>> diag = attnspec.diagnose(transformers.BertModel(cfg).eval(), tok, ["The cat sat on the mat.", "A short text."],
-    ...                          min_tokens=0, n_boot=20)
-    >>> import tempfile
-    >>> out = write_report(diag, tempfile.mkdtemp() + "/reports/tiny.html")
+    >>> import tempfile, attnspec
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> diag = attnspec.diagnose(*tiny_causal_lm(), min_tokens=0, n_boot=20)     # a random 2-layer GPT-2
+    >>> out = write_report(diag, tempfile.mkdtemp() + "/reports/tiny.html")     # parent directories created
     >>> out.name, out.read_text(encoding="utf-8") == render_report(diag)
     ('tiny.html', True)
     """
