@@ -59,7 +59,6 @@ class LayerBatch:
     >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
     >>> lb = collect(ad, batch)[0]
     >>> lb.index, tuple(lb.values.shape), tuple(lb.allowed.shape), lb.groups.tolist()
     (0, (2, 2, 6, 16), (2, 6, 6), [0, 1])
@@ -216,7 +215,6 @@ def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
     >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
     >>> recs = record(ad, batch)
     >>> len(recs), type(recs[0]).__name__, tuple(recs[0].allowed.shape)
     (2, 'AttentionCall', (2, 6, 6))
@@ -280,7 +278,6 @@ def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes:
     >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
     >>> lbs = layer_batches(ad, batch, record(ad, batch), tile_bytes=4 * 2 * 2 * 6 * 2)   # 2 query rows a tile
     >>> [lb.index for lb in lbs], lbs[0].tile_rows, list(lbs[0].tiles())
     ([0, 1], 2, [slice(0, 2, None), slice(2, 4, None), slice(4, 6, None)])
@@ -313,7 +310,6 @@ def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_B
     >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
     >>> lbs = collect(ad, batch)
     >>> len(lbs), lbs[1].site.n_heads, lbs[1].lengths.tolist()
     (2, 2, [6, 6])

@@ -54,11 +54,9 @@ class LayerFitSums:
     Examples
     --------
     >>> import numpy as np, torch
-    >>> from attnspec.models.tiny import tiny_causal_lm
     >>> from attnspec.diagnostics.steps.collect import collect
-    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
-    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
     >>> sums = LayerFitSums().update(lb, ad.sites[0].w_out(), seed=0, n_boot=5)
     >>> sorted(sums.fit()), sums.fit_replicates()["beta_hat"].shape, sums.n_tokens
     (['alpha_hat', 'beta_hat', 'r2', 'score_scale'], (5, 2), 12.0)
@@ -159,11 +157,9 @@ def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: 
     Examples
     --------
     >>> import numpy as np, torch
-    >>> from attnspec.models.tiny import tiny_causal_lm
     >>> from attnspec.diagnostics.steps.collect import collect
-    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
-    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
     >>> tiles = list(null_tile_weights(lb.allowed, lb.valid, lb.order, 0, 2, 16, np.array([1.0, 2.0]), 0,
     ...                                tile_rows=4))
     >>> [(r, tuple(A0.shape)) for r, A0 in tiles]
@@ -191,11 +187,9 @@ class MaskStore:
     Examples
     --------
     >>> import numpy as np, torch
-    >>> from attnspec.models.tiny import tiny_causal_lm
     >>> from attnspec.diagnostics.steps.collect import collect
-    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
-    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
     >>> store = MaskStore()
     >>> store.add(collect(ad, batch))
     >>> (valid, order, allowed_of), = store
@@ -233,11 +227,9 @@ class NullFitSums:
     Examples
     --------
     >>> import numpy as np, torch
-    >>> from attnspec.models.tiny import tiny_causal_lm
     >>> from attnspec.diagnostics.steps.collect import collect
-    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
-    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
     >>> f = LayerFitSums().update(lb, ad.sites[0].w_out(), 0, 5).fit()
     >>> null = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6, n_boot=5)
     >>> null.fit()["r2"].round(3), null.fit_replicates()["beta_hat"].shape

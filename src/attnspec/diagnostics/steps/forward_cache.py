@@ -95,7 +95,6 @@ class ForwardCache:
     >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
     >>> from attnspec.diagnostics.steps.collect import layer_batches, record
     >>> recs = record(ad, batch)
     >>> with ForwardCache() as cache:

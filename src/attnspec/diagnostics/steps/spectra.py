@@ -117,15 +117,11 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     Each text of 6 tokens gives its top ``min(6 - 1, d_head)`` = 5 eigenvalues per spectrum:
 
     >>> import numpy as np, torch
-    >>> from attnspec.models.tiny import tiny_causal_lm
     >>> from attnspec.diagnostics.steps.collect import collect
-    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
-    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
     >>> from attnspec.diagnostics.steps.fit import LayerFitSums, NullFitSums
-    >>> W = ad.sites[0].w_out()
-    >>> sums = LayerFitSums().update(lb, W)
-    >>> f = sums.fit()
+    >>> W = ad.sites[0].w_out(); sums = LayerFitSums().update(lb, W); f = sums.fit()
     >>> f0 = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
     >>> r = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
     >>> [len(e) for e in r["heads"]["act"]], r["layer"]["free"].shape, r["removed"].shape
@@ -163,15 +159,11 @@ class LayerSpectra:
     Examples
     --------
     >>> import numpy as np, torch
-    >>> from attnspec.models.tiny import tiny_causal_lm
     >>> from attnspec.diagnostics.steps.collect import collect
-    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
-    >>> lb = collect(ad, batch)[0]                                # layer 0
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
     >>> from attnspec.diagnostics.steps.fit import LayerFitSums, NullFitSums
-    >>> W = ad.sites[0].w_out()
-    >>> sums = LayerFitSums().update(lb, W)
-    >>> f = sums.fit()
+    >>> W = ad.sites[0].w_out(); sums = LayerFitSums().update(lb, W); f = sums.fit()
     >>> f0 = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
     >>> r = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
     >>> sp = LayerSpectra(2, head_dim=16, d_out=32).update(r).merge(LayerSpectra(2).update(r))  # batch twice

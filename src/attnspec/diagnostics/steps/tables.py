@@ -252,7 +252,6 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
     >>> from attnspec.diagnostics.steps.fit import LayerFitSums
     >>> from attnspec.diagnostics.steps.spectra import layer_batch_spectra
     >>> ad, batch = tiny_causal_lm()
-    >>> batch["special"] = torch.zeros(2, 6, dtype=torch.bool)
     >>> lbs, W = collect(ad, batch), [s.w_out() for s in ad.sites]
     >>> sums = [LayerFitSums().update(lb, w, 0, 20) for lb, w in zip(lbs, W)]
     >>> fits = [s.fit() for s in sums]
