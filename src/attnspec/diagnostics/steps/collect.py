@@ -57,9 +57,8 @@ class LayerBatch:
     Examples
     --------
     >>> import torch
-    >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> lb = collect(ad, batch)[0]
+    >>> from attnspec.models.tiny import tiny_layer
+    >>> lb = tiny_layer()[2]                    # layer 0 of a 2-layer, 2-head GPT-2 on 2 texts of 6 tokens
     >>> lb.index, tuple(lb.values.shape), tuple(lb.allowed.shape), lb.groups.tolist()
     (0, (2, 2, 6, 16), (2, 6, 6), [0, 1])
     >>> A = lb.weights_of(slice(0, 3))                            # first 3 query rows: (B, H, 3, L)
@@ -212,10 +211,8 @@ def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
 
     Examples
     --------
-    >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> recs = record(ad, batch)
+    >>> recs = record(*tiny_causal_lm())                           # 2 layers, 2 heads, 2 texts of 6 tokens
     >>> len(recs), type(recs[0]).__name__, tuple(recs[0].allowed.shape)
     (2, 'AttentionCall', (2, 6, 6))
     """
@@ -275,7 +272,6 @@ def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes:
 
     Examples
     --------
-    >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
     >>> lbs = layer_batches(ad, batch, record(ad, batch), tile_bytes=4 * 2 * 2 * 6 * 2)   # 2 query rows a tile
@@ -304,14 +300,14 @@ def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_B
     Returns
     -------
     list of LayerBatch
+        One per attention site, in site order, the same as ``layer_batches(adapter, batch, record(adapter,
+        batch, head_only), tile_bytes)``.
 
     Examples
     --------
-    >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> lbs = collect(ad, batch)
-    >>> len(lbs), lbs[1].site.n_heads, lbs[1].lengths.tolist()
-    (2, 2, [6, 6])
+    >>> lbs = collect(*tiny_causal_lm(), tile_bytes=500)   # 2 texts of 6 tokens, 2 heads: 500 // (4 * 24) = 5 rows a tile
+    >>> len(lbs), lbs[1].site.n_heads, lbs[1].lengths.tolist(), lbs[1].tile_rows
+    (2, 2, [6, 6], 5)
     """
     return layer_batches(adapter, batch, record(adapter, batch, head_only), tile_bytes)

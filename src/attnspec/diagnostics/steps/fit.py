@@ -53,16 +53,16 @@ class LayerFitSums:
 
     Examples
     --------
-    >>> import numpy as np, torch
-    >>> from attnspec.diagnostics.steps.collect import collect
-    >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
+    >>> import numpy as np
+    >>> from attnspec.models.tiny import tiny_layer
+    >>> ad, batch, lb = tiny_layer()             # layer 0 of a 2-layer, 2-head GPT-2 on 2 texts of 6 tokens
     >>> sums = LayerFitSums().update(lb, ad.sites[0].w_out(), seed=0, n_boot=5)
     >>> sorted(sums.fit()), sums.fit_replicates()["beta_hat"].shape, sums.n_tokens
     (['alpha_hat', 'beta_hat', 'r2', 'score_scale'], (5, 2), 12.0)
 
     Text by text, merged, gives the same fit:
 
+    >>> from attnspec.diagnostics.steps.collect import collect
     >>> one = lambda i: {k: v[i:i + 1] for k, v in batch.items()}
     >>> parts = [LayerFitSums().update(collect(ad, one(i))[0], ad.sites[0].w_out(), 0, 5) for i in (0, 1)]
     >>> np.allclose(parts[0].merge(parts[1]).fit()["beta_hat"], sums.fit()["beta_hat"])
@@ -157,11 +157,10 @@ def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: 
     Examples
     --------
     >>> import numpy as np, torch
-    >>> from attnspec.diagnostics.steps.collect import collect
-    >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
-    >>> tiles = list(null_tile_weights(lb.allowed, lb.valid, lb.order, 0, 2, 16, np.array([1.0, 2.0]), 0,
-    ...                                tile_rows=4))
+    >>> from attnspec.models.tiny import tiny_layer
+    >>> lb = tiny_layer()[2]                     # causal layer 0 of the tiny GPT-2: 2 texts, 6 tokens
+    >>> scale = np.array([1.0, 2.0])             # s_h of the 2 null heads (width d = 16)
+    >>> tiles = list(null_tile_weights(lb.allowed, lb.valid, lb.order, 0, 2, 16, scale, 0, tile_rows=4))
     >>> [(r, tuple(A0.shape)) for r, A0 in tiles]
     [(slice(0, 4, None), (2, 2, 4, 6)), (slice(4, 6, None), (2, 2, 2, 6))]
     >>> A0 = tiles[0][1]
@@ -186,14 +185,13 @@ class MaskStore:
 
     Examples
     --------
-    >>> import numpy as np, torch
+    >>> import torch
     >>> from attnspec.diagnostics.steps.collect import collect
     >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
-    >>> store = MaskStore()
-    >>> store.add(collect(ad, batch))
+    >>> store, lbs = MaskStore(), collect(*tiny_causal_lm())        # both layers of the tiny GPT-2
+    >>> store.add(lbs)
     >>> (valid, order, allowed_of), = store
-    >>> order, torch.equal(allowed_of(1), lb.allowed), len(store.batches[0][4])   # both layers: one mask
+    >>> order, torch.equal(allowed_of(1), lbs[1].allowed), len(store.batches[0][4])   # both causal: one mask
     ([0, 1], True, 1)
     """
 
@@ -226,10 +224,8 @@ class NullFitSums:
 
     Examples
     --------
-    >>> import numpy as np, torch
-    >>> from attnspec.diagnostics.steps.collect import collect
-    >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
+    >>> from attnspec.models.tiny import tiny_layer
+    >>> ad, batch, lb = tiny_layer()             # layer 0 of the tiny GPT-2 (2 heads of width 16)
     >>> f = LayerFitSums().update(lb, ad.sites[0].w_out(), 0, 5).fit()
     >>> null = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6, n_boot=5)
     >>> null.fit()["r2"].round(3), null.fit_replicates()["beta_hat"].shape

@@ -116,11 +116,9 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     --------
     Each text of 6 tokens gives its top ``min(6 - 1, d_head)`` = 5 eigenvalues per spectrum:
 
-    >>> import numpy as np, torch
-    >>> from attnspec.diagnostics.steps.collect import collect
-    >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
     >>> from attnspec.diagnostics.steps.fit import LayerFitSums, NullFitSums
+    >>> from attnspec.models.tiny import tiny_layer
+    >>> ad, batch, lb = tiny_layer()             # layer 0 of a 2-layer GPT-2: 2 heads of width 16, d_out = 32
     >>> W = ad.sites[0].w_out(); sums = LayerFitSums().update(lb, W); f = sums.fit()
     >>> f0 = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
     >>> r = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
@@ -158,18 +156,30 @@ class LayerSpectra:
 
     Examples
     --------
-    >>> import numpy as np, torch
-    >>> from attnspec.diagnostics.steps.collect import collect
-    >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> ad, batch = tiny_causal_lm(); lb = collect(ad, batch)[0]     # a 2-layer, 2-head GPT-2: layer 0
-    >>> from attnspec.diagnostics.steps.fit import LayerFitSums, NullFitSums
-    >>> W = ad.sites[0].w_out(); sums = LayerFitSums().update(lb, W); f = sums.fit()
-    >>> f0 = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
-    >>> r = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
-    >>> sp = LayerSpectra(2, head_dim=16, d_out=32).update(r).merge(LayerSpectra(2).update(r))  # batch twice
+    The spectra of the tiny GPT-2's layer 0 on its batch of 2 texts, pooled once and twice:
+
+    >>> import numpy as np
+    >>> from attnspec.diagnostics.steps import collect, fit
+    >>> from attnspec.models.tiny import tiny_layer
+    >>> ad, batch, lb = tiny_layer(); W = ad.sites[0].w_out()
+    >>> sums = fit.LayerFitSums().update(lb, W); f = sums.fit()
+    >>> f0 = fit.NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
+    >>> spectra = lambda b: LayerSpectra(2, head_dim=16, d_out=32).update(
+    ...     layer_batch_spectra(b, W, f, f0, sums.head_power(), seed=0))
+    >>> whole = spectra(lb)
+    >>> sp = whole.merge(whole)                                          # the batch twice
     >>> sp.head("act", 0).shape, sp.of_layer("ge").shape, sp.without(1).shape
     ((20,), (20,), (20,))
     >>> bool(np.all(np.diff(sp.head("null", 1)) >= 0))          # pooled spectra come sorted
+    True
+
+    Text by text, merged in either order, every pooled spectrum is the batch's:
+
+    >>> one = lambda i: collect.collect(ad, {k: v[i:i + 1] for k, v in batch.items()})[0]
+    >>> split = spectra(one(1)).merge(spectra(one(0)))
+    >>> all(np.allclose(split.head(k, h), whole.head(k, h)) for k in HEAD_SPECTRA for h in (0, 1))
+    True
+    >>> all(np.allclose(split.of_layer(k), whole.of_layer(k)) for k in LAYER_SPECTRA)
     True
     """
 
