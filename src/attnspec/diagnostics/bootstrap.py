@@ -217,15 +217,15 @@ def weighted_w1(x: np.ndarray, ix: np.ndarray, y: np.ndarray, iy: np.ndarray, w:
     order = np.argsort(z, kind="stable")
     dz = np.diff(z[order])
     t = np.concatenate([ix, iy])[order]
+    wt = np.ascontiguousarray(w.T)                  # (n_texts, n_boot): gathering rows, summing along them
     with np.errstate(invalid="ignore", divide="ignore"):
         if np.array_equal(sx, sy):                  # same texts and counts (all the uses here): one scale
-            sign = np.where(order < x.size, 1.0, -1.0)
-            G = w[:, t] * sign
+            G = wt[t]
+            G[order >= x.size] *= -1.0
             scale = sx
         else:
-            coef_x, coef_y = 1.0 / sx[:, None], -1.0 / sy[:, None]
-            G = w[:, t] * np.where(order[None] < x.size, coef_x, coef_y)
+            G = wt[t] * np.where(order[:, None] < x.size, 1.0 / sx[None], -1.0 / sy[None])
             scale = np.ones_like(sx)
-        np.cumsum(G, axis=1, out=G)
+        np.cumsum(G, axis=0, out=G)                 # (n + m, n_boot): the replicates' CDF differences
         np.abs(G, out=G)
-        return (G[:, :-1] @ dz) / scale
+        return (dz @ G[:-1]) / scale
