@@ -11,6 +11,11 @@ directory is removed when the cache is closed (also on error); a batch that woul
 budget (default :data:`MAX_BYTES`, at most half the free disk space) is simply not kept and is
 recomputed by a forward pass.
 
+A batch is one file of raw bytes: each tensor's storage span (strides kept, so the recomputed attention
+rows are bit-identical, whatever the layout the model gave its queries and keys), no serialization
+format and no checksum. The file is written by a background thread while the layers of that batch
+are processed; :meth:`ForwardCache.get` waits for it (a failed write is a batch not kept).
+
 On an accelerator the forward pass is cheap next to the transfer, so :func:`wanted` turns the cache
 off there unless asked for.
 """
@@ -20,7 +25,9 @@ import dataclasses
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import torch
 
 from ...models.attention_calls import AttentionCall
@@ -58,8 +65,15 @@ def wanted(adapter, reuse_forward: bool | None) -> bool:
     return p is None or p.device.type == "cpu"
 
 
-def _nbytes(rec: dict) -> int:
-    return sum(v.numel() * v.element_size() for v in rec.values() if isinstance(v, torch.Tensor))
+_ALIGN = 64     # byte alignment of each tensor in a batch file
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """``(first, count)``: the elements of ``t``'s storage that ``t`` reaches (its strides kept)."""
+    if t.numel() == 0:
+        return t.storage_offset(), 0
+    last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return t.storage_offset(), last - t.storage_offset() + 1
 
 
 def _to_plain(r) -> dict:
@@ -69,6 +83,47 @@ def _to_plain(r) -> dict:
     else:
         d = dict(r, kind="weights")
     return {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in d.items()}
+
+
+def _layout(plain: list[dict]) -> tuple[list, int]:
+    """Where each tensor goes in the batch file: per record ``{name: (offset, count, dtype, shape, stride)}``
+    (``count`` storage elements from ``offset`` bytes, :func:`_span`) and the file size."""
+    out, pos = [], 0
+    for d in plain:
+        where = {}
+        for k, v in d.items():
+            if isinstance(v, torch.Tensor):
+                n = _span(v)[1]
+                where[k] = (pos, n, v.dtype, tuple(v.shape), tuple(v.stride()))
+                pos += -(-n * v.element_size() // _ALIGN) * _ALIGN
+        out.append(where)
+    return out, pos
+
+
+def _write(path: str, plain: list[dict], layout: list) -> None:
+    """The storage span of every tensor, as raw bytes at its offset (no serialization, no checksum)."""
+    with open(path, "wb") as f:
+        for d, where in zip(plain, layout):
+            for k, (pos, n, _, _, _) in where.items():
+                v = d[k]
+                flat = torch.empty(0, dtype=v.dtype).set_(v.untyped_storage(), _span(v)[0], (n,), (1,))
+                f.seek(pos)
+                f.write(memoryview(flat.view(torch.uint8).numpy()))
+
+
+def _read(path: str, meta: list[dict], layout: list) -> list:
+    """The records of a batch file, each tensor a view of the memory-mapped file with its original strides."""
+    size = os.path.getsize(path)
+    mm = np.memmap(path, mode="c", dtype=np.uint8) if size else np.zeros(0, np.uint8)
+    out = []
+    for d, where in zip(meta, layout):
+        r = dict(d)
+        for k, (pos, n, dtype, shape, stride) in where.items():
+            nb = n * torch.empty(0, dtype=dtype).element_size()
+            flat = torch.from_numpy(mm[pos:pos + nb]).view(dtype) if n else torch.empty(0, dtype=dtype)
+            r[k] = flat.as_strided(shape, stride)
+        out.append(_from_plain(r))
+    return out
 
 
 def _from_plain(d: dict):
@@ -112,28 +167,39 @@ class ForwardCache:
         self.dir = tempfile.mkdtemp(prefix="attnspec-forward-", dir=directory)
         self.max_bytes = min(int(max_bytes), shutil.disk_usage(self.dir).free // 2)
         self.used = 0
-        self.paths: dict = {}
+        self.paths: dict = {}            # key -> (path, non-tensor entries per record, layout, write)
+        self._writer: ThreadPoolExecutor | None = None
 
     def put(self, key, records: list) -> bool:
-        """Keep ``records`` under ``key`` if the budget allows; returns whether they were kept."""
+        """Keep ``records`` under ``key`` if the budget allows (written in the background); returns whether
+        they are kept."""
         plain = [_to_plain(r) for r in records]
-        size = sum(_nbytes(d) for d in plain)
+        layout, size = _layout(plain)
         if self.used + size > self.max_bytes:
             return False
-        path = os.path.join(self.dir, f"{len(self.paths)}.pt")
-        torch.save(plain, path)
-        self.paths[key] = path
+        path = os.path.join(self.dir, f"{len(self.paths)}.bin")
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnspec-cache")
+        meta = [{k: v for k, v in d.items() if not isinstance(v, torch.Tensor)} for d in plain]
+        self.paths[key] = (path, meta, layout, self._writer.submit(_write, path, plain, layout))
         self.used += size
         return True
 
     def get(self, key) -> list | None:
-        """The records kept under ``key`` (tensors on the CPU), or ``None``."""
-        path = self.paths.get(key)
-        if path is None:
+        """The records kept under ``key`` (tensors on the CPU, memory-mapped), or ``None``."""
+        entry = self.paths.get(key)
+        if entry is None:
             return None
-        return [_from_plain(d) for d in torch.load(path, weights_only=True, mmap=True)]
+        path, meta, layout, written = entry
+        if written.exception() is not None:      # waits for the write; a failed one: recompute the batch
+            return None
+        return _read(path, meta, layout)
 
     def close(self) -> None:
+        """Wait for pending writes, then remove the directory."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True, cancel_futures=True)
+            self._writer = None
         shutil.rmtree(self.dir, ignore_errors=True)
         self.paths.clear()
 
