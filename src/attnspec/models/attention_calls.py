@@ -115,19 +115,19 @@ class AttentionCall:
         """Raw logits ``(B, H, r, L)`` of the query rows ``rows`` (before masking), computed on the
         tensors' device in ``dtype`` and returned on the CPU."""
         q = self.query[:, :, rows].to(dtype=dtype)
-        s = (q @ self._kv(self.key, dtype).transpose(-1, -2)) * self.scaling
+        s = (q @ self._kv(self.key, dtype).transpose(-1, -2)).mul_(self.scaling)   # in place: same numbers
         if self.softcap:
-            s = torch.tanh(s / self.softcap) * self.softcap
+            s = s.div_(self.softcap).tanh_().mul_(self.softcap)
         if self.position_bias is not None:
-            s = s + self.position_bias[..., rows, :].to(dtype=dtype)
+            s = s.add_(self.position_bias[..., rows, :].to(dtype=dtype))
         return s.cpu()
 
     def weights(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Attention weights ``(B, H, r, L)`` of the query rows ``rows``; rows with no allowed key are 0."""
         s = self.logits(rows, dtype)
         ok = self.allowed[:, None, rows].to("cpu")
-        A = torch.softmax(s.masked_fill(~ok, float("-inf")), dim=-1)
-        return torch.nan_to_num(A, nan=0.0)
+        A = torch.softmax(s.masked_fill_(~ok, float("-inf")), dim=-1)
+        return A.nan_to_num_(nan=0.0)
 
     def values(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Values ``(B, H_kv, L, d_v)`` on the CPU."""
