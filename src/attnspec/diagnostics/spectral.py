@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from ..spectra import gram_eigenvalues
-from .noise import TextNoise
+from .rotation import free_rotation, helmert_basis  # noqa: F401  (re-exported: spectra and their free sum)
 
 __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "layer_eigs_without_each",
-           "free_rotation", "helmert_basis"]
+           "removed_blocks", "REMOVED_GRAM_BYTES", "free_rotation", "helmert_basis"]
 
 
 def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -239,14 +239,78 @@ def layer_eigs(Y: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray
     return np.stack([_top(e, r) for e in flat]).reshape(lead + (-1,))
 
 
-def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray:
+#: Default budget (bytes) of the removed-head Grams built at once by :func:`layer_eigs_without_each`.
+REMOVED_GRAM_BYTES = 32 * 2 ** 20
+
+
+def removed_blocks(B: int, H: int, n: int, max_bytes: int = REMOVED_GRAM_BYTES) -> list[tuple[slice, slice]]:
+    """(texts, heads) blocks over which :func:`layer_eigs_without_each` builds its ``n x n`` Grams at once.
+
+    One (text, head) pair costs ``u = 64 n^2`` bytes (its Gram and the products behind it in float32, and
+    the float64 copy the eigensolver makes: ``8 n^2`` numbers of 8 bytes, an upper bound); a block holds
+    ``k = max(1, max_bytes // u)`` pairs: all heads of ``k // H`` texts when ``k >= H``, else ``k`` heads
+    of one text. The Grams held at once thus take ``max(max_bytes, u)`` bytes at most.
+
+    Parameters
+    ----------
+    B, H : int
+        Texts and heads (>= 1).
+    n : int
+        Gram size ``min(L, d_out)`` (>= 1).
+    max_bytes : int
+        Budget (>= 1).
+
+    Returns
+    -------
+    list of (slice, slice)
+        Text and head slices, covering every (text, head) pair once, in text-major order.
+
+    Examples
+    --------
+    >>> removed_blocks(3, 4, 16, max_bytes=64 * 16 ** 2 * 8)        # 8 pairs a block: 2 texts of 4 heads
+    [(slice(0, 2, None), slice(0, 4, None)), (slice(2, 3, None), slice(0, 4, None))]
+    >>> removed_blocks(1, 4, 16, max_bytes=64 * 16 ** 2 * 3)        # 3 pairs: heads 0-2, then head 3
+    [(slice(0, 1, None), slice(0, 3, None)), (slice(0, 1, None), slice(3, 4, None))]
+    """
+    for name, v in (("B", B), ("H", H), ("n", n), ("max_bytes", max_bytes)):
+        if int(v) < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    k = max(1, int(max_bytes) // (64 * n * n))
+    if k >= H:
+        t = k // H
+        return [(slice(b, min(B, b + t)), slice(0, H)) for b in range(0, B, t)]
+    return [(slice(b, b + 1), slice(h, min(H, h + k))) for b in range(B) for h in range(0, H, k)]
+
+
+def _removed_grams(M: torch.Tensor, W: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """``Y_{-h} Y_{-h}^T`` (``l <= d_out``) or ``Y_{-h}^T Y_{-h}`` (``l > d_out``) of a block: ``M``
+    ``(b, c, L, dh)``, ``W`` ``(c, dh, d_out)``, ``Y`` ``(b, L, d_out)`` the full layer output; ``(b, c, n, n)``."""
+    if Y.shape[1] <= Y.shape[2]:
+        P = torch.einsum("ble,hde->bhld", Y, W) @ M.transpose(-1, -2)             # T_h M_h^T
+        G = (Y @ Y.transpose(-1, -2))[:, None] - P
+        G -= P.transpose(-1, -2)
+        G += (M @ (W @ W.transpose(-1, -2))[None]) @ M.transpose(-1, -2)
+        return G
+    U = M @ W[None]                                                               # M_h W^h: (b, c, L, d_out)
+    P = U.transpose(-1, -2) @ Y[:, None]
+    G = (Y.transpose(-1, -2) @ Y)[:, None] - P
+    G -= P.transpose(-1, -2)
+    G += U.transpose(-1, -2) @ U
+    return G
+
+
+def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scale: float,
+                            max_bytes: int = REMOVED_GRAM_BYTES) -> np.ndarray:
     """Pooled spectra of the layer output without each head: ``(H, n)``, row ``h`` for
     ``Y_{-h} = sum_{g != h} M_g W_O^g`` (same normalization as :func:`layer_eigs`).
 
-    All ``H`` Grams come from one expansion instead of ``H`` products: with ``Y = sum_g M_g W_O^g``
+    The Grams come from one expansion instead of ``H`` products: with ``Y = sum_g M_g W_O^g``
     and ``T_h = Y W_O^{hT}``, for ``l <= d_out``
     ``Y_{-h} Y_{-h}^T = Y Y^T - T_h M_h^T - M_h T_h^T + M_h (W_O^h W_O^{hT}) M_h^T`` (``l x l``), and for
     ``l > d_out`` the ``d_out x d_out`` form ``Y^T Y - W^{hT} M_h^T Y - Y^T M_h W^h + W^{hT} M_h^T M_h W^h``.
+    They are built and diagonalized in (text, head) blocks (:func:`removed_blocks`): beyond the layer
+    output ``Y`` (``B L d_out`` numbers) the memory is ``max(max_bytes, 64 n^2)`` bytes with
+    ``n = min(L, d_out)``, whatever ``B`` and ``H``; the blocks do not change the result.
     Computed in ``M``'s dtype (float32 unless the model is float64): the cancellation error is
     ``eps ||Y||^2``, the same order as the eigensolver's on ``Y_{-h}``.
 
@@ -259,6 +323,8 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
     lengths : numpy.ndarray of int, shape (B,)
     scale : float
         Value-path power used for every row.
+    max_bytes : int
+        Budget of the Grams built at once (>= 1; :data:`REMOVED_GRAM_BYTES`).
 
     Returns
     -------
@@ -266,133 +332,23 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
 
     Examples
     --------
-    With two heads, the layer without head 0 is head 1 alone:
+    With two heads, the layer without head 0 is head 1 alone, one head at a time or both at once:
 
     >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
     >>> M = center(torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64), torch.ones(1, 4, dtype=torch.bool))
     >>> Wh = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)    # W_O^h: (H, d_head, d_out)
     >>> out = layer_eigs_without_each(M, Wh, np.array([4]), 1.0)
     >>> alone = layer_eigs(torch.einsum("bld,de->ble", M[:, 1], Wh[1]), np.array([4]), 1.0)
-    >>> out.shape, np.allclose(out[0], alone)
-    ((2, 3), True)
+    >>> out.shape, np.allclose(out[0], alone), np.array_equal(out, layer_eigs_without_each(M, Wh, np.array([4]), 1.0, 1))
+    ((2, 3), True, True)
     """
     W = Wh.to(M.dtype)
     B, H, L, dh = M.shape
     d_out = W.shape[-1]
     Y = torch.einsum("bhld,hde->ble", M, W)
-    if L <= d_out:
-        MK = M @ (W @ W.transpose(-1, -2))[None]                 # M_h W^h W^hT: (B, H, L, dh)
-        P = torch.einsum("ble,hde->bhld", Y, W) @ M.transpose(-1, -2)
-        G = (Y @ Y.transpose(-1, -2))[:, None] - P - P.transpose(-1, -2) + MK @ M.transpose(-1, -2)
-    else:                                                        # one head at a time: O(B L d_out) memory
-        YY = Y.transpose(-1, -2) @ Y
-        G = torch.empty(B, H, d_out, d_out, dtype=Y.dtype)
-        for h in range(H):
-            U = M[:, h] @ W[h]
-            P = U.transpose(-1, -2) @ Y
-            G[:, h] = YY - P - P.transpose(-1, -2) + U.transpose(-1, -2) @ U
-    ev = np.linalg.eigvalsh(G.numpy())                           # ascending; the top r_b are kept
+    ev = np.empty((B, H, min(L, d_out)))
+    for bs, hs in removed_blocks(B, H, min(L, d_out), max_bytes):
+        ev[bs, hs] = np.linalg.eigvalsh(_removed_grams(M[bs, hs], W[hs], Y[bs]).numpy())   # ascending
     ev = np.maximum(ev, 0.0) * (lengths[:, None, None] / (d_out * scale))
     r = np.minimum(lengths - 1, d_out)
     return np.stack([_top(ev[:, h], r) for h in range(H)])
-
-
-def helmert_basis(n: int) -> np.ndarray:
-    """Orthonormal basis ``(n, n - 1)`` of the sum-zero vectors of ``R^n`` (Helmert): column ``k``
-    is ``(1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1))`` with ``k`` ones.
-
-    Parameters
-    ----------
-    n : int
-        Dimension (>= 1; ``n = 1`` gives an empty ``(1, 0)`` basis).
-
-    Returns
-    -------
-    numpy.ndarray, shape (n, n - 1)
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> E = helmert_basis(3)
-    >>> E.round(4)
-    array([[ 0.7071,  0.4082],
-           [-0.7071,  0.4082],
-           [ 0.    , -0.8165]])
-    >>> np.allclose(E.T @ E, np.eye(2)), np.allclose(E.sum(axis=0), 0)
-    (True, True)
-    """
-    i, k = np.arange(n)[:, None], np.arange(1, n)[None, :]
-    return np.where(i < k, 1.0, np.where(i == k, -k, 0.0)) / np.sqrt(k * (k + 1.0))
-
-
-def _sign_fixed_qr(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Reduced QR of ``X`` ``(..., n, k)`` with ``R``'s diagonal made non-negative (unique and continuous
-    in ``X`` at full rank)."""
-    Q, R = torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(X)))
-    s = torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(R.dtype)
-    return (Q * s[..., None, :]).numpy(), (R * s[..., :, None]).numpy()
-
-
-def _rotate_text(Mb: np.ndarray, draw) -> np.ndarray:
-    """Free rotation of one text's centered contexts ``Mb`` ``(H, n, dh)`` (real tokens only)."""
-    H, n, dh = Mb.shape
-    m = n - 1
-    if m < 1:
-        return np.zeros_like(Mb)
-    if m <= dh:                                        # token space: O_h = E O0_h E^T, O0_h Haar on R^m
-        E = helmert_basis(n)
-        return E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ Mb))
-    R = _sign_fixed_qr(Mb)[1]                          # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
-    G = draw((H, n, dh))
-    F = _sign_fixed_qr(G - G.mean(-2, keepdims=True))[0]   # Haar dh-frame in the centered span
-    return F @ R
-
-
-def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
-    """Each head's centered context moved by an independent Haar rotation of the text's token space:
-    ``M_h -> O_h M_h``, ``O_h`` Haar-orthogonal on the centered span of the text's real tokens.
-
-    ``M_h^T M_h`` is kept (hence each head's spectrum and its coupling to ``W_O^h``); only the alignment
-    of heads in token space, i.e. their dependence, is destroyed. With ``M_h = U_h Sigma_h W_h^T`` the
-    result is ``F_h Sigma_h W_h^T``, ``F_h = O_h U_h`` a Haar frame; it is drawn at the cheaper size:
-    for ``n_b - 1 <= d_head`` as ``O_h = E O0_h E^T`` (``E`` the Helmert basis of the centered span,
-    ``O0_h`` Haar from the QR of a Gaussian ``(n_b-1) x (n_b-1)``), otherwise as ``F_h R_h`` with
-    ``M_h = Q_h R_h`` (``O_h Q_h`` is a Haar frame, drawn as ``F_h``, the Q factor of a centered
-    Gaussian ``n_b x d_head``). QR factors have ``R``'s diagonal non-negative, so that the map is
-    continuous in ``M`` and equal inputs up to rounding give equal rotations.
-    Cost per head and text ``O(min(n_b, d_head)^3)``, draws per text (:class:`TextNoise`), so the result
-    depends neither on batching nor on padding.
-
-    Parameters
-    ----------
-    M : torch.Tensor, shape (B, H, L, d_head)
-        Centered contexts.
-    valid : torch.Tensor of bool, shape (B, L)
-        Real tokens.
-    noise : TextNoise
-        The per-text draws (purpose :attr:`Draw.FREE_ROTATION`).
-
-    Returns
-    -------
-    torch.Tensor, shape (B, H, L, d_head)
-
-    Examples
-    --------
-    Each head's ``M_h^T M_h`` (so its spectrum) is kept, the contexts themselves move:
-
-    >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
-    >>> M = center(torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64), torch.ones(1, 4, dtype=torch.bool))
-    >>> Wh = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)    # W_O^h: (H, d_head, d_out)
-    >>> from attnspec.diagnostics.noise import Draw, TextNoise
-    >>> valid = torch.ones(1, 4, dtype=torch.bool)
-    >>> R = free_rotation(M, valid, TextNoise(0, Draw.FREE_ROTATION, 0, [0], valid))
-    >>> torch.allclose(R[0, 0].T @ R[0, 0], M[0, 0].T @ M[0, 0]), torch.allclose(R, M)
-    (True, False)
-    """
-    B, H, L, dh = M.shape
-    Mn = M.double().numpy()
-    out = np.zeros_like(Mn)
-    for b in range(B):
-        idx = noise.idx[b].numpy()
-        out[b][:, idx] = _rotate_text(Mn[b][:, idx], lambda shape, b=b: noise.draw(b, shape))
-    return torch.from_numpy(out).to(M.dtype)

@@ -1,0 +1,117 @@
+"""Free rotation of head contexts: each head's centered context moved by an independent Haar rotation
+of the text's token space (used for the empirical free sum of a layer's heads and the CKA null,
+:mod:`.dependence`).
+
+``M_h -> O_h M_h`` keeps ``M_h^T M_h``, hence each head's spectrum and its coupling to ``W_O^h``, and
+destroys only the heads' alignment in token space. Draws are per text (:class:`.noise.TextNoise`), so
+the result depends neither on batching nor on padding.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .noise import TextNoise
+
+__all__ = ["free_rotation", "helmert_basis"]
+
+
+def helmert_basis(n: int) -> np.ndarray:
+    """Orthonormal basis ``(n, n - 1)`` of the sum-zero vectors of ``R^n`` (Helmert): column ``k``
+    is ``(1, ..., 1, -k, 0, ..., 0) / sqrt(k (k + 1))`` with ``k`` ones.
+
+    Parameters
+    ----------
+    n : int
+        Dimension (>= 1; ``n = 1`` gives an empty ``(1, 0)`` basis).
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, n - 1)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> E = helmert_basis(3)
+    >>> E.round(4)
+    array([[ 0.7071,  0.4082],
+           [-0.7071,  0.4082],
+           [ 0.    , -0.8165]])
+    >>> np.allclose(E.T @ E, np.eye(2)), np.allclose(E.sum(axis=0), 0)
+    (True, True)
+    """
+    i, k = np.arange(n)[:, None], np.arange(1, n)[None, :]
+    return np.where(i < k, 1.0, np.where(i == k, -k, 0.0)) / np.sqrt(k * (k + 1.0))
+
+
+def _sign_fixed_qr(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Reduced QR of ``X`` ``(..., n, k)`` with ``R``'s diagonal made non-negative (unique and continuous
+    in ``X`` at full rank)."""
+    Q, R = torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(X)))
+    s = torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(R.dtype)
+    return (Q * s[..., None, :]).numpy(), (R * s[..., :, None]).numpy()
+
+
+def _rotate_text(Mb: np.ndarray, draw) -> np.ndarray:
+    """Free rotation of one text's centered contexts ``Mb`` ``(H, n, dh)`` (real tokens only)."""
+    H, n, dh = Mb.shape
+    m = n - 1
+    if m < 1:
+        return np.zeros_like(Mb)
+    if m <= dh:                                        # token space: O_h = E O0_h E^T, O0_h Haar on R^m
+        E = helmert_basis(n)
+        return E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ Mb))
+    R = _sign_fixed_qr(Mb)[1]                          # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
+    G = draw((H, n, dh))
+    F = _sign_fixed_qr(G - G.mean(-2, keepdims=True))[0]   # Haar dh-frame in the centered span
+    return F @ R
+
+
+def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
+    """Each head's centered context moved by an independent Haar rotation of the text's token space:
+    ``M_h -> O_h M_h``, ``O_h`` Haar-orthogonal on the centered span of the text's real tokens.
+
+    ``M_h^T M_h`` is kept (hence each head's spectrum and its coupling to ``W_O^h``); only the alignment
+    of heads in token space, i.e. their dependence, is destroyed. With ``M_h = U_h Sigma_h W_h^T`` the
+    result is ``F_h Sigma_h W_h^T``, ``F_h = O_h U_h`` a Haar frame; it is drawn at the cheaper size:
+    for ``n_b - 1 <= d_head`` as ``O_h = E O0_h E^T`` (``E`` the Helmert basis of the centered span,
+    ``O0_h`` Haar from the QR of a Gaussian ``(n_b-1) x (n_b-1)``), otherwise as ``F_h R_h`` with
+    ``M_h = Q_h R_h`` (``O_h Q_h`` is a Haar frame, drawn as ``F_h``, the Q factor of a centered
+    Gaussian ``n_b x d_head``). QR factors have ``R``'s diagonal non-negative, so that the map is
+    continuous in ``M`` and equal inputs up to rounding give equal rotations.
+    Cost per head and text ``O(min(n_b, d_head)^3)``, draws per text (:class:`TextNoise`), so the result
+    depends neither on batching nor on padding.
+
+    Parameters
+    ----------
+    M : torch.Tensor, shape (B, H, L, d_head)
+        Centered contexts.
+    valid : torch.Tensor of bool, shape (B, L)
+        Real tokens.
+    noise : TextNoise
+        The per-text draws (purpose :attr:`Draw.FREE_ROTATION`).
+
+    Returns
+    -------
+    torch.Tensor, shape (B, H, L, d_head)
+
+    Examples
+    --------
+    Each head's ``M_h^T M_h`` (so its spectrum) is kept, the contexts themselves move:
+
+    >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
+    >>> from attnspec.diagnostics.spectral import center
+    >>> M = center(torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64), torch.ones(1, 4, dtype=torch.bool))
+    >>> from attnspec.diagnostics.noise import Draw, TextNoise
+    >>> valid = torch.ones(1, 4, dtype=torch.bool)
+    >>> R = free_rotation(M, valid, TextNoise(0, Draw.FREE_ROTATION, 0, [0], valid))
+    >>> torch.allclose(R[0, 0].T @ R[0, 0], M[0, 0].T @ M[0, 0]), torch.allclose(R, M)
+    (True, False)
+    """
+    B, H, L, dh = M.shape
+    Mn = M.double().numpy()
+    out = np.zeros_like(Mn)
+    for b in range(B):
+        idx = noise.idx[b].numpy()
+        out[b][:, idx] = _rotate_text(Mn[b][:, idx], lambda shape, b=b: noise.draw(b, shape))
+    return torch.from_numpy(out).to(M.dtype)
