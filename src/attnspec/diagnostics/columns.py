@@ -87,6 +87,10 @@ COLUMNS: dict[str, dict[str, str]] = {
         "cka_excess": "cka_mean - cka_null_mean.",
         "cka_excess_lo": _LO.format("cka_excess") + _CKA_BOOT,
         "cka_excess_hi": _HI.format("cka_excess"),
+        "dependence": ("Verdict on the head's pairs (pairs table): dependent when one of its pairs is dependent, "
+                       "independent when all are, else undetermined (also for a single-head layer)."),
+        "dependence_partner": ("The partner of the head's dependent pair that clears the margin by most; -1 when the "
+                               "head is not dependent."),
         "energy_share": "Share of the layer's output energy sum_h ||Y_h||^2 carried by this head.",
         "removal_spec_shift": "(a) W1 between the layer's output spectrum with and without the head, over its mean eigenvalue.",
         "removal_spec_shift_lo": _LO.format("removal_spec_shift") + _SPEC_BOOT,
@@ -151,7 +155,12 @@ COLUMNS: dict[str, dict[str, str]] = {
         "n_diffuse": "Heads labelled diffuse.",
         "n_selective": "Heads labelled selective.",
         "n_sparse": "Heads labelled sparse.",
-        "n_undetermined": "Heads left undetermined (too few tokens).",
+        "n_undetermined": "Heads left undetermined (too few tokens, or an interval that contains the threshold).",
+        "dependence_margin": ("Margin tau of the dependence verdict: 0.1 (bidirectional or cross-attention) or 0.5 "
+                              "(causal self-attention)."),
+        "cka_excess_background": "Median cka_excess over the layer's pairs that do not share a key/value head.",
+        "n_dependent_pairs": "Pairs labelled dependent.",
+        "n_dependent_heads": "Heads in at least one dependent pair.",
     },
     "pairs": {
         "layer": "Layer index.",
@@ -164,6 +173,13 @@ COLUMNS: dict[str, dict[str, str]] = {
         "cka_excess": "cka - cka_null.",
         "cka_excess_lo": _LO.format("cka_excess") + _CKA_BOOT,
         "cka_excess_hi": _HI.format("cka_excess"),
+        "cka_excess_background": ("Median cka_excess of the layer's other pairs that do not share a key/value head "
+                                  "(all other pairs when every pair shares one; NaN for a layer with one pair): what "
+                                  "heads of this layer share through their common inputs. Held fixed in the bootstrap."),
+        "dependence": ("Verdict, a test against the interval of cka_excess: dependent when cka_excess_lo - "
+                       "cka_excess_background >= tau (the layer's dependence_margin: 0.1 bidirectional, 0.5 causal), "
+                       "independent when cka_excess_hi - cka_excess_background < tau, else undetermined (also under "
+                       "min_tokens real tokens and without a background)."),
         "output_corr": "<Y_a, Y_b>_F / (||Y_a|| ||Y_b||) of the heads' outputs (positive: reinforce, negative: cancel).",
         "shared_kv": "The two heads read the same key/value head.",
     },
@@ -197,12 +213,24 @@ VERDICTS = (
     "when the corpus has fewer than `min_tokens` real tokens (400 by default; the summary states it as "
     "`min_tokens_for_label`). On randomly initialized BERT, RoBERTa, GPT-2 and Llama (2 seeds each, 4 to 64 "
     "texts) no head is labelled selective (`tests/test_calibration_random.py` allows at most 5 %). "
-    "`cka_excess` has an interval but no verdict: CKA is a ratio of squared norms of Gram sums over all texts, so "
-    "its replicates are linearized (each text's first-order influence, computed against the Gram sum of the first "
-    "pass, is re-weighted; an exact replicate would need one Gram matrix per replicate and layer), with the null "
-    "held fixed. The interval is a delta-method one: accurate when no few texts dominate the Gram sums, too wide "
-    "when they do. Heads of one layer read the same inputs, so independent heads need not have a zero excess, and "
-    "no threshold has been calibrated for a `dependent` verdict. "
+    "The `dependence` verdict of a pair is a test against its `cka_excess` interval (linearized: each text's "
+    "first-order influence on the CKA numerators, computed against the Gram sum of the first pass, is re-weighted; "
+    "accurate when no few texts dominate the Gram sums, too wide when they do). The null of `cka_excess` removes "
+    "every alignment between heads, including what any two heads share because they read the same inputs, so almost "
+    "every real pair has a positive excess (MiniLM: 94 % of pairs have a lower bound above 0). The verdict therefore "
+    "compares a pair with its layer: `cka_excess_background` is the median excess of the layer's other pairs "
+    "(those not sharing a key/value head), and a pair is `dependent` when `cka_excess_lo` exceeds it by the margin "
+    "tau, `independent` when `cka_excess_hi` stays below background + tau, else `undetermined` (as below "
+    "`min_tokens` or for a layer with a single pair). Nominal false-positive rate: 2.5 % for a pair exactly tau above "
+    "its background. tau is 0.1 in bidirectional layers and 0.5 in causal ones, where the running mean gives pairs "
+    "of cool heads a large shared part that the median does not remove. Chosen on planted models (heads whose Q/K/V "
+    "copy a partner's with correlation rho, 2 layers x 12 heads) and randomly initialized ones: every copy at rho = 1 "
+    "is dependent (BERT 36 of 36 pairs over 3 seeds and 8-64 texts, lowest margin 0.92; GPT-2 32 of 32 over 4 seeds, "
+    "lowest 0.78), copies at rho = 0.75 are dependent in BERT 10 of 36 times, and no background pair is (BERT 0 of "
+    "5,760, highest 0.03 over its background; GPT-2 0 of 1,280, highest 0.48); nor is any pair of random BERT, "
+    "RoBERTa, GPT-2 or Llama (2 layers x 4 heads). A head is `dependent` when one of its pairs is "
+    "(`dependence_partner` names the partner), `independent` when all are. Read the verdict as dependence beyond what "
+    "the layer's heads typically share, which requires that fewer than half of a layer's pairs be dependent. "
     "Removal effects also keep their texts-as-clusters standard errors (`_se`).")
 
 

@@ -23,7 +23,7 @@ _NOTE_GQA = ("grouped-query attention: query heads of a group share keys and val
              "sharing across heads leaves the spectrum of the sum unchanged: compare free_defect_w1_rel with a "
              "model without sharing.")
 _NOTE_FEW = ("{n} real tokens is below the minimum of {m} for a selection label: every head is 'undetermined' "
-             "(scores are still reported; more texts give labels).")
+             "in selection and in dependence (scores are still reported; more texts give labels).")
 
 
 
@@ -127,7 +127,14 @@ def random_head_beta(heads: pd.DataFrame) -> dict:
 
 
 def verdicts(opt: TableOptions) -> dict:
-    """How the labels were decided: replicates, interval level, nominal false-positive rate, token minimum.
+    """How the labels were decided: replicates, interval level, rules, nominal false-positive rates, token minimum.
+
+    ``selection``: ``selective`` when the lower bound of ``selection_score`` reaches the threshold.
+    ``dependence`` (pairs, :mod:`.dependence_verdict`): ``dependent`` when ``cka_excess_lo`` exceeds the
+    layer background (median excess of the other pairs not sharing a key/value head) by the margin
+    ``tau`` (:data:`.dependence_verdict.MARGINS`), ``independent`` when ``cka_excess_hi`` stays below
+    background + ``tau``; a head is dependent when one of its pairs is. Each is a one-sided test at
+    ``(1 - level) / 2`` for a score exactly at its threshold.
 
     Parameters
     ----------
@@ -137,9 +144,10 @@ def verdicts(opt: TableOptions) -> dict:
     Returns
     -------
     dict
-        ``n_boot``, ``interval_level``, the rules ``selective_if`` and ``diffuse_or_sparse_if``,
-        ``nominal_false_positive_rate_selective`` (``(1 - level) / 2``), ``min_tokens_for_verdict`` and
-        ``no_verdict`` (the columns given without a label). Without replicates the rules use the score.
+        ``n_boot``, ``interval_level``, the rules ``selective_if``, ``diffuse_or_sparse_if``, ``dependent_if``,
+        ``independent_if``, ``head_dependent_if``, the margins ``dependence_margin`` (by attention mask), the
+        nominal false-positive rates ``nominal_false_positive_rate_selective`` and ``_dependent``,
+        ``min_tokens_for_verdict``. Without replicates the rules use the point scores.
 
     Examples
     --------
@@ -147,20 +155,41 @@ def verdicts(opt: TableOptions) -> dict:
     >>> v = verdicts(TableOptions(n_boot=200))
     >>> v["interval_level"], v["nominal_false_positive_rate_selective"], v["selective_if"]
     (0.95, 0.025, 'selection_score_lo >= selection_threshold')
-    >>> verdicts(TableOptions(n_boot=0))["selective_if"]
-    'selection_score >= threshold'
+    >>> v["dependent_if"], v["dependence_margin"]
+    ('cka_excess_lo - cka_excess_background >= dependence_margin', {'bidirectional': 0.1, 'causal': 0.5})
+    >>> verdicts(TableOptions(n_boot=0))["dependent_if"]
+    'cka_excess - cka_excess_background >= dependence_margin'
     """
     from .bootstrap import LEVEL
-    return {"n_boot": opt.n_boot, "interval_level": LEVEL if opt.n_boot else None,
-            "selective_if": "selection_score_lo >= selection_threshold" if opt.n_boot else "selection_score >= threshold",
-            "diffuse_or_sparse_if": "selection_score_hi < selection_threshold" if opt.n_boot else "score < threshold",
-            "nominal_false_positive_rate_selective": round((1 - LEVEL) / 2, 6) if opt.n_boot else None,
-            "min_tokens_for_verdict": opt.min_tokens,
-            "no_verdict": "cka_excess (an interval, no calibrated threshold: see docs/columns.md)"}
+    from .dependence_verdict import MARGINS
+    b = bool(opt.n_boot)
+    fpr = round((1 - LEVEL) / 2, 6) if b else None
+    return {"n_boot": opt.n_boot, "interval_level": LEVEL if b else None,
+            "selective_if": "selection_score_lo >= selection_threshold" if b else "selection_score >= threshold",
+            "diffuse_or_sparse_if": "selection_score_hi < selection_threshold" if b else "score < threshold",
+            "nominal_false_positive_rate_selective": fpr,
+            "dependent_if": f"cka_excess{'_lo' if b else ''} - cka_excess_background >= dependence_margin",
+            "independent_if": f"cka_excess{'_hi' if b else ''} - cka_excess_background < dependence_margin",
+            "head_dependent_if": "one of the head's pairs is dependent (dependence_partner: the partner)",
+            "dependence_background": ("cka_excess_background: median cka_excess of the layer's other pairs that do "
+                                      "not share a key/value head"),
+            "dependence_margin": dict(MARGINS),
+            "nominal_false_positive_rate_dependent": fpr,
+            "min_tokens_for_verdict": opt.min_tokens}
+
+
+def _dependence_counts(heads: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
+    """``n_dependent_heads`` (and ``n_dependent_pairs`` when the pairs table is given); empty without the column."""
+    out = {}
+    if "dependence" in heads:
+        out["n_dependent_heads"] = int((heads["dependence"] == "dependent").sum())
+    if pairs is not None and "dependence" in pairs:
+        out["n_dependent_pairs"] = int((pairs["dependence"] == "dependent").sum())
+    return out
 
 
 def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timings, source, max_length, bucket_size,
-             seed, model_name) -> dict:
+             seed, model_name, pairs: pd.DataFrame | None = None) -> dict:
     """The ``summary`` of a diagnosis: model, corpus, options, label counts, verdict rules, notes, timings.
 
     Parameters
@@ -177,11 +206,14 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         Seconds per step (rounded to ms).
     source, max_length, bucket_size, seed, model_name
         Recorded as given (``source``: ``'builtin'`` adds the corpus' provenance).
+    pairs : pandas.DataFrame, optional
+        The pairs table: adds ``n_dependent_pairs``.
 
     Returns
     -------
     dict
-        JSON-ready; ``n_selective`` ... ``n_undetermined`` count the labels, ``notes`` say what limits the
+        JSON-ready; ``n_selective`` ... ``n_undetermined`` count the labels, ``n_dependent_heads`` (and
+        ``n_dependent_pairs``) the dependence verdicts, ``verdicts`` states the rules, ``notes`` say what limits the
         reading (causal masks, windows, shared keys and values, too few tokens).
 
     Examples
@@ -210,7 +242,8 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         "max_length": max_length, "bucket_size": bucket_size,
         "removal_effect": opt.effect_name if opt.removal in ("exact", "screened") else None, "activation_reuse": bool(adapter.can_reuse),
         "selection_threshold": opt.threshold, "beta_max_diffuse": sel.BETA_MAX_DIFFUSE,
-        "min_tokens_for_label": opt.min_tokens, **counts, "verdicts": verdicts(opt),
+        "min_tokens_for_label": opt.min_tokens, **counts, **_dependence_counts(heads, pairs),
+        "verdicts": verdicts(opt),
         "random_head_beta_hat": random_head_beta(heads),
         "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)},
         "spearman": spearman_table(heads), "notes": _notes(sites, corpus, opt.min_tokens, adapter),

@@ -13,6 +13,7 @@ import pandas as pd
 from ...config import BETA_MAX, alpha_of_beta
 from ...models import AttentionSite
 from .. import dependence as dep
+from .. import dependence_verdict as dv
 from .. import selection as sel
 from ..bootstrap import N_BOOT, interval
 from ..intervals import TextWeights, cka_excess_replicates, head_intervals
@@ -141,7 +142,7 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
 
 
 def _layer_row(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, cka, cka0, inner,
-               head_rows: list[dict], L_max: int) -> dict:
+               head_rows: list[dict], L_max: int, pair_rows: list[dict]) -> dict:
     H = site.n_heads
     groups = np.array([site.kv_group(h) for h in range(H)])
     la = sp.of_layer("act")
@@ -166,19 +167,52 @@ def _layer_row(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
         "cka_unshared_kv_mean": float(np.nanmean(cka[iu][~shared])) if (~shared).any() else np.nan,
         "beta_hat_mean": float(np.mean(f["beta_hat"])), "score_scale_mean": float(np.mean(f["score_scale"])),
         **{f"n_{k}": labels.count(k) for k in sel.LABELS},
+        **_layer_dependence(site, pair_rows),
     }
 
 
-def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner, sp: LayerSpectra) -> list[dict]:
+def _layer_dependence(site: AttentionSite, pair_rows: list[dict]) -> dict:
+    """Layer columns of the dependence verdict: margin, background (median excess over pairs not sharing a
+    key/value head, all pairs when every pair shares one) and the dependent pairs and heads."""
+    ex = np.array([r["cka_excess"] for r in pair_rows], dtype=float)
+    shared = np.array([r["shared_kv"] for r in pair_rows], dtype=bool)
+    keep = ~shared if (~shared).any() else np.ones(shared.shape, bool)
+    finite = ex[keep][np.isfinite(ex[keep])]
+    dep_pairs = [r for r in pair_rows if r["dependence"] == "dependent"]
+    return {"dependence_margin": dv.margin_of(bool(site.causal) and _role(site) == "self"),
+            "cka_excess_background": float(np.median(finite)) if finite.size else np.nan,
+            "n_dependent_pairs": len(dep_pairs),
+            "n_dependent_heads": len({h for r in dep_pairs for h in (r["head_a"], r["head_b"])})}
+
+
+def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner, sp: LayerSpectra, enough_tokens: bool,
+               intervals: bool) -> list[dict]:
+    """The layer's pairs with their ``dependence`` verdict (:mod:`..dependence_verdict`)."""
     groups = np.array([site.kv_group(h) for h in range(site.n_heads)])
     g, hh, ck, ck0, corr, shared = dep.pair_table_arrays(cka, cka0, inner, groups)
     reps = cka_excess_replicates(sp)
     lo, hi = interval(reps[:, g, hh]) if reps is not None else (np.full(g.size, np.nan), np.full(g.size, np.nan))
+    ex = ck - ck0
+    tau = dv.margin_of(bool(site.causal) and _role(site) == "self")
+    bg, verdict = dv.pair_verdicts(ex, lo, hi, shared, tau, enough_tokens, intervals and reps is not None)
     where = _site_columns(site)
     return [{"layer": i, **where, "head_a": int(a), "head_b": int(b), "cka": float(x1), "cka_null": float(x2),
              "cka_excess": float(x1 - x2), "cka_excess_lo": float(l), "cka_excess_hi": float(u),
+             "cka_excess_background": float(x5), "dependence": str(v),
              "output_corr": float(x3), "shared_kv": bool(x4)}
-            for a, b, x1, x2, l, u, x3, x4 in zip(g, hh, ck, ck0, lo, hi, corr, shared)]
+            for a, b, x1, x2, l, u, x5, v, x3, x4 in zip(g, hh, ck, ck0, lo, hi, bg, verdict, corr, shared)]
+
+
+def _head_dependence(rows: list[dict], pair_rows: list[dict]) -> None:
+    """Adds each head's ``dependence`` and ``dependence_partner`` (:func:`..dependence_verdict.head_verdicts`)."""
+    a = np.array([r["head_a"] for r in pair_rows], dtype=int)
+    b = np.array([r["head_b"] for r in pair_rows], dtype=int)
+    v = np.array([r["dependence"] for r in pair_rows], dtype=str)
+    lo = np.array([r["cka_excess_lo"] if np.isfinite(r["cka_excess_lo"]) else r["cka_excess"] for r in pair_rows])
+    over = lo - np.array([r["cka_excess_background"] for r in pair_rows], dtype=float)
+    dependence, partner = dv.head_verdicts(len(rows), a, b, v, over)
+    for row, d, p in zip(rows, dependence, partner):
+        row["dependence"], row["dependence_partner"] = str(d), int(p)
 
 
 def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -> dict[str, np.ndarray]:
@@ -278,9 +312,11 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
         inner = dep.output_inner(sp.gram, W[i].double().numpy(), site.n_heads)
         iv = head_intervals(fit_sums[i], null_sums[i] if null_sums else None, sp, tw)
         hr = _head_rows(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, n_texts, opt, iv)
+        pr = _pair_rows(i, site, cka, cka0, inner, sp, fit_sums[i].n_tokens >= opt.min_tokens, opt.n_boot > 0)
+        _head_dependence(hr, pr)
         for h, row in enumerate(hr):
             row.update({k: (v[i, h] if isinstance(v[i, h], str) else float(v[i, h])) for k, v in cols.items()})
         rows += hr
-        lrows.append(_layer_row(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, hr, L_max))
-        prows += _pair_rows(i, site, cka, cka0, inner, sp)
+        lrows.append(_layer_row(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, hr, L_max, pr))
+        prows += pr
     return pd.DataFrame(rows), pd.DataFrame(lrows), pd.DataFrame(prows)
