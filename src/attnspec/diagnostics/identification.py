@@ -20,13 +20,26 @@ For a head with Gaussian scores at scale ``beta`` (a random head), Stein's lemma
 allowed keys (the first token of a causal model) carry no information and are skipped.
 The fitted Gaussian equivalent replaces ``A_h`` by ``(1 1^T + beta_hat S + alpha_hat Z) / n_i`` on
 the allowed entries, ``Z`` iid standard normal (seeded), same values and output projection.
+
+**The key null** (:func:`key_null_weights`, :func:`key_null_sums`): on texts of a few dozen tokens and
+at score scale 2 or more the softmax is nearly a maximum over the row's keys, so ``beta_hat`` falls
+well below the temperature, by an amount that depends on how many *distinct* keys a row has. A null
+head with iid Gaussian scores has ``n_i`` independent keys per row; a real head has fewer, because
+repeated tokens have equal or nearly equal keys and context makes keys correlated. The key null is a
+random head that reads the head's own keys: query ``g_i`` iid standard normal, logits
+``T_ij = c_i (g_i . k_j - mean_{j'} g_i . k_j')`` with ``c_i`` chosen so that row ``i`` has exactly the
+head's row root mean square ``sqrt(mean_j S^raw_ij^2)``. It keeps the head's key geometry and row
+temperatures and randomizes only which keys a query prefers, so its ``beta_hat`` is what the fit
+returns for this head if its queries were random: ``beta_hat - beta_null_keys`` is then free of the
+finite-row bias, and ``score_scale + beta_hat - beta_null_keys`` estimates the temperature.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-__all__ = ["row_scores", "score_sums", "fit_from_sums", "surrogate_weights", "null_weights"]
+__all__ = ["row_scores", "score_sums", "fit_from_sums", "surrogate_weights", "null_weights",
+           "key_null_weights", "key_null_sums"]
 
 _TINY = 1e-30
 
@@ -105,13 +118,19 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False) -
     {'N': array([5.]), 'sxx': array([0.]), 'sxy': array([0.]), 'syy': array([0.])}
     """
     S, fm, n = row_scores(A, allowed)
+    return _sums(S, A, fm, n, per_text)
+
+
+def _sums(S: torch.Tensor, A: torch.Tensor, fm: torch.Tensor, n: torch.Tensor, per_text: bool,
+          prefix: str = "") -> dict[str, np.ndarray]:
+    """``N``, ``sum S^2``, ``sum S y``, ``sum y^2`` over the fit mask ``fm``, ``y = n A - 1``."""
     y = (n * A - 1) * fm
     S = S * fm
     dims = (2, 3) if per_text else (0, 2, 3)
     d = lambda t: t.sum(dim=dims, dtype=torch.float64).numpy()  # noqa: E731
     N = fm.sum(dim=dims, dtype=torch.float64)
     N = N.expand(*N.shape[:-1], A.shape[1]).numpy()
-    return {"N": N, "sxx": d(S * S), "sxy": d(S * y), "syy": d(y * y)}
+    return {f"{prefix}N": N, f"{prefix}sxx": d(S * S), f"{prefix}sxy": d(S * y), f"{prefix}syy": d(y * y)}
 
 
 def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -124,12 +143,15 @@ def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     Parameters
     ----------
     sums : dict
-        ``{"N", "sxx", "sxy", "syy"}`` arrays of equal shape.
+        ``{"N", "sxx", "sxy", "syy"}`` arrays of equal shape, optionally with the key null's
+        ``{"knull_sxx", "knull_sxy", "knull_syy"}`` (:func:`key_null_sums`).
 
     Returns
     -------
     dict
-        ``{"score_scale", "beta_hat", "alpha_hat", "r2"}`` arrays of that shape.
+        ``{"score_scale", "beta_hat", "alpha_hat", "r2"}`` arrays of that shape, and ``beta_null_keys``
+        (the key null's ``beta_hat``, ``sqrt(knull_sxx / N) knull_sxy / knull_sxx``) when the key null's
+        sums are given.
 
     Examples
     --------
@@ -151,7 +173,12 @@ def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         slope = np.where(sxx > 0, sxy / sxx, 0.0)  # per unit of raw score
         rss = np.maximum(syy - slope * sxy, 0.0)
         r2 = np.where(syy > 0, 1 - rss / syy, 0.0)
-    return {"score_scale": s, "beta_hat": slope * s, "alpha_hat": np.sqrt(rss / N), "r2": r2}
+    out = {"score_scale": s, "beta_hat": slope * s, "alpha_hat": np.sqrt(rss / N), "r2": r2}
+    if "knull_sxy" in sums:     # the key null (:func:`key_null_sums`): the same slope on its own logits
+        kxx = sums["knull_sxx"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["beta_null_keys"] = np.where(kxx > 0, sums["knull_sxy"] / kxx, 0.0) * np.sqrt(kxx / N)
+    return out
 
 
 def surrogate_weights(A: torch.Tensor, allowed: torch.Tensor, scale: np.ndarray, beta: np.ndarray,
@@ -237,3 +264,103 @@ def null_weights(allowed: torch.Tensor, scale: np.ndarray, Q: torch.Tensor, K: t
     logits = G * torch.as_tensor(scale, dtype=G.dtype)[None, :, None, None]
     logits = logits.masked_fill(~allowed[:, None], float("-inf"))
     return torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)
+
+
+def key_null_weights(A: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, G: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The key null of a tile of query rows: a random query against the head's own keys, at the head's row
+    temperatures (module docstring).
+
+    ``U_ij = g_i . k_j`` centered over the allowed keys of row ``i``, then ``T_ij = U_ij r_i / rho_i`` with
+    ``r_i^2 = sum_j S^raw_ij^2`` (the head's row, :func:`row_scores`) and ``rho_i^2 = sum_j U_ij^2``, so
+    that every row of ``T`` has the head's row mean square; ``A0 = softmax(T)`` over the allowed keys.
+    Rows whose head logits are all equal (``r_i = 0``) stay uniform.
+
+    Parameters
+    ----------
+    A : torch.Tensor
+        ``(B, H, r, L)`` the head's attention weights of ``r`` query rows.
+    allowed : torch.Tensor
+        ``(B, r, L)`` bool.
+    keys : torch.Tensor
+        ``(B, H, L, d)`` the keys each query head reads (shared key heads repeated), any scale.
+    G : torch.Tensor
+        ``(B, H, r, d)`` standard normal queries (seeded, drawn row by row).
+
+    Returns
+    -------
+    A0 : torch.Tensor
+        ``(B, H, r, L)`` in ``A``'s dtype, rows summing to 1 over the allowed keys (0 for rows without one).
+    T : torch.Tensor
+        ``(B, H, r, L)`` the null's row-centered logits (0 off the allowed keys).
+
+    Examples
+    --------
+    Two equal keys (a repeated token) get equal null logits in every row; each row has the head's own
+    root mean square:
+
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> allowed = torch.ones(1, 3, 3, dtype=torch.bool)
+    >>> A = torch.softmax(torch.randn(1, 1, 3, 3, generator=g, dtype=torch.float64), -1)
+    >>> keys = torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64)
+    >>> keys[..., 2, :] = keys[..., 0, :]
+    >>> A0, T = key_null_weights(A, allowed, keys, torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64))
+    >>> bool(torch.allclose(T[..., 0], T[..., 2])), bool(torch.allclose(A0.sum(-1), torch.ones((), dtype=A0.dtype)))
+    (True, True)
+    >>> S, _, _ = row_scores(A, allowed)
+    >>> bool(torch.allclose(T.pow(2).sum(-1), S.pow(2).sum(-1)))
+    True
+    """
+    S, _, n = row_scores(A, allowed)
+    al = allowed[:, None]
+    U = (G.to(A.dtype) @ keys.to(A.dtype).transpose(-1, -2)) * al
+    U = (U - U.sum(-1, keepdim=True) / n) * al
+    r2, rho2 = S.pow(2).sum(-1, keepdim=True), U.pow(2).sum(-1, keepdim=True)
+    T = U * torch.sqrt(r2 / rho2.clamp_min(_TINY)) * (rho2 > 0)
+    A0 = torch.softmax(T.masked_fill(~al, float("-inf")), dim=-1)
+    return torch.nan_to_num(A0, nan=0.0), T
+
+
+def key_null_sums(A: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, G: torch.Tensor,
+                  per_text: bool = False) -> dict[str, np.ndarray]:
+    """The key null's fit sums ``knull_sxx = sum T^2``, ``knull_sxy = sum T y0``, ``knull_syy = sum y0^2``
+    (``y0 = n_i A0 - 1``, :func:`key_null_weights`) over the fit entries of :func:`score_sums`.
+
+    Added to the head's :func:`score_sums` (same entries, so ``N`` is shared and ``knull_sxx = sxx``
+    up to rounding), they give ``beta_null_keys`` in :func:`fit_from_sums`; sums of several batches
+    and their bootstrap re-weightings add up like the head's.
+
+    Parameters
+    ----------
+    A, allowed, keys, G : torch.Tensor
+        As in :func:`key_null_weights`.
+    per_text : bool, optional
+        One value per text, ``(B, H)``, instead of ``(H,)``.
+
+    Returns
+    -------
+    dict
+        ``{"knull_sxx", "knull_sxy", "knull_syy"}`` float64 arrays.
+
+    Examples
+    --------
+    A random head (iid Gaussian queries and keys) at score scale 2 on rows of 24 keys: its key null is a
+    random head too, so both fits agree to sampling error, and both lie well below 2 (the finite-row
+    bias of ``beta_hat``):
+
+    >>> import numpy as np, torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> Q, K, G = torch.randn(3, 32, 4, 24, 16, generator=g, dtype=torch.float64)
+    >>> allowed = torch.ones(32, 24, 24, dtype=torch.bool)
+    >>> A = null_weights(allowed, np.full(4, 2.0), Q, K)
+    >>> sums = {**score_sums(A, allowed), **key_null_sums(A, allowed, K, G)}
+    >>> fit = fit_from_sums(sums)
+    >>> round(float(fit["beta_hat"].mean()), 2), round(float(fit["beta_null_keys"].mean()), 2)
+    (1.48, 1.5)
+    """
+    A0, T = key_null_weights(A, allowed, keys, G)
+    _, fm, n = row_scores(A, allowed)
+    out = _sums(T, A0, fm, n, per_text, prefix="knull_")
+    del out["knull_N"]
+    return out

@@ -5,9 +5,15 @@ intervals at :data:`.bootstrap.LEVEL`).
 * ``beta_null``: the same fit for the layer's null head at the head's score scale (random scores, same
   masks and text lengths): what ``beta_hat`` returns for a random head here. ``beta_hat`` of a random head
   falls below its score scale on short texts and at high temperature (the softmax normalization is not
-  the linear model); ``beta_corrected = beta_hat + score_scale - beta_null`` removes that finite-size bias
-  for heads whose scores are close to Gaussian, and its replicates use the same text weights for the
-  three terms.
+  the linear model).
+* ``beta_corrected = beta_hat + score_scale - null`` (:func:`corrected_beta`) removes that finite-size
+  bias; its replicates use the same text weights for the three terms. ``null`` is ``beta_null_keys``,
+  the fit of the head's *key null* (a random query against the head's own keys at the head's row
+  temperatures, :func:`.identification.key_null_weights`), when the fit sums carry it, else
+  ``beta_null``. The two differ for heads whose rows have fewer distinct keys than tokens (repeated
+  tokens, correlated keys): at score scale 2-3 on 25-token texts such a row saturates like a shorter
+  row, and only the key null shows it (planted heads: ``beta_hat`` 1.50, ``beta_null`` 1.56,
+  ``beta_null_keys`` 1.51 at temperature 2).
 * ``spec_w1_rel`` and ``selection_score``: W1 between the weighted pooled spectra of the head and of its
   Gaussian equivalent (and of the null head and its equivalent), each eigenvalue weighted by its text's
   weight (:func:`.bootstrap.weighted_w1`), relative to the weighted mean of the reference. The fitted
@@ -31,7 +37,7 @@ from .steps.spectra import LayerSpectra
 
 #: ``head_intervals`` (the interval columns of one layer, from the step accumulators) is called by
 #: :mod:`.steps.tables` only and is not public.
-__all__ = ["TextWeights", "cka_excess_replicates"]
+__all__ = ["TextWeights", "cka_excess_replicates", "corrected_beta"]
 
 
 class TextWeights:
@@ -135,28 +141,69 @@ def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
     return cka - dep.cka_matrix(sp.gram_free, H)[None]
 
 
+def corrected_beta(fit: dict[str, np.ndarray], null_fit: dict[str, np.ndarray] | None = None
+                   ) -> np.ndarray | None:
+    """``beta_corrected = beta_hat + score_scale - null``, the temperature with the fit's finite-row bias removed.
+
+    ``null`` is the key null's ``beta_null_keys`` when ``fit`` has it (:func:`.identification.fit_from_sums`
+    on sums with :func:`.identification.key_null_sums`), else the null head's ``beta_hat`` in ``null_fit``
+    (random Gaussian scores at the head's score scale), else there is no correction (None). Works on
+    point fits ``(H,)`` and on bootstrap replicates ``(n_boot, H)`` alike.
+
+    Parameters
+    ----------
+    fit : dict
+        ``score_scale``, ``beta_hat`` and optionally ``beta_null_keys``.
+    null_fit : dict, optional
+        The null heads' fit (``beta_hat``).
+
+    Returns
+    -------
+    numpy.ndarray or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fit = {"score_scale": np.array([2.0]), "beta_hat": np.array([1.50]), "beta_null_keys": np.array([1.51])}
+    >>> corrected_beta(fit, {"beta_hat": np.array([1.56])})          # the key null wins
+    array([1.99])
+    >>> corrected_beta({k: fit[k] for k in ("score_scale", "beta_hat")}, {"beta_hat": np.array([1.56])})
+    array([1.94])
+    """
+    if "beta_null_keys" in fit:
+        return fit["beta_hat"] + fit["score_scale"] - fit["beta_null_keys"]
+    if null_fit is not None:
+        return fit["beta_hat"] + fit["score_scale"] - null_fit["beta_hat"]
+    return None
+
+
 def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, tw: TextWeights,
                    level: float = LEVEL) -> dict[str, np.ndarray]:
     """Interval columns ``(H,)`` of one layer (see module docstring): ``beta_hat_lo/hi``, ``beta_null``,
-    ``beta_corrected`` and its ``_lo/_hi``, ``spec_w1_rel_lo/hi``, ``selection_score_lo/hi``,
+    ``beta_null_keys`` (when the fit sums carry the key null), ``beta_corrected`` and its ``_lo/_hi``, ``spec_w1_rel_lo/hi``, ``selection_score_lo/hi``,
     ``removal_spec_shift_lo/hi``. NaN intervals without replicates."""
     H = sp.n_heads
     out: dict[str, np.ndarray] = {}
     f = fs.fit()
-    if ns is not None and ns.scores is not None:
-        f0 = ns.fit()
-        out["beta_null"] = f0["beta_hat"]
-        out["beta_corrected"] = f["beta_hat"] + f["score_scale"] - f0["beta_hat"]
+    has_null = ns is not None and ns.scores is not None
+    if has_null:
+        out["beta_null"] = ns.fit()["beta_hat"]
+    if "beta_null_keys" in f:
+        out["beta_null_keys"] = f["beta_null_keys"]
+    corrected = corrected_beta(f, ns.fit() if has_null else None)
+    if corrected is not None:
+        out["beta_corrected"] = corrected
     if tw.n_boot == 0 or fs.boot_scores is None:
         nan = np.full(H, np.nan)
         names = ["beta_hat", "spec_w1_rel", "selection_score", "removal_spec_shift", "cka_excess"] + (
-            ["beta_corrected"] if "beta_null" in out else [])
+            ["beta_corrected"] if corrected is not None else [])
         return {**out, **{f"{n}_{s}": nan for n in names for s in ("lo", "hi")}}
     fr = fs.fit_replicates()
     out.update(_pairs(interval(fr["beta_hat"], level), "beta_hat"))
-    if "beta_null" in out and ns.boot_scores is not None:
-        f0r = ns.fit_replicates()
-        out.update(_pairs(interval(fr["beta_hat"] + fr["score_scale"] - f0r["beta_hat"], level), "beta_corrected"))
+    if corrected is not None:
+        reps = corrected_beta(fr, ns.fit_replicates() if has_null and ns.boot_scores is not None else None)
+        out.update(_pairs(interval(reps, level) if reps is not None else (np.full(H, np.nan),) * 2,
+                          "beta_corrected"))
     ih = sp.text_index(tw.column)
     d = np.stack([_rel_w1(sp.pooled(sp.heads["act"][h]), sp.pooled(sp.heads["ge"][h]), ih, tw.w)
                   for h in range(H)], 1)
