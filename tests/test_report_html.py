@@ -70,3 +70,31 @@ def test_renders_in_headless_chromium(report, tmp_path):
     import numpy as np
     img = mpimg.imread(png)
     assert len(np.unique((img[..., :3] * 255).astype(int).reshape(-1, 3), axis=0)) > 200
+
+
+def test_dependence_verdict_in_report(tmp_path):
+    """A random BERT whose layer-0 head 1 is a copy of head 0 (same query, key and value weights): the pair is
+    the one dependent pair, both heads name each other as partner, and the report shows it (summary counts,
+    the partner on the CKA heat map, the pairs table, the verdict column)."""
+    from attnspec.report import render_report
+    tok = load_model("minilm")[1]
+    torch.manual_seed(1)
+    cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, attn_implementation="eager")
+    model = transformers.BertModel(cfg).eval()
+    att = model.encoder.layer[0].attention.self
+    with torch.no_grad():
+        for lin in (att.query, att.key, att.value):
+            lin.weight[16:32] = lin.weight[:16]
+            lin.bias[16:32] = lin.bias[:16]
+    d = diagnose(model, tok, builtin_texts(64), removal=False, gradient=False)
+    p = d.pairs.set_index(["layer", "head_a", "head_b"])
+    assert p.loc[(0, 0, 1), "dependence"] == "dependent"
+    assert (p.drop(index=(0, 0, 1))["dependence"] != "dependent").all()
+    h = d.heads.set_index(["layer", "head"])
+    assert h.loc[(0, 0), "dependence_partner"] == 1 and h.loc[(0, 1), "dependence_partner"] == 0
+    assert d.summary["n_dependent_heads"] == 2 and d.layers.loc[0, "n_dependent_pairs"] == 1
+    text = render_report(d)
+    assert "dependent heads: <b>2</b>" in text and "Most dependent pairs" in text
+    assert "<th>dependence</th>" in text and "<td>dependent</td>" in text
+    assert 'title="layer 0, head 0: cka_excess = ' in text

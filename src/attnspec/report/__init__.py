@@ -2,11 +2,12 @@
 
 One HTML file, no external resources: heat maps are HTML tables coloured with matplotlib colour maps
 (values in tooltips), the spectra figure is an inline PNG (base64, matplotlib Agg), styles are inline,
-there is no JavaScript. Sections: summary and notes; layer x head heat maps of each score; per-head
-95 % bootstrap intervals of the selection score and of ``beta_hat`` (the verdicts are tests against
-them); how to read each diagnostic, with its measured reliability on planted ground truth
+there is no JavaScript. Sections: summary and notes; layer x head heat maps of each score (dependent heads
+marked with their partner); per-head 95 % bootstrap intervals of the selection score and of ``beta_hat``
+(the verdicts are tests against them); how to read each diagnostic, with its measured reliability on planted ground truth
 (``docs/validity.md``); per layer, the centered output spectrum overlaid on its Gaussian-equivalent
-reference and on the free sum of its heads; the layers table; what each score means.
+reference and on the free sum of its heads; the most selective heads and the most dependent pairs (with
+their ``dependence`` verdicts); the layers table; what each score means.
 """
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ def _heatmap(h, col: str, cmap_name: str, title: str, nL: int, nH: int) -> str:
     if col == "selection_score" and "selection" in h:
         marks = {(int(r.layer), int(r.head)): {"diffuse": "&times;", "sparse": "&#9675;"}.get(r.selection, "")
                  for r in h[["layer", "head", "selection"]].itertuples()}
+    if col == "cka_excess" and "dependence" in h:
+        marks = {(int(r.layer), int(r.head)): f"{int(r.dependence_partner)}" if r.dependence == "dependent" else ""
+                 for r in h[["layer", "head", "dependence", "dependence_partner"]].itertuples()}
     head_row = "".join(f"<th>{j}</th>" for j in range(nH))
     rows = []
     for i in range(nL):
@@ -109,10 +113,14 @@ HOW_TO_READ = [
      "for random heads: planted beta 1 / 2 / 3 read 0.93 / 1.50 / 1.76 on 64 texts (-7 % / -25 % / -41 %). "
      "beta_null is the same fit on a random head at the head's score scale and these lengths: compare beta_hat "
      "with beta_null, not with score_scale; beta_corrected removes that bias for noise-like heads."),
-    ("cka_excess",
+    ("cka_excess / dependence",
      "Detects pairs of heads that compute the same thing (shared or copied Q/K/V): AUC 1.00 for pairs at "
      "correlation 0.75 and above, 0.90 at 0.5, where a correlation of the attention maps already reaches 1.00. "
-     "It has a (linearized) interval but no verdict (see the note on intervals)."),
+     "Almost every pair of a real layer has a positive excess (heads read the same inputs), so the 'dependent' "
+     "verdict asks more: the lower end of the pair's interval must exceed the median excess of the layer's other "
+     "pairs (cka_excess_background) by the layer's margin, 0.1 (bidirectional) or 0.5 (causal). Planted copies "
+     "at correlation 1 pass, correlation 0.75 in about half the pairs (BERT, 64 texts); no pair of a randomly "
+     "initialized model does. 'independent' means no more than the layer's usual sharing plus the margin."),
     ("removal_spec_shift",
      "How much the layer's output spectrum moves without the head: AUC 1.00 for heads that carry the layer's signal "
      "at full planting, 0.78 at half, where the exact removal effect reaches 0.99 and Michel importance 0.97; it "
@@ -138,6 +146,24 @@ def _how_to_read(s: dict) -> str:
 def _intervals(diag) -> str:
     fig = interval_figure(diag.heads, float(diag.summary.get("selection_threshold", np.log(2))))
     return "" if fig is None else f'<img id="intervals" alt="per-head intervals" src="{png_data_uri(fig)}">'
+
+
+def _n_dependent_pairs(diag) -> str:
+    p = diag.pairs
+    return str(int((p["dependence"] == "dependent").sum())) if "dependence" in p else "n/a"
+
+
+def _dependent_pairs(diag, n: int = 10) -> str:
+    """The ``n`` pairs with the largest ``cka_excess_lo - cka_excess_background`` (all verdicts), as a table."""
+    p = diag.pairs
+    if "dependence" not in p or not len(p):
+        return "<p>No pairs.</p>"
+    lo = p["cka_excess_lo"].where(p["cka_excess_lo"].notna(), p["cka_excess"])
+    top = p.assign(over_background=lo - p["cka_excess_background"]).sort_values(
+        "over_background", ascending=False, na_position="last").head(n)
+    cols = [c for c in ("layer", "head_a", "head_b", "dependence", "cka", "cka_excess", "cka_excess_lo",
+                        "cka_excess_hi", "cka_excess_background", "over_background", "shared_kv") if c in top]
+    return _table(top[cols])
 
 
 def _table(df, digits: int = 3) -> str:
@@ -182,8 +208,8 @@ def render_report(diag) -> str:
     top = diag.heads.sort_values("selection_score", ascending=False).head(10)
     cols = [c for c in ("layer", "head", "selection", "selection_score", "selection_score_lo", "selection_score_hi",
                         "beta_hat", "beta_hat_lo", "beta_hat_hi", "beta_null", "score_scale", "r2", "entropy_ratio",
-                        "confidence", "removal_effect", "removal_effect_lo", "removal_effect_hi",
-                        "michel_importance") if c in top]
+                        "confidence", "dependence", "dependence_partner", "removal_effect", "removal_effect_lo",
+                        "removal_effect_hi", "michel_importance") if c in top]
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in s.get("timings_s", {}).items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>attnspec diagnosis: {esc(str(s.get('model')))}</title>
@@ -194,12 +220,14 @@ def render_report(diag) -> str:
 <span>{s.get('n_texts')} texts, {s.get('n_tokens')} tokens (longest {s.get('max_tokens_per_text')})</span>
 <span>selective: <b>{s.get('n_selective')}</b>, diffuse: <b>{s.get('n_diffuse')}</b>, sparse: <b>{s.get('n_sparse')}</b>,
 undetermined: <b>{s.get('n_undetermined')}</b> (verdicts need {s.get('min_tokens_for_label')} tokens and a decisive
-95 % interval)</span></p>
+95 % interval)</span>
+<span>dependent heads: <b>{s.get('n_dependent_heads', 'n/a')}</b>, dependent pairs: <b>{_n_dependent_pairs(diag)}</b>
+of {len(diag.pairs)}</span></p>
 <p>Texts: {esc(str(s.get('corpus', s.get('texts'))))}. Time: {esc(timing)}.</p>
 <h2>Notes</h2><ul>{notes or _THEORY_NOTE}</ul>
 <h2>Heat maps (layer x head)</h2>
 <p>Hover a cell for its value. On the selection-score map, crosses mark heads flagged diffuse, circles heads
-labelled sparse.</p>
+labelled sparse. On the CKA map, a number marks a dependent head and names its partner.</p>
 <div id="heatmaps">{hm}</div>
 <h2>Uncertainty per head</h2>
 <p>Selection score and beta_hat of every head with their 95 % bootstrap intervals over texts; colour: the verdict
@@ -213,6 +241,9 @@ equivalent (orange, filled) and of the free sum of its heads (green, dashed); bo
 <img id="spectra" alt="layer spectra" src="{spec}">
 <h2>Head removal: rank agreement (Spearman)</h2><ul>{sp or '<li>not computed</li>'}</ul>
 <h2>Most selective heads</h2>{_table(top[cols])}
+<h2>Most dependent pairs</h2>
+<p>The pairs whose CKA excess clears the layer background by most (verdict: <code>dependence</code>; rule in the
+note on intervals above).</p>{_dependent_pairs(diag)}
 <h2>Layers</h2>{_table(diag.layers)}
 <h2>What the scores mean</h2><dl>{desc}</dl>
 <p style="font-size:.8em;color:#777">attnspec report; normalizations in the docstrings of attnspec.diagnostics.*</p>
