@@ -87,25 +87,31 @@ def row_scores(A: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, to
     return S, fit_mask, n
 
 
-def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False) -> dict[str, np.ndarray]:
+def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False, keys: torch.Tensor | None = None,
+               queries: torch.Tensor | None = None) -> dict[str, np.ndarray]:
     """Sufficient statistics of each head's least-squares fit of ``y = n_i A - 1`` on ``S^raw``.
 
     Over the fit entries (:func:`row_scores`): ``N`` (count), ``sxx = sum S^raw^2``,
-    ``sxy = sum S^raw y`` and ``syy = sum y^2``. Sums of several batches add up.
+    ``sxy = sum S^raw y`` and ``syy = sum y^2``; with ``keys`` and ``queries`` also the key null's
+    ``knull_sxx, knull_sxy, knull_syy`` (:func:`key_null_sums`, one pass over ``A``). Sums of several
+    batches add up.
 
     Parameters
     ----------
     A : torch.Tensor
-        ``(B, H, L, L)`` attention weights.
+        ``(B, H, L, L)`` attention weights (or a tile of query rows, ``(B, H, r, L)``).
     allowed : torch.Tensor
-        ``(B, L, L)`` bool.
+        ``(B, L, L)`` bool (``(B, r, L)`` for a tile).
     per_text : bool, optional
         Keep one value per text: ``(B, H)`` instead of ``(H,)``.
+    keys, queries : torch.Tensor, optional
+        ``(B, H, L, d)`` the keys each query head reads and ``(B, H, r, d)`` standard normal key-null
+        queries (:func:`key_null_weights`).
 
     Returns
     -------
     dict
-        ``{"N", "sxx", "sxy", "syy"}`` float64 arrays.
+        ``{"N", "sxx", "sxy", "syy"}`` float64 arrays (and the key null's three sums).
 
     Examples
     --------
@@ -118,7 +124,11 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False) -
     {'N': array([5.]), 'sxx': array([0.]), 'sxy': array([0.]), 'syy': array([0.])}
     """
     S, fm, n = row_scores(A, allowed)
-    return _sums(S, A, fm, n, per_text)
+    out = _sums(S, A, fm, n, per_text)
+    if keys is not None:
+        A0, T = _key_null(S, n, allowed, keys, queries)
+        out.update({k: v for k, v in _sums(T, A0, fm, n, per_text, prefix="knull_").items() if k != "knull_N"})
+    return out
 
 
 def _sums(S: torch.Tensor, A: torch.Tensor, fm: torch.Tensor, n: torch.Tensor, per_text: bool,
@@ -313,8 +323,14 @@ def key_null_weights(A: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor,
     True
     """
     S, _, n = row_scores(A, allowed)
+    return _key_null(S, n, allowed, keys, G)
+
+
+def _key_null(S: torch.Tensor, n: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, G: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`key_null_weights` from the head's row-centered logits ``S`` and row sizes ``n``."""
     al = allowed[:, None]
-    U = (G.to(A.dtype) @ keys.to(A.dtype).transpose(-1, -2)) * al
+    U = (G.to(S.dtype) @ keys.to(S.dtype).transpose(-1, -2)) * al
     U = (U - U.sum(-1, keepdim=True) / n) * al
     r2, rho2 = S.pow(2).sum(-1, keepdim=True), U.pow(2).sum(-1, keepdim=True)
     T = U * torch.sqrt(r2 / rho2.clamp_min(_TINY)) * (rho2 > 0)
@@ -359,8 +375,5 @@ def key_null_sums(A: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, G:
     >>> round(float(fit["beta_hat"].mean()), 2), round(float(fit["beta_null_keys"].mean()), 2)
     (1.48, 1.5)
     """
-    A0, T = key_null_weights(A, allowed, keys, G)
-    _, fm, n = row_scores(A, allowed)
-    out = _sums(T, A0, fm, n, per_text, prefix="knull_")
-    del out["knull_N"]
-    return out
+    out = score_sums(A, allowed, per_text, keys, G)
+    return {k: out[k] for k in ("knull_sxx", "knull_sxy", "knull_syy")}

@@ -76,7 +76,7 @@ def layer_key_null_sums(lb: LayerBatch, keys: torch.Tensor, seed: int, n_boot: i
     for rows in lb.tiles():
         A, al = lb.weights_of(rows), lb.allowed[:, rows]
         G = noise.rows(rows, (H,), (d,), dtype=lb.dtype)
-        per = {**ident.score_sums(A, al, per_text=True), **ident.key_null_sums(A, al, keys, G, per_text=True)}
+        per = ident.score_sums(A, al, per_text=True, keys=keys, queries=G)
         tot = _add(tot, {k: v.sum(0) for k, v in per.items()})
         boot = _add(boot, {k: weighted(w, v) for k, v in per.items()})
     return tot, boot
