@@ -156,7 +156,7 @@ def verdicts(opt: TableOptions) -> dict:
     >>> v["interval_level"], v["nominal_false_positive_rate_selective"], v["selective_if"]
     (0.95, 0.025, 'selection_score_lo >= selection_threshold')
     >>> v["dependent_if"], v["dependence_margin"]
-    ('cka_excess_lo - cka_excess_background >= dependence_margin', {'bidirectional': 0.1, 'causal': 0.5})
+    ('cka_excess_lo - cka_excess_background >= dependence_margin', {'bidirectional': 0.1, 'causal': 0.6})
     >>> verdicts(TableOptions(n_boot=0))["dependent_if"]
     'cka_excess - cka_excess_background >= dependence_margin'
     """

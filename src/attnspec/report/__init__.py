@@ -118,9 +118,10 @@ HOW_TO_READ = [
      "correlation 0.75 and above, 0.90 at 0.5, where a correlation of the attention maps already reaches 1.00. "
      "Almost every pair of a real layer has a positive excess (heads read the same inputs), so the 'dependent' "
      "verdict asks more: the lower end of the pair's interval must exceed the median excess of the layer's other "
-     "pairs (cka_excess_background) by the layer's margin, 0.1 (bidirectional) or 0.5 (causal). Planted copies "
-     "at correlation 1 pass, correlation 0.75 in about half the pairs (BERT, 64 texts); no pair of a randomly "
-     "initialized model does. 'independent' means no more than the layer's usual sharing plus the margin."),
+     "pairs (cka_excess_background) by the layer's margin, 0.1 (bidirectional) or 0.6 (causal). On 64 texts, "
+     "planted copies at correlation 1 pass (BERT 12 of 12, GPT-2 16 of 16), at 0.75 half of them in BERT and 3 of "
+     "16 in GPT-2; no background pair of the planted models (0 of 3,456) and no head of a randomly initialized "
+     "model does. 'independent' means no more than the layer's usual sharing plus the margin."),
     ("removal_spec_shift",
      "How much the layer's output spectrum moves without the head: AUC 1.00 for heads that carry the layer's signal "
      "at full planting, 0.78 at half, where the exact removal effect reaches 0.99 and Michel importance 0.97; it "
