@@ -81,12 +81,20 @@ def background(excess: np.ndarray, shared: np.ndarray) -> np.ndarray:
     """
     e = np.asarray(excess, float)
     sh = np.asarray(shared, bool)
-    keep = ~sh if (~sh).any() else np.ones_like(sh)
-    M = np.where(keep[None, :] & ~np.eye(e.size, dtype=bool), e[None, :], np.nan)
+    keep = (~sh if (~sh).any() else np.ones_like(sh)) & np.isfinite(e)
+    order = np.argsort(np.where(keep, e, np.inf), kind="stable")
+    srt = e[order][:int(keep.sum())]                      # the kept values, sorted
+    rank = np.full(e.size, -1)
+    rank[order[:srt.size]] = np.arange(srt.size)          # each kept pair's position in srt; -1: not kept
+    m = srt.size - (rank >= 0)                            # how many other kept pairs
     out = np.full(e.size, np.nan)
-    has = np.isfinite(M).any(axis=1)
-    if has.any():
-        out[has] = np.nanmedian(M[has], axis=1)
+    ok = m > 0
+    if ok.any():
+        r, mm = rank[ok], m[ok]
+
+        def kth(k):                                       # k-th smallest of srt without position r
+            return srt[k + ((r >= 0) & (k >= r))]
+        out[ok] = 0.5 * (kth((mm - 1) // 2) + kth(mm // 2))
     return out
 
 
