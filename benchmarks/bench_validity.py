@@ -44,6 +44,7 @@ from attnspec.data import builtin_texts
 from attnspec.models import load_model
 from attnspec.validation import PlantSpec, build_planted_model
 from attnspec.validation.architectures import ARCHITECTURES
+from attnspec.validation.key_null import key_null_fit
 from attnspec.validation.patterns import allowed_pairs
 from attnspec.validation.planted import calibration_texts, minilm_tokenizer_dir
 from attnspec.validation.scoring import beta_errors, null_beta_hat, score_detectors
@@ -114,15 +115,21 @@ def coverage(n_reps: int, beta: float, n_texts: int, architecture: str = "bert",
                                      calibration=calibration)
             model, tok = load_model(pm.path)
             dg = attnspec.diagnose(model, tok, texts, seed=k, removal=False, gradient=False)
-        h = dg.heads.merge(pm.heads, on=["layer", "head"])
+            kn = key_null_fit(model, tok, texts, seed=k)
+        h = dg.heads.merge(pm.heads, on=["layer", "head"]).merge(kn, on=["layer", "head"], suffixes=("", "_kn"))
         for r in h.itertuples():
             rows.append({"model": k, "layer": r.layer, "head": r.head, "planted_beta": r.planted_beta,
                          "score_scale": r.score_scale, "beta_hat": r.beta_hat, "beta_hat_lo": r.beta_hat_lo,
                          "beta_hat_hi": r.beta_hat_hi, "beta_null": r.beta_null, "beta_corrected": r.beta_corrected,
-                         "beta_corrected_lo": r.beta_corrected_lo, "beta_corrected_hi": r.beta_corrected_hi})
+                         "beta_corrected_lo": r.beta_corrected_lo, "beta_corrected_hi": r.beta_corrected_hi,
+                         "beta_hat_kn": r.beta_hat_kn, "beta_null_keys": r.beta_null_keys,
+                         "beta_corrected_keys": r.beta_corrected_keys,
+                         "beta_corrected_keys_lo": r.beta_corrected_keys_lo,
+                         "beta_corrected_keys_hi": r.beta_corrected_keys_hi, "score_scale_lo": r.score_scale_lo,
+                         "score_scale_hi": r.score_scale_hi})
         k += 1
     df = pd.DataFrame(rows[:n_reps])
-    for est in ("beta_hat", "beta_corrected"):
+    for est in ("beta_hat", "beta_corrected", "beta_corrected_keys", "score_scale"):
         df[f"{est}_covers"] = (df[f"{est}_lo"] <= df["planted_beta"]) & (df["planted_beta"] <= df[f"{est}_hi"])
     return df
 
@@ -204,17 +211,26 @@ def coverage_report(args) -> str:
            for b in args.coverage_betas]
     df = pd.concat(dfs, ignore_index=True)
     df.to_csv(args.out / "coverage.csv", index=False)
-    df = df.assign(scale_error=df["score_scale"] - df["planted_beta"], shape_bias=df["beta_hat"] - df["beta_null"])
+    df = df.assign(scale_error=df["score_scale"] - df["planted_beta"], shape_bias=df["beta_hat"] - df["beta_null"],
+                   key_bias=df["beta_hat"] - df["beta_null_keys"])
     g = df.groupby("planted_beta")
+    width = lambda est: g.apply(lambda x: (x[f"{est}_hi"] - x[f"{est}_lo"]).mean())  # noqa: E731
     summ = pd.DataFrame({"repetitions": g.size(), "beta_hat covers": g["beta_hat_covers"].sum(),
-                         "beta_corrected covers": g["beta_corrected_covers"].sum(),
-                         "mean beta_hat": g["beta_hat"].mean(), "mean beta_corrected": g["beta_corrected"].mean(),
-                         "mean width beta_hat": g.apply(lambda x: (x["beta_hat_hi"] - x["beta_hat_lo"]).mean()),
-                         "mean width beta_corrected": g.apply(
-                             lambda x: (x["beta_corrected_hi"] - x["beta_corrected_lo"]).mean()),
-                         "sd beta_corrected": g["beta_corrected"].std(),
+                         "beta_corrected (Gaussian null) covers": g["beta_corrected_covers"].sum(),
+                         "beta_corrected (key null) covers": g["beta_corrected_keys_covers"].sum(),
+                         "score_scale covers": g["score_scale_covers"].sum(),
+                         "mean beta_hat": g["beta_hat"].mean(),
+                         "mean beta_corrected (Gaussian / key null)": [
+                             f"{a:.3f} / {b:.3f}" for a, b in zip(g["beta_corrected"].mean(),
+                                                                  g["beta_corrected_keys"].mean())],
+                         "sd / mean width of key-null beta_corrected": [
+                             f"{a:.3f} / {b:.3f}" for a, b in zip(g["beta_corrected_keys"].std(),
+                                                                  width("beta_corrected_keys"))],
                          "mean score_scale - planted": g["scale_error"].mean(),
-                         "mean beta_hat - beta_null": g["shape_bias"].mean()}
+                         "mean beta_hat - beta_null": g["shape_bias"].mean(),
+                         "mean beta_hat - beta_null_keys": g["key_bias"].mean(),
+                         "max abs beta_hat difference (diagnosis vs key-null pass)": g.apply(
+                             lambda x: (x["beta_hat"] - x["beta_hat_kn"]).abs().max())}
                         ).reset_index()
     return (f"## Coverage of the 95 % intervals ({args.architectures[0]}, 64 texts per repetition, planted beta "
             f"calibrated on {args.coverage_calibration} texts, "

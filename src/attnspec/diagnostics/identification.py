@@ -21,25 +21,20 @@ allowed keys (the first token of a causal model) carry no information and are sk
 The fitted Gaussian equivalent replaces ``A_h`` by ``(1 1^T + beta_hat S + alpha_hat Z) / n_i`` on
 the allowed entries, ``Z`` iid standard normal (seeded), same values and output projection.
 
-**The key null** (:func:`key_null_weights`, :func:`key_null_sums`): on texts of a few dozen tokens and
-at score scale 2 or more the softmax is nearly a maximum over the row's keys, so ``beta_hat`` falls
-well below the temperature, by an amount that depends on how many *distinct* keys a row has. A null
-head with iid Gaussian scores has ``n_i`` independent keys per row; a real head has fewer, because
-repeated tokens have equal or nearly equal keys and context makes keys correlated. The key null is a
-random head that reads the head's own keys: query ``g_i`` iid standard normal, logits
-``T_ij = c_i (g_i . k_j - mean_{j'} g_i . k_j')`` with ``c_i`` chosen so that row ``i`` has exactly the
-head's row root mean square ``sqrt(mean_j S^raw_ij^2)``. It keeps the head's key geometry and row
-temperatures and randomizes only which keys a query prefers, so its ``beta_hat`` is what the fit
-returns for this head if its queries were random: ``beta_hat - beta_null_keys`` is then free of the
-finite-row bias, and ``score_scale + beta_hat - beta_null_keys`` estimates the temperature.
+**Temperature correction** (:func:`symmetric_slopes`): at score scale 2 or more on rows of a few dozen
+keys the softmax is nearly a maximum, and ``beta_hat`` falls below the temperature by an amount that
+depends on how many *distinct* keys a row has (repeated tokens have equal keys) and, at any scale, on the
+skewness of a row's logits. The *key null* (:func:`key_null_weights`) is a random query against the head's
+own keys at the head's row temperatures: it has the first, not the second; reflecting the logits
+(``S -> -S``) removes the second.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-__all__ = ["row_scores", "score_sums", "fit_from_sums", "surrogate_weights", "null_weights",
-           "key_null_weights", "key_null_sums"]
+__all__ = ["row_scores", "score_sums", "fit_from_sums", "symmetric_slopes", "surrogate_weights", "null_weights",
+           "key_null_weights"]
 
 _TINY = 1e-30
 
@@ -92,9 +87,10 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False, k
     """Sufficient statistics of each head's least-squares fit of ``y = n_i A - 1`` on ``S^raw``.
 
     Over the fit entries (:func:`row_scores`): ``N`` (count), ``sxx = sum S^raw^2``,
-    ``sxy = sum S^raw y`` and ``syy = sum y^2``; with ``keys`` and ``queries`` also the key null's
-    ``knull_sxx, knull_sxy, knull_syy`` (:func:`key_null_sums`, one pass over ``A``). Sums of several
-    batches add up.
+    ``sxy = sum S^raw y`` and ``syy = sum y^2``; ``rsxy = sum (-S^raw) (n_i softmax(-S^raw)_ij - 1)``, the
+    same cross sum for the reflected head (:func:`symmetric_slopes`); with ``keys`` and ``queries`` also
+    the key null's ``knull_sxx, knull_sxy, knull_syy, knull_rsxy`` (:func:`score_sums` with ``keys``, one pass over
+    ``A``). Sums of several batches add up.
 
     Parameters
     ----------
@@ -111,7 +107,7 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False, k
     Returns
     -------
     dict
-        ``{"N", "sxx", "sxy", "syy"}`` float64 arrays (and the key null's three sums).
+        ``{"N", "sxx", "sxy", "syy", "rsxy"}`` float64 arrays (and the key null's four sums).
 
     Examples
     --------
@@ -121,7 +117,7 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False, k
     >>> allowed = torch.ones(3, 3, dtype=torch.bool).tril()[None]
     >>> A = allowed[:, None].double() / allowed.sum(-1, keepdim=True)[:, None]
     >>> score_sums(A, allowed)
-    {'N': array([5.]), 'sxx': array([0.]), 'sxy': array([0.]), 'syy': array([0.])}
+    {'N': array([5.]), 'sxx': array([0.]), 'sxy': array([0.]), 'syy': array([0.]), 'rsxy': array([0.])}
     """
     S, fm, n = row_scores(A, allowed)
     out = _sums(S, A, fm, n, per_text)
@@ -133,14 +129,18 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False, k
 
 def _sums(S: torch.Tensor, A: torch.Tensor, fm: torch.Tensor, n: torch.Tensor, per_text: bool,
           prefix: str = "") -> dict[str, np.ndarray]:
-    """``N``, ``sum S^2``, ``sum S y``, ``sum y^2`` over the fit mask ``fm``, ``y = n A - 1``."""
+    """``N``, ``sum S^2``, ``sum S y``, ``sum y^2`` over the fit mask ``fm``, ``y = n A - 1``, and the
+    reflected head's ``rsxy = sum (-S) (n softmax(-S) - 1)``."""
     y = (n * A - 1) * fm
+    Ar = torch.softmax(S.masked_fill(~fm, float("inf")).neg(), dim=-1)      # the reflected head, logits -S
+    yr = (n * torch.nan_to_num(Ar, nan=0.0) - 1) * fm
     S = S * fm
     dims = (2, 3) if per_text else (0, 2, 3)
     d = lambda t: t.sum(dim=dims, dtype=torch.float64).numpy()  # noqa: E731
     N = fm.sum(dim=dims, dtype=torch.float64)
     N = N.expand(*N.shape[:-1], A.shape[1]).numpy()
-    return {f"{prefix}N": N, f"{prefix}sxx": d(S * S), f"{prefix}sxy": d(S * y), f"{prefix}syy": d(y * y)}
+    return {f"{prefix}N": N, f"{prefix}sxx": d(S * S), f"{prefix}sxy": d(S * y), f"{prefix}syy": d(y * y),
+            f"{prefix}rsxy": -d(S * yr)}
 
 
 def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -153,15 +153,13 @@ def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     Parameters
     ----------
     sums : dict
-        ``{"N", "sxx", "sxy", "syy"}`` arrays of equal shape, optionally with the key null's
-        ``{"knull_sxx", "knull_sxy", "knull_syy"}`` (:func:`key_null_sums`).
+        ``{"N", "sxx", "sxy", "syy"}`` arrays of equal shape (other entries are ignored; see
+        :func:`symmetric_slopes`).
 
     Returns
     -------
     dict
-        ``{"score_scale", "beta_hat", "alpha_hat", "r2"}`` arrays of that shape, and ``beta_null_keys``
-        (the key null's ``beta_hat``, ``sqrt(knull_sxx / N) knull_sxy / knull_sxx``) when the key null's
-        sums are given.
+        ``{"score_scale", "beta_hat", "alpha_hat", "r2"}`` arrays of that shape.
 
     Examples
     --------
@@ -183,11 +181,51 @@ def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         slope = np.where(sxx > 0, sxy / sxx, 0.0)  # per unit of raw score
         rss = np.maximum(syy - slope * sxy, 0.0)
         r2 = np.where(syy > 0, 1 - rss / syy, 0.0)
-    out = {"score_scale": s, "beta_hat": slope * s, "alpha_hat": np.sqrt(rss / N), "r2": r2}
-    if "knull_sxy" in sums:     # the key null (:func:`key_null_sums`): the same slope on its own logits
-        kxx = sums["knull_sxx"]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out["beta_null_keys"] = np.where(kxx > 0, sums["knull_sxy"] / kxx, 0.0) * np.sqrt(kxx / N)
+    return {"score_scale": s, "beta_hat": slope * s, "alpha_hat": np.sqrt(rss / N), "r2": r2}
+
+
+def symmetric_slopes(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The slopes of the temperature correction: ``beta_sym`` of the head and ``beta_null_keys`` of its key null.
+
+    ``beta_sym = (beta_hat + beta_reflected) / 2`` with ``beta_reflected = score_scale * rsxy / sxx`` the
+    fit of the reflected head (logits ``-S``, same rows): the softmax's linear slope grows with the
+    skewness of a row's logits (``K'(s) = s + kappa_3 s^2 / 2 + ...`` for the cumulant function ``K`` of
+    the standardized logits), and reflection flips the sign of every odd cumulant, so the average keeps
+    the even part (the saturation of a finite row) and drops the skewness a head's preference for
+    particular keys adds. ``beta_null_keys`` is the same average for the key null (:func:`score_sums` with ``keys``;
+    the reflected key null is the antithetic draw ``-g``). Sums without ``rsxy`` give ``beta_sym = beta_hat``;
+    without the key null's sums there is no ``beta_null_keys``.
+
+    Parameters
+    ----------
+    sums : dict
+        :func:`score_sums` (point sums ``(H,)`` or bootstrap replicates ``(n_boot, H)``).
+
+    Returns
+    -------
+    dict
+        ``{"beta_sym"}`` and, with the key null's sums, ``"beta_null_keys"``.
+
+    Examples
+    --------
+    A random head at score scale 2 on rows of 24 keys, and its key null:
+
+    >>> import numpy as np, torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> Q, K, G = torch.randn(3, 32, 4, 24, 16, generator=g, dtype=torch.float64)
+    >>> allowed = torch.ones(32, 24, 24, dtype=torch.bool)
+    >>> A = null_weights(allowed, np.full(4, 2.0), Q, K)
+    >>> sl = symmetric_slopes(score_sums(A, allowed, keys=K, queries=G))
+    >>> round(float(sl["beta_sym"].mean()), 2), round(float(sl["beta_null_keys"].mean()), 2)
+    (1.48, 1.48)
+    """
+    N = np.maximum(sums["N"], 1)
+    sxx = sums["sxx"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = lambda xy, xx: np.where(xx > 0, xy / xx, 0.0) * np.sqrt(xx / N)  # noqa: E731
+        out = {"beta_sym": slope((sums["sxy"] + sums["rsxy"]) / 2 if "rsxy" in sums else sums["sxy"], sxx)}
+        if "knull_sxy" in sums:
+            out["beta_null_keys"] = slope((sums["knull_sxy"] + sums["knull_rsxy"]) / 2, sums["knull_sxx"])
     return out
 
 
@@ -337,43 +375,3 @@ def _key_null(S: torch.Tensor, n: torch.Tensor, allowed: torch.Tensor, keys: tor
     A0 = torch.softmax(T.masked_fill(~al, float("-inf")), dim=-1)
     return torch.nan_to_num(A0, nan=0.0), T
 
-
-def key_null_sums(A: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, G: torch.Tensor,
-                  per_text: bool = False) -> dict[str, np.ndarray]:
-    """The key null's fit sums ``knull_sxx = sum T^2``, ``knull_sxy = sum T y0``, ``knull_syy = sum y0^2``
-    (``y0 = n_i A0 - 1``, :func:`key_null_weights`) over the fit entries of :func:`score_sums`.
-
-    Added to the head's :func:`score_sums` (same entries, so ``N`` is shared and ``knull_sxx = sxx``
-    up to rounding), they give ``beta_null_keys`` in :func:`fit_from_sums`; sums of several batches
-    and their bootstrap re-weightings add up like the head's.
-
-    Parameters
-    ----------
-    A, allowed, keys, G : torch.Tensor
-        As in :func:`key_null_weights`.
-    per_text : bool, optional
-        One value per text, ``(B, H)``, instead of ``(H,)``.
-
-    Returns
-    -------
-    dict
-        ``{"knull_sxx", "knull_sxy", "knull_syy"}`` float64 arrays.
-
-    Examples
-    --------
-    A random head (iid Gaussian queries and keys) at score scale 2 on rows of 24 keys: its key null is a
-    random head too, so both fits agree to sampling error, and both lie well below 2 (the finite-row
-    bias of ``beta_hat``):
-
-    >>> import numpy as np, torch
-    >>> g = torch.Generator().manual_seed(0)
-    >>> Q, K, G = torch.randn(3, 32, 4, 24, 16, generator=g, dtype=torch.float64)
-    >>> allowed = torch.ones(32, 24, 24, dtype=torch.bool)
-    >>> A = null_weights(allowed, np.full(4, 2.0), Q, K)
-    >>> sums = {**score_sums(A, allowed), **key_null_sums(A, allowed, K, G)}
-    >>> fit = fit_from_sums(sums)
-    >>> round(float(fit["beta_hat"].mean()), 2), round(float(fit["beta_null_keys"].mean()), 2)
-    (1.48, 1.5)
-    """
-    out = score_sums(A, allowed, per_text, keys, G)
-    return {k: out[k] for k in ("knull_sxx", "knull_sxy", "knull_syy")}

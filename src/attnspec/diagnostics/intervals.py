@@ -6,14 +6,17 @@ intervals at :data:`.bootstrap.LEVEL`).
   masks and text lengths): what ``beta_hat`` returns for a random head here. ``beta_hat`` of a random head
   falls below its score scale on short texts and at high temperature (the softmax normalization is not
   the linear model).
-* ``beta_corrected = beta_hat + score_scale - null`` (:func:`corrected_beta`) removes that finite-size
-  bias; its replicates use the same text weights for the three terms. ``null`` is ``beta_null_keys``,
-  the fit of the head's *key null* (a random query against the head's own keys at the head's row
-  temperatures, :func:`.identification.key_null_weights`), when the fit sums carry it, else
-  ``beta_null``. The two differ for heads whose rows have fewer distinct keys than tokens (repeated
-  tokens, correlated keys): at score scale 2-3 on 25-token texts such a row saturates like a shorter
-  row, and only the key null shows it (planted heads: ``beta_hat`` 1.50, ``beta_null`` 1.56,
-  ``beta_null_keys`` 1.51 at temperature 2).
+* ``beta_corrected = beta_sym + score_scale - null`` (:func:`corrected_beta`) removes that finite-size
+  bias; its replicates use the same text weights for the three terms. ``beta_sym`` averages the head's
+  slope with that of its reflection (logits ``-S``), which cancels what the skewness of a head's logits
+  adds to the slope (a head's preference for its own token, say: 1.6 % of the temperature per head at
+  score scale 1 on planted heads). ``null`` is the same average for the head's *key null* (a random
+  query against the head's own keys at the head's row temperatures,
+  :func:`.identification.key_null_weights`, ``beta_null_keys``) when the fit sums carry it, else for the
+  Gaussian null head. The two nulls differ for heads whose rows have fewer distinct keys than tokens
+  (repeated tokens, correlated keys): at score scale 2-3 on 25-token texts such a row saturates like a
+  shorter row, and only the key null shows it (planted heads at temperature 2: ``beta_hat`` 1.50,
+  Gaussian null 1.56, key null 1.51).
 * ``spec_w1_rel`` and ``selection_score``: W1 between the weighted pooled spectra of the head and of its
   Gaussian equivalent (and of the null head and its equivalent), each eigenvalue weighted by its text's
   weight (:func:`.bootstrap.weighted_w1`), relative to the weighted mean of the reference. The fitted
@@ -30,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dependence as dep
+from . import identification as ident
 from . import selection as sel
 from .bootstrap import LEVEL, interval, weighted_mean, weighted_w1, weights
 from .steps.fit import LayerFitSums, NullFitSums
@@ -141,21 +145,22 @@ def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
     return cka - dep.cka_matrix(sp.gram_free, H)[None]
 
 
-def corrected_beta(fit: dict[str, np.ndarray], null_fit: dict[str, np.ndarray] | None = None
+def corrected_beta(sums: dict[str, np.ndarray], null_sums: dict[str, np.ndarray] | None = None
                    ) -> np.ndarray | None:
-    """``beta_corrected = beta_hat + score_scale - null``, the temperature with the fit's finite-row bias removed.
+    """``beta_corrected = beta_sym + score_scale - null``: the temperature, with the fit's finite-row bias removed.
 
-    ``null`` is the key null's ``beta_null_keys`` when ``fit`` has it (:func:`.identification.fit_from_sums`
-    on sums with :func:`.identification.key_null_sums`), else the null head's ``beta_hat`` in ``null_fit``
-    (random Gaussian scores at the head's score scale), else there is no correction (None). Works on
-    point fits ``(H,)`` and on bootstrap replicates ``(n_boot, H)`` alike.
+    ``beta_sym`` is the head's slope averaged with its reflection's (logits ``-S``,
+    :func:`.identification.symmetric_slopes`), and ``null`` the same average for the key null
+    (``beta_null_keys``) when ``sums`` carry it, else for the null head of ``null_sums`` (random Gaussian
+    scores at the head's score scale), else there is no correction (None). Works on point sums ``(H,)``
+    and on bootstrap replicates ``(n_boot, H)`` alike.
 
     Parameters
     ----------
-    fit : dict
-        ``score_scale``, ``beta_hat`` and optionally ``beta_null_keys``.
-    null_fit : dict, optional
-        The null heads' fit (``beta_hat``).
+    sums : dict
+        The head's :func:`.identification.score_sums` (optionally with the key null's).
+    null_sums : dict, optional
+        The null heads' score sums.
 
     Returns
     -------
@@ -163,17 +168,26 @@ def corrected_beta(fit: dict[str, np.ndarray], null_fit: dict[str, np.ndarray] |
 
     Examples
     --------
-    >>> import numpy as np
-    >>> fit = {"score_scale": np.array([2.0]), "beta_hat": np.array([1.50]), "beta_null_keys": np.array([1.51])}
-    >>> corrected_beta(fit, {"beta_hat": np.array([1.56])})          # the key null wins
-    array([1.99])
-    >>> corrected_beta({k: fit[k] for k in ("score_scale", "beta_hat")}, {"beta_hat": np.array([1.56])})
-    array([1.94])
+    A random head at score scale 2 on 24-token rows, and its Gaussian null: both saturate alike, and the
+    correction brings the slope (about 1.48) back to the score scale, to 1-3 % (the null's logits are
+    centered after drawing, so their root mean square is ``sqrt(1 - 1/24)`` of the requested scale):
+
+    >>> import numpy as np, torch
+    >>> from attnspec.diagnostics.identification import null_weights, score_sums
+    >>> g = torch.Generator().manual_seed(0)
+    >>> Q, K, Q0, K0 = torch.randn(4, 32, 4, 24, 16, generator=g, dtype=torch.float64)
+    >>> allowed = torch.ones(32, 24, 24, dtype=torch.bool)
+    >>> sums = score_sums(null_weights(allowed, np.full(4, 2.0), Q, K), allowed)
+    >>> s = ident.fit_from_sums(sums)["score_scale"]
+    >>> null = score_sums(null_weights(allowed, s, Q0, K0), allowed)
+    >>> np.round(corrected_beta(sums, null) / s, 2)
+    array([1.01, 1.01, 1.03, 1.03])
     """
-    if "beta_null_keys" in fit:
-        return fit["beta_hat"] + fit["score_scale"] - fit["beta_null_keys"]
-    if null_fit is not None:
-        return fit["beta_hat"] + fit["score_scale"] - null_fit["beta_hat"]
+    f, sl = ident.fit_from_sums(sums), ident.symmetric_slopes(sums)
+    if "beta_null_keys" in sl:
+        return sl["beta_sym"] + f["score_scale"] - sl["beta_null_keys"]
+    if null_sums is not None:
+        return sl["beta_sym"] + f["score_scale"] - ident.symmetric_slopes(null_sums)["beta_sym"]
     return None
 
 
@@ -184,13 +198,13 @@ def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, t
     ``removal_spec_shift_lo/hi``. NaN intervals without replicates."""
     H = sp.n_heads
     out: dict[str, np.ndarray] = {}
-    f = fs.fit()
     has_null = ns is not None and ns.scores is not None
     if has_null:
         out["beta_null"] = ns.fit()["beta_hat"]
-    if "beta_null_keys" in f:
-        out["beta_null_keys"] = f["beta_null_keys"]
-    corrected = corrected_beta(f, ns.fit() if has_null else None)
+    sl = ident.symmetric_slopes(fs.scores)
+    if "beta_null_keys" in sl:
+        out["beta_null_keys"] = sl["beta_null_keys"]
+    corrected = corrected_beta(fs.scores, ns.scores if has_null else None)
     if corrected is not None:
         out["beta_corrected"] = corrected
     if tw.n_boot == 0 or fs.boot_scores is None:
@@ -201,7 +215,7 @@ def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, t
     fr = fs.fit_replicates()
     out.update(_pairs(interval(fr["beta_hat"], level), "beta_hat"))
     if corrected is not None:
-        reps = corrected_beta(fr, ns.fit_replicates() if has_null and ns.boot_scores is not None else None)
+        reps = corrected_beta(fs.boot_scores, ns.boot_scores if has_null else None)
         out.update(_pairs(interval(reps, level) if reps is not None else (np.full(H, np.nan),) * 2,
                           "beta_corrected"))
     ih = sp.text_index(tw.column)

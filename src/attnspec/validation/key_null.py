@@ -8,7 +8,7 @@ the heads' weights tile by tile, the key null's queries drawn per text and row (
 purpose :data:`KEY_NULL_DRAW`), the per-text sums and their Poisson bootstrap re-weightings with the
 diagnosis' text weights (:func:`attnspec.diagnostics.bootstrap.weights`). Its ``beta_hat`` and
 ``score_scale`` equal the diagnosis' to rounding, so its ``beta_corrected_keys`` and interval are what
-the diagnosis reports once the fit step adds :func:`.identification.key_null_sums` to its sums.
+the diagnosis reports once the fit step passes the keys to :func:`.identification.score_sums`.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def layer_key_null_sums(lb: LayerBatch, keys: torch.Tensor, seed: int, n_boot: i
     >>> lb = layer_batches(ad, batch, rec)[0]
     >>> tot, boot = layer_key_null_sums(lb, head_keys(rec[0], lb.dtype), seed=0, n_boot=5)
     >>> sorted(tot), boot["knull_sxy"].shape
-    (['N', 'knull_sxx', 'knull_sxy', 'knull_syy', 'sxx', 'sxy', 'syy'], (5, 2))
+    (['N', 'knull_rsxy', 'knull_sxx', 'knull_sxy', 'knull_syy', 'rsxy', 'sxx', 'sxy', 'syy'], (5, 2))
     >>> bool(np.allclose(tot["knull_sxx"], tot["sxx"], rtol=1e-5))     # row temperatures matched
     True
     """
@@ -128,11 +128,12 @@ def key_null_fit(model, tokenizer, texts, seed: int = 0, n_boot: int = N_BOOT, m
     rows = []
     for layer, (tot, boot) in sorted(sums.items()):
         f, fr = ident.fit_from_sums(tot), ident.fit_from_sums(boot)
-        lo, hi = interval(corrected_beta(fr), level)
+        lo, hi = interval(corrected_beta(boot), level)
         s_lo, s_hi = interval(fr["score_scale"], level)
         rows.append(pd.DataFrame({"layer": layer, "head": np.arange(f["beta_hat"].shape[0]),
                                   "score_scale": f["score_scale"], "score_scale_lo": s_lo, "score_scale_hi": s_hi,
                                   "beta_hat": f["beta_hat"],
-                                  "beta_null_keys": f["beta_null_keys"], "beta_corrected_keys": corrected_beta(f),
+                                  "beta_null_keys": ident.symmetric_slopes(tot)["beta_null_keys"],
+                                  "beta_corrected_keys": corrected_beta(tot),
                                   "beta_corrected_keys_lo": lo, "beta_corrected_keys_hi": hi}))
     return pd.concat(rows, ignore_index=True)
