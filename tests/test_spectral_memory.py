@@ -117,3 +117,24 @@ def test_removed_grams_stay_within_the_budget():
     batched, blocked = _peak_growth("batched"), _peak_growth("blocked")
     assert batched > 100, f"the batched Grams should show (+{batched:.0f} MB)"
     assert blocked < 50, f"blocked removed-head Grams grew the peak by {blocked:.0f} MB (budget 32 MiB)"
+
+
+def test_free_rotation_head_by_head_equals_the_batched_factorizations():
+    """Long texts (``n_b - 1 > d_head``) are rotated one head at a time: the same numbers as the batched QRs."""
+    from attnspec.diagnostics.noise import Draw, TextNoise
+    from attnspec.diagnostics.rotation import _sign_fixed_qr, free_rotation
+    g = torch.Generator().manual_seed(2)
+    valid = torch.ones(2, 30, dtype=torch.bool)
+    valid[1, 20:] = False
+    M = spectral.center(torch.randn(2, 3, 30, 4, generator=g, dtype=torch.float64), valid)
+    noise = lambda: TextNoise(5, Draw.FREE_ROTATION, 0, [0, 1], valid)   # noqa: E731
+    out = free_rotation(M, valid, noise())
+    ref, nz = torch.zeros_like(M), noise()
+    for b in range(2):
+        idx = nz.idx[b].numpy()
+        Mb = M[b][:, idx].numpy()
+        G = nz.draw(b, Mb.shape)
+        ref[b][:, idx] = torch.from_numpy(_sign_fixed_qr(G - G.mean(-2, keepdims=True))[0] @ _sign_fixed_qr(Mb)[1])
+    assert torch.equal(out, ref)
+    assert torch.allclose(out.transpose(-1, -2) @ out, M.transpose(-1, -2) @ M)   # each head's M^T M kept
+    assert not out[1, :, 20:].any()                                                # padding stays 0

@@ -52,19 +52,24 @@ def _sign_fixed_qr(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (Q * s[..., None, :]).numpy(), (R * s[..., :, None]).numpy()
 
 
-def _rotate_text(Mb: np.ndarray, draw) -> np.ndarray:
-    """Free rotation of one text's centered contexts ``Mb`` ``(H, n, dh)`` (real tokens only)."""
-    H, n, dh = Mb.shape
+def _rotate_text(Mb: np.ndarray, idx: np.ndarray, draw, out: np.ndarray) -> None:
+    """Free rotation of one text's centered contexts ``Mb[:, idx]`` (``Mb`` ``(H, L, dh)``, ``idx`` its
+    ``n`` real tokens), written to ``out[:, idx]``; above ``d_head + 1`` tokens one head at a time, so that
+    the temporaries beyond the draw are ``O(n d_head)``."""
+    H, _, dh = Mb.shape
+    n = idx.size
     m = n - 1
     if m < 1:
-        return np.zeros_like(Mb)
+        return
     if m <= dh:                                        # token space: O_h = E O0_h E^T, O0_h Haar on R^m
         E = helmert_basis(n)
-        return E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ Mb))
-    R = _sign_fixed_qr(Mb)[1]                          # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
+        out[:, idx] = E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ Mb[:, idx]))
+        return
     G = draw((H, n, dh))
-    F = _sign_fixed_qr(G - G.mean(-2, keepdims=True))[0]   # Haar dh-frame in the centered span
-    return F @ R
+    G -= G.mean(-2, keepdims=True)
+    for h in range(H):
+        R = _sign_fixed_qr(Mb[h, idx])[1]              # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
+        out[h, idx] = _sign_fixed_qr(G[h])[0] @ R      # Haar dh-frame in the centered span, times R_h
 
 
 def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
@@ -80,7 +85,8 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     Gaussian ``n_b x d_head``). QR factors have ``R``'s diagonal non-negative, so that the map is
     continuous in ``M`` and equal inputs up to rounding give equal rotations.
     Cost per head and text ``O(min(n_b, d_head)^3)``, draws per text (:class:`TextNoise`), so the result
-    depends neither on batching nor on padding.
+    depends neither on batching nor on padding. Memory: the float64 input and output ``(B, H, L, d_head)``
+    and one text's draw ``(H, n_b, d_head)``; the factorizations run one head at a time.
 
     Parameters
     ----------
@@ -112,6 +118,5 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     Mn = M.double().numpy()
     out = np.zeros_like(Mn)
     for b in range(B):
-        idx = noise.idx[b].numpy()
-        out[b][:, idx] = _rotate_text(Mn[b][:, idx], lambda shape, b=b: noise.draw(b, shape))
+        _rotate_text(Mn[b], noise.idx[b].numpy(), lambda shape, b=b: noise.draw(b, shape), out[b])
     return torch.from_numpy(out).to(M.dtype)
