@@ -230,9 +230,9 @@ def fit_task(adapter, run_id: str, batches: list, opts: dict) -> tuple:
 
 
 def null_task(adapter, fit_part: tuple, fits: list, opts: dict) -> list:
-    from .api import null_pass
     from .steps.collect import compute_dtype
-    return null_pass(adapter.sites, fit_part[1], fits, opts["seed"], opts["tile_bytes"], compute_dtype(adapter),
+    from .steps.fit import null_sums           # layers in parallel, each the serial pass' sums bit for bit
+    return null_sums(adapter.sites, fit_part[1], fits, opts["seed"], opts["tile_bytes"], compute_dtype(adapter),
                      opts["n_boot"])
 
 

@@ -28,9 +28,10 @@ from .. import selection as sel
 from .. import spectral
 from ..bootstrap import N_BOOT, weighted, weights
 from ..noise import Draw, TextNoise
+from ..resources import _layer_pool
 from .collect import LayerBatch
 
-__all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "CorpusStats", "null_tile_weights"]
+__all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "CorpusStats", "null_tile_weights", "null_sums"]
 
 
 def _add(a: dict | None, b: dict) -> dict:
@@ -257,6 +258,60 @@ class NullFitSums:
     def fit_replicates(self) -> dict[str, np.ndarray]:
         """The null fits on every bootstrap replicate (same text weights as the heads'): ``(n_boot, H)``."""
         return ident.fit_from_sums(self.boot_scores)
+
+
+def null_sums(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: int, dtype: torch.dtype = torch.float32,
+              n_boot: int = N_BOOT, threads: int | None = None) -> list[NullFitSums]:
+    """The null heads' fit sums of every layer over the batches of ``masks``, at the heads' fitted score scales.
+
+    One task per layer (its batches in order: the sums of a serial pass, bit for bit), at most ``threads``
+    layers at a time (default ``torch.get_num_threads()``), each running torch single-threaded: small per-tile
+    operations split over threads only wait for each other, badly so on a shared machine. Tiles of
+    ``max(1, tile_bytes / (4 B H L))`` query rows.
+
+    Parameters
+    ----------
+    sites : list of AttentionSite
+    masks : MaskStore
+        The allowed sets kept by the fit step.
+    fits : list of dict
+        Per layer the heads' fit (``score_scale`` is used).
+    seed, tile_bytes, n_boot : int
+    dtype : torch.dtype
+    threads : int, optional
+
+    Returns
+    -------
+    list of NullFitSums
+        One per layer.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm(); lbs = collect(ad, batch)       # a 2-layer, 2-head GPT-2
+    >>> store = MaskStore(); store.add(lbs)
+    >>> fits = [{"score_scale": np.array([1.0, 2.0])}] * 2
+    >>> out = null_sums(ad.sites, store, fits, seed=0, tile_bytes=2 ** 20, n_boot=5, threads=2)
+    >>> one = NullFitSums().update(lbs[1].allowed, lbs[1].valid, lbs[1].order, 1, 2, 16, fits[1]["score_scale"], 0, 6,
+    ...                            n_boot=5)
+    >>> len(out), all(np.array_equal(out[1].scores[k], one.scores[k]) for k in one.scores)
+    (2, True)
+    """
+    out = [NullFitSums() for _ in sites]
+
+    def layer(i: int) -> None:
+        s = sites[i]
+        for valid, order, allowed_of in masks:
+            B, L = valid.shape
+            rows = max(1, min(L, tile_bytes // max(1, 4 * B * s.n_heads * L)))
+            out[i].update(allowed_of(i), valid, order, i, s.n_heads, s.head_dim, fits[i]["score_scale"], seed, rows,
+                          dtype, n_boot)
+    with _layer_pool(threads or torch.get_num_threads()) as pool:
+        for done in [pool.submit(layer, i) for i in range(len(sites))]:
+            done.result()
+    return out
 
 
 @dataclass
