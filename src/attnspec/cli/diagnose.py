@@ -49,11 +49,19 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads, >= 1 (default: torch's choice)")
     p.add_argument("--bucket-size", type=positive_int, default=16, help="texts per length bucket, >= 1")
-    p.add_argument("--removal", choices=("auto", "exact", "screened", "first-order", "none"), default="auto",
-                   help="head removal: 'exact' removes every head; 'first-order' estimates every head's effect from one "
-                        "backward pass; 'screened' does both and removes exactly the heads of largest first-order effect "
-                        "plus a random sample of the others (measured rank agreement in summary.json); 'auto': screened "
-                        "above 150 M parameters, else exact")
+    p.add_argument("--removal", choices=("auto", "exact", "sampled", "screened", "first-order", "none"), default="auto",
+                   help="head removal: 'exact' removes every head; 'sampled' removes every head on a seeded sample of "
+                        "--removal-texts texts (default 6), the LM loss on --removal-vocab words per position (default "
+                        "1024) plus a first-order tail; 'first-order' estimates every head's effect from one backward "
+                        "pass; 'screened' does both and removes exactly the heads of largest first-order effect plus a "
+                        "random sample of the others (measured rank agreement in summary.json); 'auto': sampled above "
+                        "150 M parameters, else exact")
+    p.add_argument("--removal-texts", type=positive_int, default=None,
+                   help="measure every removal column on a seeded sample of this many texts, >= 1 (default all; "
+                        "6 with --removal sampled)")
+    p.add_argument("--removal-vocab", type=positive_int, default=None,
+                   help="causal LMs: score a removal's loss on each position's this many most likely words (exactly) "
+                        "and the rest to first order, >= 1 (default the whole vocabulary; 1024 with --removal sampled)")
     p.add_argument("--removal-positions", type=positive_int, default=None,
                    help="exact removal scores a seeded sample of this many predicted positions per text (causal LMs, "
                         ">= 1; default all); standard errors include the sampling spread")
@@ -190,8 +198,7 @@ def run(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     diag = diagnose(adapter, tok, texts, n_texts=args.n_texts, pack=True if args.pack else None,
                     max_length=args.max_length, bucket_size=args.bucket_size,
-                    removal=_removal(args), removal_positions=args.removal_positions, screen_top=args.screen_top,
-                    screen_sample=args.screen_sample, n_boot=args.n_boot, gradient=not args.no_gradient,
+                    **_removal_kwargs(args), n_boot=args.n_boot, gradient=not args.no_gradient,
                     mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet, model_name=args.model)
     t_diag = time.perf_counter() - t1
     if user_texts is None:
@@ -239,8 +246,7 @@ def _run_on_cluster(args: argparse.Namespace, user_texts: list[str] | None) -> i
         n_workers=None if args.scheduler else args.workers,
         load_kwargs=dict(device=args.device, dtype=args.dtype, device_map=args.device_map),
         n_texts=args.n_texts, pack=True if args.pack else None, max_length=args.max_length,
-        bucket_size=args.bucket_size, removal=_removal(args), removal_positions=args.removal_positions,
-        screen_top=args.screen_top, screen_sample=args.screen_sample, n_boot=args.n_boot, gradient=not args.no_gradient,
+        bucket_size=args.bucket_size, **_removal_kwargs(args), n_boot=args.n_boot, gradient=not args.no_gradient,
         mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet, model_name=args.model,
         torch_threads=args.threads)
     return _write(diag, args, time.perf_counter() - t1, 0.0)
@@ -248,6 +254,12 @@ def _run_on_cluster(args: argparse.Namespace, user_texts: list[str] | None) -> i
 
 def _removal(args: argparse.Namespace) -> str:
     return "none" if args.no_removal else args.removal
+
+
+def _removal_kwargs(args: argparse.Namespace) -> dict:
+    """The removal options of :func:`attnspec.diagnose` from the command line."""
+    return dict(removal=_removal(args), removal_positions=args.removal_positions, removal_texts=args.removal_texts,
+                removal_vocab=args.removal_vocab, screen_top=args.screen_top, screen_sample=args.screen_sample)
 
 
 def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:

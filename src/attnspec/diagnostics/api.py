@@ -35,10 +35,11 @@ from .result import Diagnosis
 from .steps import forward_cache
 from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, compute_dtype, layer_batches, record
 from .steps.fit import CorpusStats, LayerFitSums, MaskStore, NullFitSums
-from .steps.removal import RemovalSums, removal_step, resolve_mode
+from .steps.removal import RemovalPlan, RemovalSums, only_texts, removal_step, resolve_mode
 from .steps.spectra import LayerSpectra, layer_batch_spectra
 from .steps.tables import TableOptions, build_tables
 from .summary import build_summary, removal_summary
+from .shards import Shard, make_shards, merge_parts
 from .texts import resolve_texts
 
 #: The passes below (``fit_pass`` .. ``exact_pass``, ``make_shards``, ``merge_parts``, ``run_steps``,
@@ -152,45 +153,16 @@ def first_order_pass(adapter, grad_batches, seed: int, progress: bool = False, n
 
 def exact_pass(adapter, rm_batches, *, mean_ablation: bool, means, max_tokens: int, seed: int,
                positions: int | None = None, heads_of: dict | None = None, progress: bool = False,
-               n_boot: int = N_BOOT) -> RemovalSums:
+               n_boot: int = N_BOOT, vocab_top: int | None = None) -> RemovalSums:
     """Step 4b: exact removal of ``heads_of`` (default every head) over ``rm_batches``, on ``positions``
-    sampled positions per text (default all)."""
+    sampled positions per text (default all) and ``vocab_top`` words per position (default all)."""
     from tqdm.auto import tqdm
     n = sum(len(v) for v in heads_of.values()) if heads_of is not None else sum(s.n_heads for s in adapter.sites)
     total = n * len(rm_batches) * (2 if mean_ablation else 1)
     with tqdm(total=total, desc="head removal", disable=not progress, leave=False) as bar:
         return RemovalSums().add_removal(adapter, rm_batches, mean_ablation, means, max_tokens, progress=bar.update,
                                          positions=positions, seed=seed, heads_of=heads_of,
-                                         n_boot=n_boot)
-
-
-@dataclass
-class Shard:
-    """A part of the corpus: its length-bucketed batches for the statistics and for exact removal (texts
-    keep their positions in the whole corpus, so their random draws do not depend on the sharding)."""
-
-    batches: list
-    removal_batches: list
-
-
-def make_shards(tokenizer, texts: Sequence[str], n_shards: int = 1, max_length: int = 128, bucket_size: int = 16,
-                removal_bucket_size: int = 4) -> list[Shard]:
-    """Split ``texts`` into ``n_shards`` contiguous parts (as equal as possible) and batch each."""
-    n = len(texts)
-    cuts = [round(k * n / n_shards) for k in range(n_shards + 1)]
-    return [Shard(make_batches(tokenizer, texts[a:b], max_length, bucket_size, first_id=a),
-                  make_batches(tokenizer, texts[a:b], max_length, min(bucket_size, removal_bucket_size), first_id=a))
-            for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
-
-
-def merge_parts(parts: list) -> Any:
-    """Merge accumulators (or lists of per-layer accumulators) in order."""
-    if isinstance(parts[0], list):
-        return [merge_parts([p[i] for p in parts]) for i in range(len(parts[0]))]
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.merge(p)
-    return out
+                                         n_boot=n_boot, vocab_top=vocab_top)
 
 
 @dataclass
@@ -208,13 +180,15 @@ class StepResults:
     removal_positions: int | None = None
     null_sums: list | None = None  # the null heads' fit sums (their bootstrap replicates)
     n_boot: int = N_BOOT
+    removal_plan: RemovalPlan | None = None
 
 
 def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str | bool = "exact",
               mean_ablation: bool = False, gradient: bool = True, max_tokens: int = 16384,
               tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False, timings: dict | None = None,
               reuse_forward: bool | None = None, removal_positions: int | None = None, screen_top: int | None = None,
-              screen_sample: int | None = None, n_boot: int = N_BOOT) -> StepResults:
+              screen_sample: int | None = None, n_boot: int = N_BOOT, removal_texts: int | None = None,
+              removal_vocab: int | None = None) -> StepResults:
     """Steps 2-4 over the shards, merging each step's accumulators before the next step needs them.
 
     ``reuse_forward``: keep the first forward pass' records on disk for step 3 (:mod:`.steps.forward_cache`;
@@ -243,20 +217,24 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
         if cache is not None:
             cache.close()
     t0 = time.perf_counter()
+    plan = RemovalPlan.of(mode, corpus.n_texts, seed, removal_positions, removal_texts, removal_vocab)
 
     def first_order():
-        return lambda: merge_parts([first_order_pass(adapter, sh.batches, seed, progress, n_boot) for sh in shards])
+        return lambda: merge_parts([first_order_pass(adapter, only_texts(sh.batches, plan.texts), seed, progress,
+                                                     n_boot) for sh in shards])
 
-    def exact(heads_of, positions):
+    def exact(heads_of):
         means = [s.context_means() for s in fit_sums]
-        return lambda: merge_parts([exact_pass(adapter, sh.removal_batches, mean_ablation=mean_ablation, means=means,
-                                               max_tokens=max_tokens, seed=seed, positions=positions,
-                                               heads_of=heads_of, progress=progress, n_boot=n_boot) for sh in shards])
-    rem, code, positions = removal_step(mode, [s.n_heads for s in adapter.sites], first_order, exact, timings,
-                                        gradient=gradient, screen_top=screen_top, screen_sample=screen_sample,
-                                        seed=seed, removal_positions=removal_positions)
+        return lambda: merge_parts([exact_pass(adapter, only_texts(sh.removal_batches, plan.texts),
+                                               mean_ablation=mean_ablation, means=means, max_tokens=max_tokens,
+                                               seed=seed, positions=plan.positions, heads_of=heads_of,
+                                               progress=progress, n_boot=n_boot, vocab_top=plan.vocab_top)
+                                    for sh in shards])
+    rem, code = removal_step(plan, [s.n_heads for s in adapter.sites], first_order, exact, timings, gradient=gradient,
+                             screen_top=screen_top, screen_sample=screen_sample, seed=seed)
     timings["removal"] = time.perf_counter() - t0
-    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, mode, code, positions, null_sums, n_boot)
+    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, mode, code, plan.positions, null_sums, n_boot,
+                       plan)
 
 
 def _is_tokenizer(obj: Any) -> bool:
@@ -278,7 +256,7 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
              removal_bucket_size: int = 4, tile_bytes: int = DEFAULT_TILE_BYTES, pack: bool | None = None,
              progress: bool = False, model_name: str | None = None, reuse_forward: bool | None = None,
              removal_positions: int | None = None, screen_top: int | None = None, screen_sample: int | None = None,
-             n_boot: int = N_BOOT) -> Diagnosis:
+             n_boot: int = N_BOOT, removal_texts: int | None = None, removal_vocab: int | None = None) -> Diagnosis:
     """Diagnose every attention head of ``model``.
 
     Parameters
@@ -292,23 +270,22 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     texts : list of str or 'builtin' or None
         Texts (policy in :mod:`attnspec.diagnostics.texts`: ``'builtin'``/``None`` takes ``n_texts``
         texts of the built-in corpus, packed to ``max_length`` tokens for causal LMs unless ``pack``).
-    removal : {'auto', 'exact', 'screened', 'first-order', 'none'} or bool
-        Head removal (:mod:`.steps.removal`): every head exactly, every head to first order, or 'screened':
-        exactly the ``screen_top`` heads of largest first-order effect and a seeded ``screen_sample`` of the
-        others. ``'auto'``: 'screened' above 150 M parameters, else 'exact'. True/False: 'exact'/'none'.
-    removal_positions : int, optional
-        Predicted positions per text scored by exact removal, a seeded sample (default all; 32 screened).
-    screen_top, screen_sample : int, optional
-        Heads removed exactly in 'screened' mode (default ``max(8, 5 %)`` of the heads each).
+    removal : {'auto', 'exact', 'sampled', 'screened', 'first-order', 'none'} or bool
+        Head removal (:mod:`.steps.removal`): every head exactly; 'sampled': the same on a seeded sample of
+        ``removal_texts`` texts (default 6), the LM loss on ``removal_vocab`` words per position (default 1,024)
+        plus a first-order tail; every head to first order; 'screened': exactly the ``screen_top`` heads of
+        largest first-order effect and a seeded ``screen_sample`` of the others (default ``max(8, 5 %)``
+        each). ``'auto'``: 'sampled' above 150 M parameters, else 'exact'. True/False: 'exact'/'none'.
+    removal_positions, removal_texts, removal_vocab, screen_top, screen_sample : int, optional
+        Positions per text scored by exact removal (default all; 32 screened); texts (all removal columns are
+        measured on them); words per position of the LM loss; see ``removal``.
     mean_ablation, gradient : bool
         Also mean ablation in exact removal; Michel et al. importance (always with first-order removal).
     threshold, min_tokens : float, int
         Selection-score threshold of the labels (default ``log 2``); fewest real tokens for a label.
-    n_boot : int
-        Poisson-bootstrap replicates over texts (:mod:`.bootstrap`): 95 % intervals (``*_lo``/``*_hi``)
-        and the labels, tests against them.
-    seed : int
-        Seeds every draw: Gaussian-equivalent noise, null heads, free rotations, probes, bootstrap.
+    n_boot, seed : int
+        Poisson-bootstrap replicates over texts (:mod:`.bootstrap`): 95 % intervals (``*_lo``/``*_hi``) and
+        the labels, tests against them; the seed of every draw (noise, null heads, rotations, probes, bootstrap).
     max_tokens, removal_bucket_size, tile_bytes : int
         Tokens per ablation pass (``K`` heads removed per pass = budget / (B L)); texts per length bucket
         in exact removal; bytes of one tile of recomputed attention weights (float32 ``(B, H, rows, L)``).
@@ -342,11 +319,12 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     _check_ints(max_length=(max_length, 2), bucket_size=(bucket_size, 1), removal_bucket_size=(removal_bucket_size, 1),
                 max_tokens=(max_tokens, 1), tile_bytes=(tile_bytes, 1), min_tokens=(min_tokens, 0), n_boot=(n_boot, 0))
     _check_ints(optional=True, removal_positions=(removal_positions, 1), screen_top=(screen_top, 0),
-                screen_sample=(screen_sample, 0))
+                screen_sample=(screen_sample, 0), removal_texts=(removal_texts, 1), removal_vocab=(removal_vocab, 1))
     adapter = adapt(model)
     steps = dict(seed=seed, removal=resolve_mode(removal, adapter), mean_ablation=mean_ablation, gradient=gradient,
                  max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, reuse_forward=reuse_forward,
-                 removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample, n_boot=n_boot)
+                 removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample, n_boot=n_boot,
+                 removal_texts=removal_texts, removal_vocab=removal_vocab)
     with _one_blas_thread():
         return _diagnose(adapter, tokenizer_or_inputs, texts, steps, n_texts=n_texts, max_length=max_length,
                          bucket_size=bucket_size, threshold=threshold, min_tokens=min_tokens,
@@ -389,7 +367,8 @@ def tables_and_summary(adapter, res: StepResults, *, mean_ablation, gradient, th
     """Step 5: ``(heads, layers, pairs, summary)`` from the merged step results (removal mode: ``res``'s)."""
     t0 = time.perf_counter()
     effect_name = "loss_increase" if adapter.kind == "causal-lm" else "embedding_shift"
-    opt = TableOptions(removal=res.removal_mode, mean_ablation=mean_ablation, gradient=gradient, threshold=threshold,
+    table_mode = "exact" if res.removal_mode == "sampled" else res.removal_mode   # exact columns, on the sample
+    opt = TableOptions(removal=table_mode, mean_ablation=mean_ablation, gradient=gradient, threshold=threshold,
                        min_tokens=min_tokens, effect_name=effect_name, seed=seed, n_boot=res.n_boot)
     sites = adapter.sites
     W = [s.w_out().cpu() for s in sites]
@@ -398,4 +377,7 @@ def tables_and_summary(adapter, res: StepResults, *, mean_ablation, gradient, th
     timings["tables"] = time.perf_counter() - t0
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, max_length, bucket_size, seed, model_name)
     summary["removal"] = removal_summary(heads, res.removal_mode, res.screen_code, res.removal_positions)
+    if res.removal_plan is not None and res.removal_mode != "none":
+        summary["removal"].update(texts=sorted(res.removal_plan.texts) if res.removal_plan.texts else "all",
+                                  vocab_top=res.removal_plan.vocab_top or "all")
     return heads, layers, pairs, summary

@@ -133,26 +133,31 @@ def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: 
     return merge_parts([p[0] for p in parts])
 
 
-def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, timings: dict) -> tuple:
+def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, timings: dict, n_texts: int) -> tuple:
     """Step 4 (:func:`.steps.removal.removal_step`, as in one process) with tasks: first order over the
     statistics' groups, exact removal over the removal jobs (started before first order is awaited,
-    except in 'screened' mode). Returns ``(RemovalSums, mode, screen code, scored positions per text)``."""
-    from .steps.removal import removal_step
-    o, mode = run.opts, prep["mode"]
+    except in 'screened' mode), both on the plan's texts. Returns ``(RemovalSums, screen code, plan)``."""
+    from .steps.removal import RemovalPlan, only_texts, removal_step
+    o = run.opts
+    plan = RemovalPlan.of(prep["mode"], n_texts, o["seed"], o["removal_positions"], o["removal_texts"],
+                          o["removal_vocab"])
+    o_ex = dict(o, extra=dict(o["extra"], vocab_top=plan.vocab_top))
 
     def first_order():
-        fo = [run.submit("first-order", k, wk.first_order_task, g, o) for k, g in enumerate(groups)]
+        fo = [run.submit("first-order", k, wk.first_order_task, only_texts(g, plan.texts), o)
+              for k, g in enumerate(groups)]
         return lambda: merge_parts(run.gather(fo, "first order"))
 
-    def exact(heads_of, positions):
+    def exact(heads_of):
         means = [s.context_means() for s in fit_sums]
-        jobs = _removal_jobs(prep["removal_batches"], prep["n_heads"], heads_of, n, o["max_tokens"])
-        ex = [run.submit("removal", k, wk.exact_task, b, means, h, positions, o) for k, (b, h) in enumerate(jobs)]
+        jobs = _removal_jobs(only_texts(prep["removal_batches"], plan.texts), prep["n_heads"], heads_of, n,
+                             o["max_tokens"])
+        ex = [run.submit("removal", k, wk.exact_task, b, means, h, plan.positions, o_ex)
+              for k, (b, h) in enumerate(jobs)]
         return lambda: merge_parts(run.gather(ex, "head removal"))
-    rem, code, positions = removal_step(mode, prep["n_heads"], first_order, exact, timings, gradient=o["gradient"],
-                                        screen_top=o["screen_top"], screen_sample=o["screen_sample"], seed=o["seed"],
-                                        removal_positions=o["removal_positions"])
-    return rem, mode, code, positions
+    rem, code = removal_step(plan, prep["n_heads"], first_order, exact, timings, gradient=o["gradient"],
+                             screen_top=o["screen_top"], screen_sample=o["screen_sample"], seed=o["seed"])
+    return rem, code, plan
 
 
 def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
@@ -170,12 +175,12 @@ def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
     del grams
     timings["spectra"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    rem, mode, code, positions = _removal_step(run, prep, groups, fit_sums, n, timings)
+    rem, code, plan = _removal_step(run, prep, groups, fit_sums, n, timings, corpus.n_texts)
     timings["removal"] = time.perf_counter() - t0
     run.counts["fit_workers"] = len({w for w in where if w})
     res = dict(fit_sums=fit_sums, fits=fits, null_fits=null_fits, spectra=spectra, removal=rem, corpus=corpus,
-               removal_mode=mode, screen_code=code, removal_positions=positions,
-               null_sums=null_sums, n_boot=run.opts["n_boot"])
+               removal_mode=plan.mode, screen_code=code, removal_positions=plan.positions,
+               null_sums=null_sums, n_boot=run.opts["n_boot"], removal_plan=plan)
     names = {f.name for f in dataclasses.fields(StepResults)}
     return StepResults(**{k: v for k, v in res.items() if k in names})
 
@@ -225,14 +230,14 @@ def _diagnose(run: _Run, texts) -> Diagnosis:
 _INT_OPTIONS = (("max_length", 2), ("bucket_size", 1), ("removal_bucket_size", 1), ("max_tokens", 1),
                 ("tile_bytes", 1), ("min_tokens", 0), ("n_boot", 0))
 _OPTIONAL_INT_OPTIONS = (("removal_positions", 1), ("screen_top", 0), ("screen_sample", 0), ("n_shards", 1),
-                         ("torch_threads", 1))
+                         ("torch_threads", 1), ("removal_texts", 1), ("removal_vocab", 1))
 
 
 #: Arguments of the step functions that this module sets itself (not accepted as ``**options``).
 _SET_HERE = {"adapter", "tokenizer", "texts", "n_shards", "batches", "grad_batches", "rm_batches", "res", "progress",
              "timings", "means", "heads_of", "positions", "seed", "mean_ablation", "max_tokens", "gradient",
              "threshold", "min_tokens", "source", "max_length", "bucket_size", "removal_bucket_size", "model_name",
-             "removal_positions", "n_boot"}
+             "removal_positions", "n_boot", "vocab_top", "removal_texts", "removal_vocab"}
 
 
 def _check(opts: dict) -> None:
@@ -281,7 +286,8 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
                         model_name: str | None = None, reuse_forward: bool | None = None,
                         removal_positions: int | None = None, screen_top: int | None = None,
                         screen_sample: int | None = None, n_shards: int | None = None, torch_threads: int | None = None,
-                        cluster_kwargs: dict | None = None, n_boot: int = N_BOOT, **options) -> Diagnosis:
+                        cluster_kwargs: dict | None = None, n_boot: int = N_BOOT, removal_texts: int | None = None,
+                        removal_vocab: int | None = None, **options) -> Diagnosis:
     """Diagnose every attention head of a named model on a Dask cluster (see module docstring).
 
     Parameters
@@ -295,13 +301,12 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
         of ``n_workers`` one-thread processes (default: CPU count) with ``cluster_kwargs``, closed at the end.
     load_kwargs : dict, optional
         :func:`attnspec.models.load_model` keywords on the workers, e.g. ``{'dtype': 'bfloat16'}``.
-    n_texts, max_length, bucket_size, removal, mean_ablation, gradient, threshold, min_tokens, seed, \
-max_tokens, removal_bucket_size, tile_bytes, pack, model_name, reuse_forward, removal_positions, \
-screen_top, screen_sample, n_boot, progress
+    n_texts, max_length, bucket_size, removal, mean_ablation, gradient, threshold, min_tokens, seed, max_tokens, \
+removal_bucket_size, tile_bytes, pack, model_name, reuse_forward, removal_positions, screen_top, screen_sample, \
+n_boot, progress, removal_texts, removal_vocab
         As :func:`attnspec.diagnose` (``reuse_forward``: on each worker's local disk).
-    n_shards : int, optional
-        Groups of length buckets per step (default: 4 per worker thread, at most one per bucket).
-    torch_threads : int, optional
+    n_shards, torch_threads : int, optional
+        Groups of length buckets per step (default: 4 per worker thread, at most one per bucket);
         ``torch.set_num_threads`` in every task (the cores per worker process; see module docstring).
     **options
         Keywords of :func:`.api.make_shards`, :func:`.api.first_order_pass`, :func:`.api.exact_pass` or
@@ -340,9 +345,9 @@ screen_top, screen_sample, n_boot, progress
     opts = dict(n_texts=n_texts, max_length=max_length, bucket_size=bucket_size, removal=removal,
                 mean_ablation=mean_ablation, gradient=gradient, threshold=threshold, min_tokens=min_tokens, seed=seed,
                 max_tokens=max_tokens, removal_bucket_size=removal_bucket_size, tile_bytes=tile_bytes, pack=pack,
-                progress=progress, model_name=model_name, reuse_forward=reuse_forward,
-                removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample, n_shards=n_shards,
-                torch_threads=torch_threads, n_boot=n_boot, extra=dict(options))
+                progress=progress, model_name=model_name, reuse_forward=reuse_forward, removal_positions=removal_positions,
+                screen_top=screen_top, screen_sample=screen_sample, n_shards=n_shards, torch_threads=torch_threads,
+                n_boot=n_boot, removal_texts=removal_texts, removal_vocab=removal_vocab, extra=dict(options))
     _check(opts)
     c, owned = _connect(client, n_workers, cluster_kwargs)
     try:

@@ -158,10 +158,11 @@ def exact_removal_per_text(adapter: ModelAdapter, batch: dict, block_inputs: Seq
     return tot, metric.counts()
 
 
-def reference_pass(adapter: ModelAdapter, batch: dict, positions: int | None = None, seed: int = 0
-                   ) -> tuple[list | None, FunctionalMetric]:
+def reference_pass(adapter: ModelAdapter, batch: dict, positions: int | None = None, seed: int = 0,
+                   vocab_top: int | None = None) -> tuple[list | None, FunctionalMetric]:
     """One unmodified forward pass: each block's recorded inputs (``None`` without reuse) and the
-    reference quantities of :class:`FunctionalMetric` (on ``positions`` sampled positions per text).
+    reference quantities of :class:`FunctionalMetric` (on ``positions`` sampled positions per text, on
+    ``vocab_top`` words per position when given).
 
     Examples
     --------
@@ -171,7 +172,7 @@ def reference_pass(adapter: ModelAdapter, batch: dict, positions: int | None = N
     >>> len(blocks), metric.ref.shape                               # block inputs per layer; NLL per text
     (2, torch.Size([2]))
     """
-    metric = FunctionalMetric(adapter, batch, adapter.tail, positions=positions, seed=seed)
+    metric = FunctionalMetric(adapter, batch, adapter.tail, positions=positions, seed=seed, vocab_top=vocab_top)
     if not adapter.can_reuse:
         with torch.inference_mode():
             metric.reference(adapter.run(batch), from_hidden=False)
@@ -190,9 +191,10 @@ def reference_pass(adapter: ModelAdapter, batch: dict, positions: int | None = N
 def iter_removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: str = "zero",
                          means: Sequence[torch.Tensor] | None = None, max_tokens: int = 16384,
                          progress: Callable | None = None, positions: int | None = None, seed: int = 0,
-                         heads_of: dict[int, Sequence[int]] | None = None):
+                         heads_of: dict[int, Sequence[int]] | None = None, vocab_top: int | None = None):
     """Exact removal over ``batches``, yielding per batch the per-text effects ``(n_sites, H_max, B)``
-    and normalizers ``(B,)`` (:func:`exact_removal_per_text`): one :func:`reference_pass` per batch.
+    and normalizers ``(B,)`` (:func:`exact_removal_per_text`): one :func:`reference_pass` per batch
+    (LM loss on ``vocab_top`` words per position when given).
     Small length buckets (``make_batches(..., bucket_size=4)``) waste the least arithmetic on padding.
 
     Examples
@@ -203,7 +205,7 @@ def iter_removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: s
     [(2, 2, 2)]
     """
     for batch in batches:
-        blocks, metric = reference_pass(adapter, batch, positions, seed)
+        blocks, metric = reference_pass(adapter, batch, positions, seed, vocab_top)
         yield exact_removal_per_text(adapter, batch, blocks, metric, means=means, mode=mode, max_tokens=max_tokens,
                                      reuse=blocks is not None, progress=progress, heads_of=heads_of)
 

@@ -30,6 +30,7 @@ from torch import nn
 from .architectures import (ARCHITECTURES, Architecture, ArchitectureError, _cross_paths, _decoder_of, _get_path,
                             _stack_of, detect, resolve)
 from .attention_calls import Application, _register_applications
+from .lm_head import LMHead
 from .generic import AdapterError, _custom_sites, _heads_view, _mha_sites
 from .emitters import register
 from .protocol import AttentionSite
@@ -214,10 +215,7 @@ def _tail(arch: Architecture, model: nn.Module, base: nn.Module, cfg: Any) -> tu
         # skipped, so such models (and models with another head) use full forward passes (tail None)
         return "encoder", (lambda h: h) if base is model and norm is None else None
 
-    def tail(h):
-        logits = lm(norm(h) if norm is not None else h)
-        return torch.tanh(logits / softcap) * softcap if softcap else logits
-    return "causal-lm", tail
+    return "causal-lm", LMHead(lm, norm, softcap)
 
 
 def _shared_layers(arch: Architecture, groups: list, cfg: Any) -> list:

@@ -2,7 +2,9 @@
 
 * causal LM: the text's summed next-token negative log-likelihood over its scored positions (all
   predicted positions, or a seeded sample of them, :func:`sample_positions`); the LM head runs in
-  chunks of positions whose ``(rows, vocab)`` float32 logits fit :data:`LOGIT_CHUNK_BYTES`;
+  chunks of positions whose ``(rows, vocab)`` float32 logits fit :data:`LOGIT_CHUNK_BYTES`; with
+  ``vocab_top=k`` a removal's loss is scored on each chunk's ``k`` most likely words per position and a
+  first-order tail (:class:`.lm_head.TruncatedVocab`);
 * encoder / generic: ``1 - cos(e_removed, e)`` with ``e`` the mean over real tokens of the final
   hidden states (through the model's tail, e.g. a final norm).
 """
@@ -16,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..seeding import seed_of
 from .adapters import ModelAdapter
+from .lm_head import LMHead, TruncatedVocab, _at_least_float32
 
 __all__ = ["FunctionalMetric", "sample_positions", "LOGIT_CHUNK_BYTES"]
 
@@ -70,8 +73,11 @@ class FunctionalMetric:
     """
 
     def __init__(self, adapter: ModelAdapter, batch: dict, tail: Callable | None,
-                 chunk_bytes: int = LOGIT_CHUNK_BYTES, positions: int | None = None, seed: int = 0):
+                 chunk_bytes: int = LOGIT_CHUNK_BYTES, positions: int | None = None, seed: int = 0,
+                 vocab_top: int | None = None):
         self.kind = adapter.kind
+        self.vocab_top = vocab_top if isinstance(tail, LMHead) and tail.truncatable else None
+        self.truncated: TruncatedVocab | None = None
         self.mask = batch["attention_mask"].bool().to(adapter.device)
         self.tail = tail
         self.chunk_bytes = chunk_bytes
@@ -93,7 +99,8 @@ class FunctionalMetric:
 
     # --- causal LM: NLL summed per text, computed in token chunks (vocabularies are large)
     def nll(self, hidden: torch.Tensor, K: int = 1, grad: bool = False) -> torch.Tensor:
-        """Per-replica, per-text summed NLL ``(K, B)`` from final hidden states ``(K*B, L, D)``."""
+        """Per-replica, per-text summed NLL ``(K, B)`` from final hidden states ``(K*B, L, D)`` (on the
+        truncated vocabulary once :meth:`reference` has built it, except with ``grad``)."""
         B = self.mask.shape[0]
         h = hidden[:, :hidden.shape[1] - self.shift]
         pm = self.pred_mask.repeat(K, 1)
@@ -101,6 +108,9 @@ class FunctionalMetric:
         rows = torch.arange(K * B, device=pm.device)[:, None].expand_as(pm)[pm]
         hv = h[pm]
         out = torch.zeros(K * B, dtype=torch.float64, device=hv.device)
+        if self.truncated is not None and not grad:
+            nl = self.truncated.nll(self.tail.features(hv).view(K, -1, hv.shape[-1]))
+            return out.index_add(0, rows, nl.reshape(-1).double()).view(K, B)
 
         def chunk_nll(hc, tc):
             logits = _at_least_float32(self.tail(hc))
@@ -133,7 +143,14 @@ class FunctionalMetric:
 
     def reference(self, output: torch.Tensor, from_hidden: bool) -> None:
         """Store the unmodified quantities; ``output`` is final hidden (``from_hidden``) or model output."""
-        if self.kind == "causal-lm":
+        if self.kind == "causal-lm" and from_hidden and self.vocab_top:
+            h = output[:, :output.shape[1] - self.shift]
+            texts = torch.arange(h.shape[0], device=h.device)[:, None].expand_as(self.pred_mask)[self.pred_mask]
+            self.truncated = TruncatedVocab(self.tail, self.tail.features(h[self.pred_mask]),
+                                            self.target[self.pred_mask], self.vocab_top,
+                                            self.chunk_bytes // (4 * self.tail.linear.out_features), texts)
+            self.ref = self.nll(output)[0]
+        elif self.kind == "causal-lm":
             self.ref = self.nll(output)[0] if from_hidden else self._nll_from_logits(output)[0]
         else:
             self.ref = self.pooled(self._final(output, from_hidden))[0]
@@ -156,7 +173,3 @@ class FunctionalMetric:
         cos = torch.nn.functional.cosine_similarity(e.double(), self.ref[None].double(), dim=-1)
         return (1 - cos).cpu().numpy()
 
-
-def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
-    """Half-precision logits in float32; float32 and float64 unchanged."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))

@@ -25,8 +25,11 @@ import torch
 from ...models import ModelAdapter
 from ...models.ablation import first_order, iter_removal_effects
 from ..bootstrap import N_BOOT, interval, weighted, weights
+from .removal_plan import (MODES, SAMPLED_TEXTS, SAMPLED_VOCAB, SCREEN_ABOVE_PARAMS, SCREENED_POSITIONS,  # noqa: F401
+                           RemovalPlan, only_texts, sample_texts)
 
-__all__ = ["RatioSums", "RemovalSums", "removal_step", "resolve_mode", "screen_heads", "MODES"]
+__all__ = ["RatioSums", "RemovalSums", "RemovalPlan", "removal_step", "resolve_mode", "screen_heads", "sample_texts",
+           "only_texts", "MODES"]
 
 
 @dataclass
@@ -135,9 +138,11 @@ class RemovalSums:
     def add_removal(self, adapter: ModelAdapter, batches: Sequence[dict], mean_ablation: bool,
                     means: Sequence[torch.Tensor] | None, max_tokens: int, progress: Callable | None = None,
                     positions: int | None = None, seed: int = 0, heads_of: dict | None = None,
-                    n_boot: int = N_BOOT) -> "RemovalSums":
-        """Exact removal (zero, and mean ablation when asked) of ``heads_of`` (default all) over ``batches``."""
-        kw = dict(max_tokens=max_tokens, progress=progress, positions=positions, seed=seed, heads_of=heads_of)
+                    n_boot: int = N_BOOT, vocab_top: int | None = None) -> "RemovalSums":
+        """Exact removal (zero, and mean ablation when asked) of ``heads_of`` (default all) over ``batches``
+        (LM loss on ``vocab_top`` words per position when given: :class:`attnspec.models.lm_head.TruncatedVocab`)."""
+        kw = dict(max_tokens=max_tokens, progress=progress, positions=positions, seed=seed, heads_of=heads_of,
+                  vocab_top=vocab_top)
         ws = [weights(seed, b["order"], n_boot) for b in batches]
         for (e, n), w in zip(iter_removal_effects(adapter, batches, **kw), ws):
             self.exact.update(e, n, w)
@@ -167,17 +172,9 @@ class RemovalSums:
         return np.asarray(self.michel, dtype=float) / max(self.michel_texts, 1)
 
 
-#: Removal modes (``--removal``).
-MODES = ("exact", "screened", "first-order", "none")
-#: Above this many parameters ``removal="auto"`` screens (first order for all heads, exact for some).
-SCREEN_ABOVE_PARAMS = 150_000_000
-#: Predicted positions per text scored by exact removal in 'screened' mode unless given.
-SCREENED_POSITIONS = 32
-
-
 def resolve_mode(removal: str | bool, adapter: ModelAdapter) -> str:
-    """``removal`` as one of :data:`MODES`: True -> 'exact', False -> 'none', 'auto' -> 'screened' for
-    models above :data:`SCREEN_ABOVE_PARAMS` parameters with first-order support, else 'exact'.
+    """``removal`` as one of :data:`MODES`: True -> 'exact', False -> 'none', 'auto' -> 'sampled' for
+    models above :data:`SCREEN_ABOVE_PARAMS` parameters, else 'exact'.
 
     Parameters
     ----------
@@ -204,13 +201,13 @@ def resolve_mode(removal: str | bool, adapter: ModelAdapter) -> str:
     >>> resolve_mode("all", ad)
     Traceback (most recent call last):
     ...
-    ValueError: removal must be one of exact, screened, first-order, none, auto, got 'all'
+    ValueError: removal must be one of exact, sampled, screened, first-order, none, auto, got 'all'
     """
     if removal is True or removal is False:
         return "exact" if removal else "none"
     if removal == "auto":
         n = sum(p.numel() for p in adapter.model.parameters())
-        return "screened" if n > SCREEN_ABOVE_PARAMS else "exact"
+        return "sampled" if n > SCREEN_ABOVE_PARAMS else "exact"
     if removal not in MODES:
         raise ValueError(f"removal must be one of {', '.join(MODES + ('auto',))}, got {removal!r}")
     return removal
@@ -269,23 +266,23 @@ def screen_heads(first_order_effect: np.ndarray, n_heads: Sequence[int], top: in
     return heads_of, code
 
 
-def removal_step(mode: str, n_heads: Sequence[int], start_first_order: Callable[[], Callable[[], RemovalSums]],
-                 start_exact: Callable[[dict | None, int | None], Callable[[], RemovalSums]], timings: dict, *,
-                 gradient: bool, screen_top: int | None, screen_sample: int | None, seed: int,
-                 removal_positions: int | None) -> tuple[RemovalSums, np.ndarray | None, int | None]:
+def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
+                 start_first_order: Callable[[], Callable[[], RemovalSums]],
+                 start_exact: Callable[[dict | None], Callable[[], RemovalSums]], timings: dict, *,
+                 gradient: bool, screen_top: int | None, screen_sample: int | None, seed: int
+                 ) -> tuple[RemovalSums, np.ndarray | None]:
     """Step 4 in any runner: first-order effects (when ``gradient`` or the mode needs them), then, in
     'screened' mode, the heads to remove chosen from the merged first-order effects of the whole corpus,
-    and exact removal ('exact', 'screened').
+    and exact removal ('exact', 'sampled', 'screened'), as ``plan`` says (its texts, positions, words).
 
-    ``start_first_order()`` and ``start_exact(heads_of, positions)`` start the work (one process: nothing
-    yet; a cluster: submit the tasks) and return a function that waits for it and returns the merged
-    :class:`RemovalSums`; exact removal is started before first order is awaited, except in 'screened'
-    mode, which needs it. Returns ``(sums, screen code or None, scored positions per text or None)``.
+    ``start_first_order()`` and ``start_exact(heads_of)`` start the work on the plan's texts (one process:
+    nothing yet; a cluster: submit the tasks) and return a function that waits for it and returns the
+    merged :class:`RemovalSums`; exact removal is started before first order is awaited, except in
+    'screened' mode, which needs it. Returns ``(sums, screen code or None)``.
 
     Parameters
     ----------
-    mode : str
-        One of :data:`MODES`.
+    plan : RemovalPlan
     n_heads : sequence of int
         Heads per layer.
     start_first_order, start_exact : callable
@@ -297,12 +294,10 @@ def removal_step(mode: str, n_heads: Sequence[int], start_first_order: Callable[
     screen_top, screen_sample : int, optional
         :func:`screen_heads`' ``top`` and ``sample``.
     seed : int
-    removal_positions : int, optional
-        Scored positions per text (default: all; :data:`SCREENED_POSITIONS` in 'screened' mode).
 
     Returns
     -------
-    tuple of (RemovalSums, numpy.ndarray or None, int or None)
+    tuple of (RemovalSums, numpy.ndarray or None)
 
     Examples
     --------
@@ -310,30 +305,31 @@ def removal_step(mode: str, n_heads: Sequence[int], start_first_order: Callable[
 
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()
+    >>> plan = RemovalPlan.of("screened", n_texts=2, seed=0)
     >>> first = lambda: (lambda: RemovalSums().add_first_order(ad, batch, seed=0, n_boot=5))
-    >>> exact = lambda heads_of, positions: (lambda: RemovalSums().add_removal(
-    ...     ad, [batch], False, None, 10_000, positions=positions, heads_of=heads_of, n_boot=5))
+    >>> exact = lambda heads_of: (lambda: RemovalSums().add_removal(
+    ...     ad, [batch], False, None, 10_000, positions=plan.positions, heads_of=heads_of, n_boot=5))
     >>> timings = {}
-    >>> sums, code, positions = removal_step("screened", [2, 2], first, exact, timings, gradient=True, screen_top=1,
-    ...                                      screen_sample=1, seed=0, removal_positions=None)
-    >>> code.tolist(), positions, list(timings)
+    >>> sums, code = removal_step(plan, [2, 2], first, exact, timings, gradient=True, screen_top=1, screen_sample=1,
+    ...                           seed=0)
+    >>> code.tolist(), plan.positions, list(timings)
     ([[2, 1], [0, 0]], 32, ['first_order'])
     >>> np.isfinite(sums.mean_effect()).tolist()                 # measured exactly: the screened heads only
     [[True, True], [False, False]]
     """
+    mode = plan.mode
     t0 = time.perf_counter()
     fo = start_first_order() if gradient or mode in ("screened", "first-order") else None
-    rem, code, heads_of, ex, positions = RemovalSums(), None, None, None, None
+    rem, code, heads_of, ex = RemovalSums(), None, None, None
     if mode == "screened":
         rem = fo()
         timings["first_order"] = time.perf_counter() - t0
         heads_of, code = screen_heads(rem.first_order.mean(), n_heads, screen_top, screen_sample, seed)
-    if mode in ("exact", "screened"):
-        positions = SCREENED_POSITIONS if mode == "screened" and removal_positions is None else removal_positions
-        ex = start_exact(heads_of, positions)
+    if mode in ("exact", "sampled", "screened"):
+        ex = start_exact(heads_of)
     if mode != "screened" and fo is not None:
         rem = fo()
         timings["first_order"] = time.perf_counter() - t0
     if ex is not None:
         rem = rem.merge(ex())
-    return rem, code, positions
+    return rem, code

@@ -1,0 +1,181 @@
+"""A causal LM's head as data (final norm, linear map, soft-capping) and the LM loss on a truncated vocabulary.
+
+Next-token loss at a scored position ``p`` with final features ``f = norm(h)`` and target ``y``:
+
+    NLL_p(f) = log sum_j exp z_j(f) - z_y(f),   z_j = s(w_j . f + b_j),   s(a) = c tanh(a / c) (or a).
+
+Head removal changes ``f`` a little at every position, and evaluating all ``V`` logits (262k words for
+Gemma 3) for every removed head dominates exact removal. :class:`TruncatedVocab` splits the vocabulary
+per chunk of positions into ``U`` (the union of each position's ``top`` most likely words at the
+reference, plus the targets) and the rest ``T``, and keeps the reference tail of each position:
+
+    tau_p = sum_{j in T} exp z_j(f_p),   mu_p = sum_{j in T} q_pj s'(a_pj) w_j,   q_pj = exp z_j(f_p) / tau_p.
+
+A modified ``f'`` is then scored on ``U`` exactly, and on ``T`` to first order in ``df = f' - f``:
+
+    sum_{j in T} exp z_j(f') = tau_p E_q[exp dz_j] ~= tau_p exp(mu_p . df)
+
+(the first cumulant). By Jensen's inequality the neglected remainder ``log E_q[exp(dz - mu . df)] >= 0``
+(about ``Var_q(dz) / 2``, second order in ``df`` and proportional to the tail mass, which
+:attr:`TruncatedVocab.tail_mass` reports), so the loss after a removal, and thus its effect, is
+slightly underestimated. The reference loss is scored the same way, so ``f' = f`` gives exactly zero
+effect. ``U`` is built per text (chunks never span two texts), so a text's scores do not depend on the
+texts batched with it. Building costs two passes over the vocabulary per position (logits and
+``mu``); each removal then costs ``|U|`` columns. Measured on Gemma 3 270M (262k words; 4 texts of 127
+predicted positions, 20 heads of 5 layers against the full vocabulary): 256 words per position leave
+a median tail mass of 2 % and bias the effects by -6 % (largest error 0.012 nats/token); 1,024 words,
+median tail 0.5 %, bias -1.9 %, largest error 0.004.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+__all__ = ["LMHead", "TruncatedVocab"]
+
+
+@dataclass
+class LMHead:
+    """``hidden -> logits``: ``s(linear(norm(h)))`` with ``s`` the soft-capping ``c tanh(a / c)`` (or none).
+
+    Examples
+    --------
+    >>> import torch
+    >>> lin = torch.nn.Linear(4, 7, bias=False)
+    >>> head = LMHead(lin, norm=None, softcap=2.0)
+    >>> h = torch.randn(3, 4)
+    >>> bool(torch.allclose(head(h), 2.0 * torch.tanh(lin(h) / 2.0)))
+    True
+    >>> bool(torch.allclose(head.logits(h, torch.tensor([1, 5])), head(h)[:, [1, 5]]))
+    True
+    """
+
+    linear: nn.Module
+    norm: Callable | None = None
+    softcap: float | None = None
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return self.all_logits(self.features(h))
+
+    def all_logits(self, f: torch.Tensor) -> torch.Tensor:
+        """Logits of every word from features ``f = norm(h)``."""
+        return self._cap(self.linear(f))
+
+    def features(self, h: torch.Tensor) -> torch.Tensor:
+        """``norm(h)``: what the linear map reads."""
+        return self.norm(h) if self.norm is not None else h
+
+    @property
+    def truncatable(self) -> bool:
+        """The linear map is an ``nn.Linear`` (its rows can be gathered)."""
+        return isinstance(self.linear, nn.Linear)
+
+    def logits(self, f: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Logits of the words ``rows`` only, from features ``f`` ``(..., D)``: ``(..., len(rows))``."""
+        w = self.linear.weight[rows]
+        a = f @ w.T.to(f.dtype)
+        if self.linear.bias is not None:
+            a = a + self.linear.bias[rows].to(f.dtype)
+        return self._cap(a)
+
+    def _cap(self, a: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(a / self.softcap) * self.softcap if self.softcap else a
+
+
+@dataclass
+class _Chunk:
+    rows: slice            # positions of the chunk
+    words: torch.Tensor    # U, sorted (|U|,)
+    target: torch.Tensor   # index of each position's target in U (P_c,)
+    log_tail: torch.Tensor  # log tau_p (P_c,)
+    mu: torch.Tensor       # (P_c, D)
+    log_mass: torch.Tensor  # log of the tail's reference probability (P_c,)
+
+
+class TruncatedVocab:
+    """The LM loss of scored positions on a truncated vocabulary with a first-order tail (module docstring).
+
+    Parameters
+    ----------
+    head : LMHead
+    f : torch.Tensor, shape (P, D)
+        Reference features ``norm(h)`` of the scored positions.
+    target : torch.Tensor of int, shape (P,)
+    top : int
+        Words kept per position (their union over a chunk of positions is scored exactly).
+    chunk_positions : int
+        Positions per chunk (the reference logits of one chunk, ``(chunk_positions, V)``, are in memory).
+    texts : torch.Tensor of int, shape (P,), optional
+        The text of each position (contiguous runs): chunks never span two texts, so a text's scores do
+        not depend on the texts batched with it.
+
+    Examples
+    --------
+    A random 50-word head: keeping 10 words per position loses little, and the reference scores the
+    same as itself (zero effect):
+
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> head = LMHead(torch.nn.Linear(8, 50, bias=False))
+    >>> f, y = torch.randn(6, 8, generator=g), torch.randint(0, 50, (6,), generator=g)
+    >>> tv = TruncatedVocab(head, f, y, top=10, chunk_positions=4)
+    >>> full = torch.logsumexp(head(f), -1) - head(f)[torch.arange(6), y]
+    >>> float((tv.nll(f[None])[0] - full).abs().max()) < 1e-5                  # exact at the reference
+    True
+    >>> f2 = f + 0.05 * torch.randn(6, 8, generator=g)
+    >>> full2 = torch.logsumexp(head(f2), -1) - head(f2)[torch.arange(6), y]
+    >>> float(((tv.nll(f2[None])[0] - tv.reference) - (full2 - full)).abs().max()) < 1e-3   # first-order tail
+    True
+    """
+
+    def __init__(self, head: LMHead, f: torch.Tensor, target: torch.Tensor, top: int, chunk_positions: int,
+                 texts: torch.Tensor | None = None):
+        self.head, self.f = head, f
+        self.chunks: list[_Chunk] = []
+        with torch.no_grad():
+            for rows in _pieces(texts if texts is not None else torch.zeros(f.shape[0], dtype=torch.long),
+                                max(1, chunk_positions)):
+                self.chunks.append(self._chunk(rows, target, top))
+            self.reference = self.nll(f[None])[0]
+
+    def _chunk(self, rows: slice, target: torch.Tensor, top: int) -> _Chunk:
+        z = _at_least_float32(self.head.all_logits(self.f[rows]))
+        tgt = target[rows]
+        words = torch.unique(torch.cat([torch.topk(z, min(top, z.shape[-1]), -1).indices.ravel(), tgt]))
+        zt = z.index_fill(-1, words, -float("inf"))
+        log_tail = torch.logsumexp(zt, -1)
+        q = torch.softmax(zt, -1).nan_to_num(0.0)           # no tail (U = V): q = 0
+        g = 1 - (z / self.head.softcap) ** 2 if self.head.softcap else 1.0   # s'(a) = 1 - tanh^2(a / c)
+        w = self.head.linear.weight
+        mu = _at_least_float32((q * g).to(w.dtype) @ w)
+        return _Chunk(rows, words, torch.searchsorted(words, tgt), log_tail, mu, log_tail - torch.logsumexp(z, -1))
+
+    @property
+    def tail_mass(self) -> torch.Tensor:
+        """Reference probability of the words left out, per position ``(P,)``."""
+        return torch.exp(torch.cat([c.log_mass for c in self.chunks]))
+
+    @torch.no_grad()
+    def nll(self, f: torch.Tensor) -> torch.Tensor:
+        """Truncated-vocabulary NLL ``(K, P)`` of features ``f`` ``(K, P, D)`` (``K`` modified copies)."""
+        out = []
+        for c in self.chunks:
+            fc = _at_least_float32(f[:, c.rows])
+            z = self.head.logits(fc, c.words)
+            tail = c.log_tail + ((fc - self.f[c.rows].to(fc.dtype)) * c.mu.to(fc.dtype)).sum(-1)
+            lse = torch.logaddexp(torch.logsumexp(z, -1), tail)
+            out.append(lse - z.gather(-1, c.target.expand(z.shape[0], -1)[..., None]).squeeze(-1))
+        return torch.cat(out, -1)
+
+
+def _pieces(texts: torch.Tensor, n: int) -> list[slice]:
+    """Slices of at most ``n`` positions within each run of equal ``texts``."""
+    cuts = [0] + (torch.nonzero(texts[1:] != texts[:-1]).squeeze(1) + 1).tolist() + [int(texts.numel())]
+    return [slice(s, min(s + n, b)) for a, b in zip(cuts[:-1], cuts[1:]) for s in range(a, b, n)]
+
+
+def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.promote_types(t.dtype, torch.float32))
