@@ -19,12 +19,13 @@ Writes ``results.csv``, ``beta.csv``, ``heads.csv``, ``pairs.csv`` and ``results
 Deterministic (seeded models, seeded diagnosis). Default budget: BERT, 5 strengths x 6 seeds x 3 corpus
 sizes, about 5 minutes on 2 cores (each added architecture as much again); ``--quick`` is 2 strengths x
 2 seeds x 2 corpus sizes.
-``--coverage N``: instead, the coverage of the 95 % bootstrap intervals of ``beta_hat`` and
-``beta_corrected`` over ``N`` planted-beta repetitions per ``--coverage-betas`` value (:func:`coverage`),
-the planted beta calibrated on the last ``--coverage-calibration`` texts (default 512, so that it is the
-population value to about 0.4 %, not a 64-text sample value with 1.1 %); the summary splits the error of
-``beta_corrected`` into the error of ``score_scale`` (the planted definition) and ``beta_hat - beta_null``
-(the shape bias).
+``--coverage N``: instead, the coverage of the 95 % bootstrap intervals of ``beta_hat``, ``beta_corrected``
+(as diagnosed: Gaussian null), ``beta_corrected_keys`` (key null, :mod:`attnspec.validation.key_null`,
+computed beside the diagnosis with the same seeds and text weights) and ``score_scale`` over ``N``
+planted-beta repetitions per ``--coverage-betas`` value (:func:`coverage`), the planted beta calibrated on
+the last ``--coverage-calibration`` texts (default 512, so that it is the population value to about 0.4 %,
+not a 64-text sample value with 1.1 %); the summary splits the error into the error of ``score_scale``
+(the planted definition), ``beta_hat - beta_null`` and ``beta_hat - beta_null_keys``.
 Usage: ``python benchmarks/bench_validity.py [--quick] [--architectures bert gpt2] [--strengths 0 0.5 1]
 [--texts 8 64] [--seeds 3] [--out DIR]``; ``python benchmarks/bench_validity.py --coverage 100``.
 """
@@ -93,7 +94,8 @@ def run_model(architecture: str, strength: float, seed: int, sizes: list[int]) -
 
 def coverage(n_reps: int, beta: float, n_texts: int, architecture: str = "bert",
              n_calibration: int = 512) -> pd.DataFrame:
-    """Coverage of the 95 % bootstrap intervals of ``beta_hat`` and ``beta_corrected`` for a planted beta.
+    """Coverage of the 95 % bootstrap intervals of ``beta_hat``, ``beta_corrected`` (Gaussian and key null) and
+    ``score_scale`` for a planted beta.
 
     Repetition = one head of a planted model at strength 0 whose every head has the planted ``beta``
     (random Q/K rescaled so that the RMS of its row-centered logits is ``beta`` on the calibration texts).
