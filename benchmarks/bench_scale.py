@@ -7,7 +7,8 @@ Each measurement runs in its own subprocess (clean peak RSS, ``ru_maxrss``):
   batches; prints tokens/s of both and the time ratio (goal: diagnosis <= 3x the forward's time);
 * ``length``: peak RSS of the one-pass diagnosis of one packed text of ``--max-length`` 128, 512, 2048
   tokens (Qwen2.5-0.5B by default), beside the peak of the plain forward on the same text: attnspec's
-  part should grow like the model's activations, with no ``L^2`` term beyond one tile;
+  part should grow like the model's activations, with no ``L^2`` term beyond one tile. Each line also
+  prints the terms of the peak formula (:func:`peak_terms`) for that model and length;
 * ``corpus``: peak RSS of MiniLM on 64 and 1,024 built-in texts (goal: within 10 %).
 
 Prints figures only; asserts nothing. Usage:
@@ -40,7 +41,9 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 if job["what"] == "both":               # warm-up: first calls allocate and choose kernels
     with torch.no_grad():
         ad.run_base(batches[0])
-out = {"tokens": int(sum(int(b["attention_mask"].sum()) for b in batches)), "rss_loaded_mb": base}
+out = {"tokens": int(sum(int(b["attention_mask"].sum()) for b in batches)), "rss_loaded_mb": base,
+       "geometry": [[s.n_heads, s.n_kv_heads, s.head_dim, s.d_out] for s in ad.sites],
+       "itemsize": next(model.parameters()).element_size()}
 if job["what"] in ("forward", "both"):
     t = time.perf_counter()
     with torch.no_grad():
@@ -64,6 +67,26 @@ def run(job: dict, threads: int) -> dict:
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     raise RuntimeError(f"{job}: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else 'no result'}")
+
+
+def peak_terms(geometry: list, L: int, B: int = 1, itemsize: int = 4, threads: int = 2) -> dict[str, float]:
+    """Terms (MB) of the diagnosis' peak beyond the plain forward pass, for ``B`` texts of ``L`` tokens.
+
+    ``geometry``: per layer ``(H, H_kv, d_head, d_out)``. Terms: ``qkv``, the recorded attention inputs of
+    all layers, ``sum_layers B L (H + 2 H_kv) d_head`` numbers of ``itemsize`` bytes (the forward cache's
+    pages of a batch stay mapped until its last layer is processed); ``masks``, one ``B L^2``-byte allowed
+    set per layer as the forward cache stores them today; ``grams``, the three float64 head-pair Gram sums
+    per layer, ``3 (H d_head)^2 8`` bytes; ``layer``, one spectra layer in flight per thread: about 16
+    ``B H L d_head`` float32 numbers (four contexts and their centered copies, the layer outputs, the
+    free rotation in float64) plus the removed-head Grams' budget ``max(32 MiB, 64 min(L, d_out)^2)``.
+    """
+    mb = 2.0 ** 20
+    qkv = sum(B * L * (h + 2 * kv) * d * itemsize for h, kv, d, _ in geometry) / mb
+    masks = len(geometry) * B * L * L / mb
+    grams = sum(3 * (h * d) ** 2 * 8 for h, _, d, _ in geometry) / mb
+    layer = max(16 * B * h * L * d * 4 + max(32 * mb, 64 * min(L, o) ** 2) for h, _, d, o in geometry) / mb
+    return {"qkv": qkv, "masks": masks, "grams": grams, "layer": threads * layer,
+            "total": qkv + masks + grams + threads * layer}
 
 
 def main() -> None:
@@ -93,6 +116,9 @@ def main() -> None:
             print(f"  L={L:5d}: loaded {f['rss_loaded_mb']:.0f} MB, forward peak {f['rss_forward_mb']:.0f} MB "
                   f"(+{f['rss_forward_mb'] - f['rss_loaded_mb']:.0f}), diagnosis peak {d['rss_diagnose_mb']:.0f} MB "
                   f"(+{d['rss_diagnose_mb'] - d['rss_loaded_mb']:.0f}), diagnosis {d['diagnose_s']:.1f} s", flush=True)
+            terms = peak_terms(d["geometry"], L, 1, d["itemsize"], args.threads)
+            print(f"           diagnosis - forward: {d['rss_diagnose_mb'] - f['rss_forward_mb']:+.0f} MB; formula: "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in terms.items()) + " MB", flush=True)
     if "corpus" in parts:
         print("peak RSS vs corpus size (minilm, built-in texts):")
         rs = {n: run({"model": "minilm", "n_texts": n, "max_length": 128, "what": "diagnose"}, args.threads)
