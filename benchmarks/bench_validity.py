@@ -20,7 +20,7 @@ Deterministic (seeded models, seeded diagnosis). Default budget: BERT, 5 strengt
 sizes, about 5 minutes on 2 cores (each added architecture as much again); ``--quick`` is 2 strengths x
 2 seeds x 2 corpus sizes.
 ``--coverage N``: instead, the coverage of the 95 % bootstrap intervals of ``beta_hat``, ``beta_corrected``
-(as diagnosed: Gaussian null), ``beta_corrected_keys`` (key null, :mod:`attnspec.validation.key_null`,
+(as diagnosed: Gaussian null unless the fit step reads the keys), ``beta_corrected_keys`` (key null, :mod:`attnspec.validation.key_null`,
 computed beside the diagnosis with the same seeds and text weights) and ``score_scale`` over ``N``
 planted-beta repetitions per ``--coverage-betas`` value (:func:`coverage`), the planted beta calibrated on
 the last ``--coverage-calibration`` texts (default 512, so that it is the population value to about 0.4 %,
@@ -218,11 +218,11 @@ def coverage_report(args) -> str:
     g = df.groupby("planted_beta")
     width = lambda est: g.apply(lambda x: (x[f"{est}_hi"] - x[f"{est}_lo"]).mean())  # noqa: E731
     summ = pd.DataFrame({"repetitions": g.size(), "beta_hat covers": g["beta_hat_covers"].sum(),
-                         "beta_corrected (Gaussian null) covers": g["beta_corrected_covers"].sum(),
+                         "beta_corrected (as diagnosed) covers": g["beta_corrected_covers"].sum(),
                          "beta_corrected (key null) covers": g["beta_corrected_keys_covers"].sum(),
                          "score_scale covers": g["score_scale_covers"].sum(),
                          "mean beta_hat": g["beta_hat"].mean(),
-                         "mean beta_corrected (Gaussian / key null)": [
+                         "mean beta_corrected (as diagnosed / key null)": [
                              f"{a:.3f} / {b:.3f}" for a, b in zip(g["beta_corrected"].mean(),
                                                                   g["beta_corrected_keys"].mean())],
                          "sd / mean width of key-null beta_corrected": [

@@ -96,6 +96,11 @@ def test_side_pass_fits_what_the_diagnosis_fits():
     assert np.allclose(m["score_scale"], m["score_scale_kn"], atol=1e-6)
     assert (m["beta_corrected_keys_lo"] <= m["beta_corrected_keys"]).all()
     assert (m["beta_corrected_keys"] <= m["beta_corrected_keys_hi"]).all()
+    if "beta_null_keys" in dg.heads:        # the fit step reads the keys: the diagnosis is the side pass
+        for col in ("beta_corrected", "beta_corrected_lo", "beta_corrected_hi"):
+            assert np.allclose(m[col], m[col.replace("corrected", "corrected_keys")], atol=1e-9), col
+    else:                                   # the Gaussian null, reflected, at the same point
+        assert np.abs(m["beta_corrected"] - m["beta_corrected_keys"]).median() < 0.1 * m["score_scale"].median()
 
 
 @pytest.mark.parametrize("self_bias", [2.0, -2.0])
