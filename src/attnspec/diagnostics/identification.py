@@ -368,7 +368,7 @@ def _key_null(S: torch.Tensor, n: torch.Tensor, allowed: torch.Tensor, keys: tor
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`key_null_weights` from the head's row-centered logits ``S`` and row sizes ``n``."""
     al = allowed[:, None]
-    U = (G.to(S.dtype) @ keys.to(S.dtype).transpose(-1, -2)) * al
+    U = (G.to(S.dtype) @ keys.to(S.dtype).transpose(-1, -2)).masked_fill(~al, 0.0)   # padded keys may be NaN
     U = (U - U.sum(-1, keepdim=True) / n) * al
     r2, rho2 = S.pow(2).sum(-1, keepdim=True), U.pow(2).sum(-1, keepdim=True)
     T = U * torch.sqrt(r2 / rho2.clamp_min(_TINY)) * (rho2 > 0)
