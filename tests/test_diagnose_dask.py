@@ -182,6 +182,7 @@ def test_public_api_and_cli_on_a_cluster(reference, cluster, tmp_path):
     assert rc == 0
     heads = pd.read_csv(out / "heads.csv")
     ref = reference.heads
-    num = [c for c in ref.select_dtypes("number").columns if c in heads]
+    # dependence_partner belongs to the verdict, which (like the labels) follows the CLI's default token minimum
+    num = [c for c in ref.select_dtypes("number").columns if c in heads and c != "dependence_partner"]
     assert len(num) > 20
     np.testing.assert_allclose(heads[num].to_numpy(float), ref[num].to_numpy(float), rtol=1e-9, atol=1e-12)

@@ -276,6 +276,7 @@ def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:
     s = diag.summary
     print(f"{s['model']}: {len(diag.heads)} heads in {s['n_layers']} layers, {s['n_texts']} texts / {s['n_tokens']} tokens; "
           f"{s['n_selective']} selective, {s['n_diffuse']} diffuse, {s['n_sparse']} sparse, {s.get('n_undetermined', 0)} undetermined; "
+          f"{s.get('n_dependent_heads', 0)} dependent heads; "
           f"load {t_load:.1f} s, diagnose {t_diag:.1f} s "
           f"({torch.get_num_threads()} threads)")
     print(f"wrote {out}/heads.csv, layers.csv, pairs.csv, summary.json, report.html")

@@ -375,7 +375,8 @@ def tables_and_summary(adapter, res: StepResults, *, mean_ablation, gradient, th
     heads, layers, pairs = build_tables(sites, res.fit_sums, res.fits, res.spectra, res.removal, W,
                                         res.corpus.n_texts, res.corpus.max_tokens, opt, res.null_sums)
     timings["tables"] = time.perf_counter() - t0
-    summary = build_summary(adapter, heads, res.corpus, opt, timings, source, max_length, bucket_size, seed, model_name)
+    summary = build_summary(adapter, heads, res.corpus, opt, timings, source, max_length, bucket_size, seed, model_name,
+                            pairs=pairs)
     summary["removal"] = removal_summary(heads, res.removal_mode, res.screen_code, res.removal_positions)
     if res.removal_plan is not None and res.removal_mode != "none":
         summary["removal"].update(texts=sorted(res.removal_plan.texts) if res.removal_plan.texts else "all",
