@@ -87,6 +87,7 @@ def run_model(architecture: str, strength: float, seed: int, sizes: list[int]) -
                    "n_tokens": dg.summary["n_tokens"]}
             heads.append(dg.heads.merge(pm.heads, on=["layer", "head"]).assign(**tag))
             pr = dg.pairs.merge(pm.pairs, on=["layer", "head_a", "head_b"])
+            pr["cka_over_background"] = pr["cka_excess_lo"] - pr["cka_excess_background"]
             pr = pr.merge(attention_correlation(pm.path, texts, causal), on=["layer", "head_a", "head_b"])
             pairs.append(pr.assign(**tag))
     return heads, pairs, time.perf_counter() - t0
@@ -196,7 +197,7 @@ def write_markdown(out: Path, res: pd.DataFrame, beta: pd.DataFrame, meta: str) 
     md = ["# Planted-ground-truth validity benchmark", "", meta, "",
           "## AUC / FPR at 90 % TPR (seeds pooled; s = strength, n = texts)", "",
           to_markdown(results_table(res)), "",
-          "## attnspec's 'selective' label (TPR / FPR)", "",
+          "## attnspec's labels: 'selective' and 'dependent' (TPR / FPR)", "",
           to_markdown(label_table(res)), "",
           "## Temperature: estimate vs planted beta (heads without a pattern, all strengths)", "",
           "null_beta_hat: what the fit returns for a random Gaussian-score head at that beta on these texts.", "",

@@ -65,8 +65,11 @@ DETECTORS = (
     Detector("selective", "heads", "selection_score", 1.0, "GE", ("selection", "selective")),
     Detector("selective", "heads", "entropy_ratio", -1.0, "baseline"),     # lower entropy: more selective
     *_detectors("selective", "heads", baseline=("confidence", "score_scale")),
-    *_detectors("dependent", "pairs", ge=("cka_excess",), baseline=("cka", "attention_corr")),
-    *_detectors("dependent", "heads", ge=("cka_excess",), baseline=("cka_max",)),
+    Detector("dependent", "pairs", "cka_excess", 1.0, "GE", ("dependence", "dependent")),
+    Detector("dependent", "pairs", "cka_over_background", 1.0, "GE"),      # the dependence verdict's statistic
+    *_detectors("dependent", "pairs", baseline=("cka", "attention_corr")),
+    Detector("dependent", "heads", "cka_excess", 1.0, "GE", ("dependence", "dependent")),
+    *_detectors("dependent", "heads", baseline=("cka_max",)),
     *_detectors("important", "heads", ge=("removal_spec_shift", "removal_spec_shift_ge"),
                 attnspec=("removal_effect",), baseline=("michel_importance", "energy_share")),
 )
