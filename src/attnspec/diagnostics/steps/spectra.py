@@ -4,10 +4,14 @@ equivalent's, the free sum of its heads, and the layer without each head (normal
 :mod:`..spectral`).
 
 The four contexts ``A V`` (head, equivalent, null, null equivalent) are built one query tile at a
-time; the spectra need only the contexts ``(B, H, L, d_head)``. :class:`LayerSpectra` keeps the pooled
-eigenvalues (one array per batch and spectrum, texts in batch order) with each batch's text positions
-and lengths, and the head-pair Gram sums; merging concatenates and adds, so every distance computed
-from it depends only on the multiset of texts. :meth:`LayerSpectra.text_index` gives each pooled
+time; the spectra need only the contexts ``(B, H, L, d_head)``. Memory of one layer batch: about
+``12 B H L d_head`` numbers (the head's and its equivalent's centered contexts, the null ones until
+their spectra are taken, the layer outputs, the free rotation in float64) and the removed-head Grams'
+budget (:data:`..spectral.REMOVED_GRAM_BYTES`), i.e. linear in ``L`` beyond one tile of weights.
+
+:class:`LayerSpectra` keeps the pooled eigenvalues (one array per batch and spectrum, texts in batch
+order) with each batch's text positions and lengths, and the head-pair Gram sums; merging concatenates
+and adds, so every distance computed from it depends only on the multiset of texts. :meth:`LayerSpectra.text_index` gives each pooled
 eigenvalue its text (for the bootstrap weights) (:mod:`..bootstrap`): a text of ``l_b`` real tokens contributes
 its top ``min(l_b - 1, d_head)`` eigenvalues to a head spectrum and ``min(l_b - 1, d_out)`` to a layer
 spectrum (:mod:`..spectral`).
@@ -130,8 +134,11 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     H, dh, i = lb.site.n_heads, lb.site.head_dim, lb.index
     Wh = W.to(lb.dtype).view(H, dh, -1)
     Ks = spectral.sqrt_psd(Wh @ Wh.transpose(-1, -2))
-    M = {k: spectral.center(C, valid) for k, C in _contexts(lb, f, f0, seed).items()}
-    heads = {k: spectral.head_eigs(M[k], Ks, lengths, ch, lb.site.d_out) for k in HEAD_SPECTRA}
+    M = _contexts(lb, f, f0, seed)
+    heads = {}
+    for k in HEAD_SPECTRA:          # centered in place of the raw contexts; the null ones dropped once used
+        M[k] = spectral.center(M[k], valid)
+        heads[k] = spectral.head_eigs(M[k] if k in ("act", "ge") else M.pop(k), Ks, lengths, ch, lb.site.d_out)
     c_layer = float(ch.sum())
 
     def out(Mk: torch.Tensor) -> torch.Tensor:          # layer output sum_h M_h W_O^h: (B, L, d_out)
