@@ -1,8 +1,8 @@
 """Gemma 3 270M (pip package, GGUF -> cached safetensors): GQA geometry, sliding windows, diagnosis.
 
 Slow: the first call on a clean machine dequantizes the GGUF file (~40-100 s); later calls load the
-cached safetensors copy in seconds. The LM head (262k-token vocabulary) dominates exact removal, so
-the diagnosis here uses two short texts.
+cached safetensors copy in seconds. The LM head (262k-token vocabulary) dominates exact removal with the
+full vocabulary, so the diagnosis here uses two short texts.
 """
 import pytest
 import torch
@@ -35,17 +35,21 @@ def test_geometry(gemma):
 
 
 def test_diagnosis_small(gemma):
+    """The default removal of a 268 M-parameter model is 'sampled': every head exactly, the LM loss on 1,024 of
+    262k words per position plus a first-order tail; it ranks the heads as the full vocabulary does."""
+    import numpy as np
+    from scipy.stats import spearmanr
     model, tok = gemma
     before = {k: v.clone() for k, v in list(model.state_dict().items())[:20]}
     d = diagnose(model, tok, builtin_texts(2), max_length=16)
     h = d.heads
-    assert len(h) == 72 and "loss_increase" in h and d.summary["removal"]["mode"] == "screened"   # 268 M parameters
-    exact_only = ["removal_effect", "loss_increase", "removal_effect_se", "removal_effect_lo", "removal_effect_hi"]
-    assert not h.drop(columns=exact_only).select_dtypes("number").isna().any().any()
-    measured = h["removal_effect"].notna()
-    assert measured.sum() == d.summary["removal"]["n_exact_heads"] == 16
-    assert (h[exact_only].notna().to_numpy() == measured.to_numpy()[:, None]).all()   # NaN exactly where not removed
-    assert h["removal_estimate"].notna().all()
+    assert len(h) == 72 and "loss_increase" in h and d.summary["removal"]["mode"] == "sampled"
+    assert d.summary["removal"]["vocab_top"] == 1024 and d.summary["removal"]["texts"] == "all"   # 2 texts < 6
+    assert not h.select_dtypes("number").isna().any().any()
+    full = diagnose(model, tok, builtin_texts(2), max_length=16, removal="exact", gradient=False, n_boot=0).heads
+    e, f = h["removal_effect"].to_numpy(), full["removal_effect"].to_numpy()
+    assert spearmanr(e, f)[0] > 0.97
+    assert np.abs(e - f).max() < 0.05 * np.abs(f).max()
     assert d.pairs["shared_kv"].all()
     assert d.layers["cka_shared_kv_mean"].notna().all()
     assert any("causal" in n for n in d.summary["notes"]) and any("window" in n for n in d.summary["notes"])

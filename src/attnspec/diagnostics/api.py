@@ -34,7 +34,7 @@ from .resources import _layer_pool, _one_blas_thread, _trim_heap
 from .result import Diagnosis
 from .steps import forward_cache
 from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, compute_dtype, layer_batches, record
-from .steps.fit import CorpusStats, LayerFitSums, MaskStore, NullFitSums
+from .steps.fit import CorpusStats, LayerFitSums, MaskStore, NullFitSums, null_sums
 from .steps.removal import RemovalPlan, RemovalSums, only_texts, removal_step, resolve_mode
 from .steps.spectra import LayerSpectra, layer_batch_spectra
 from .steps.tables import TableOptions, build_tables
@@ -111,15 +111,9 @@ def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: b
 
 def null_pass(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: int = DEFAULT_TILE_BYTES,
               dtype: torch.dtype = torch.float32, n_boot: int = N_BOOT) -> list[NullFitSums]:
-    """Null heads' fit sums at the heads' fitted score scales, from the kept masks (no model)."""
-    out = [NullFitSums() for _ in sites]
-    for valid, order, allowed_of in masks:
-        B, L = valid.shape
-        for i, s in enumerate(sites):
-            rows = max(1, min(L, tile_bytes // max(1, 4 * B * s.n_heads * L)))
-            out[i].update(allowed_of(i), valid, order, i, s.n_heads, s.head_dim, fits[i]["score_scale"], seed, rows,
-                          dtype, n_boot)
-    return out
+    """Null heads' fit sums at the heads' fitted score scales, from the kept masks (no model; one task per
+    layer, :func:`.steps.fit.null_sums`)."""
+    return null_sums(sites, masks, fits, seed, tile_bytes, dtype, n_boot)
 
 
 def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powers: list, seed: int,
