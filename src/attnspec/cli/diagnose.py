@@ -52,19 +52,19 @@ def register(subparsers) -> None:
     p.add_argument("--removal", choices=("auto", "exact", "sampled", "screened", "first-order", "none"), default="auto",
                    help="head removal: 'exact' removes every head; 'sampled' removes every head on a seeded sample of "
                         "--removal-texts texts (default 6), the LM loss on --removal-vocab words per position (default "
-                        "1024) plus a first-order tail; 'first-order' estimates every head's effect from one backward "
+                        "1024) plus an estimated tail; 'first-order' estimates every head's effect from one backward "
                         "pass; 'screened' does both and removes exactly the heads of largest first-order effect plus a "
                         "random sample of the others (measured rank agreement in summary.json); 'auto': sampled above "
                         "150 M parameters, else exact")
-    p.add_argument("--removal-texts", type=positive_int, default=None,
-                   help="measure every removal column on a seeded sample of this many texts, >= 1 (default all; "
-                        "6 with --removal sampled)")
-    p.add_argument("--removal-vocab", type=positive_int, default=None,
-                   help="causal LMs: score a removal's loss on each position's this many most likely words (exactly) "
-                        "and the rest to first order, >= 1 (default the whole vocabulary; 1024 with --removal sampled)")
-    p.add_argument("--removal-positions", type=positive_int, default=None,
-                   help="exact removal scores a seeded sample of this many predicted positions per text (causal LMs, "
-                        ">= 1; default all); standard errors include the sampling spread")
+    for flag, what in (
+            ("--removal-texts", "measure every removal column on a seeded sample of this many texts, >= 1 (default "
+                                "all; 6 with --removal sampled)"),
+            ("--removal-vocab", "causal LMs: score a removal's loss exactly on each position's this many most likely "
+                                "words and estimate the rest (first order plus 64 drawn words), >= 1 (default the "
+                                "whole vocabulary; 1024 with --removal sampled)"),
+            ("--removal-positions", "exact removal scores a seeded sample of this many predicted positions per text "
+                                    "(causal LMs, >= 1; default all); standard errors include the sampling spread")):
+        p.add_argument(flag, type=positive_int, default=None, help=what)
     p.add_argument("--screen-top", type=nonneg_int, default=None,
                    help="--removal screened: heads of largest first-order effect removed exactly, >= 0 (default "
                         "max(8, 5%% of the heads))")

@@ -267,7 +267,7 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     removal : {'auto', 'exact', 'sampled', 'screened', 'first-order', 'none'} or bool
         Head removal (:mod:`.steps.removal`): every head exactly; 'sampled': the same on a seeded sample of
         ``removal_texts`` texts (default 6), the LM loss on ``removal_vocab`` words per position (default 1,024)
-        plus a first-order tail; every head to first order; 'screened': exactly the ``screen_top`` heads of
+        plus an estimated tail; every head to first order; 'screened': exactly the ``screen_top`` heads of
         largest first-order effect and a seeded ``screen_sample`` of the others (default ``max(8, 5 %)``
         each). ``'auto'``: 'sampled' above 150 M parameters, else 'exact'. True/False: 'exact'/'none'.
     removal_positions, removal_texts, removal_vocab, screen_top, screen_sample : int, optional

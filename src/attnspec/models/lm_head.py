@@ -25,7 +25,7 @@ is scored the same way, so ``f' = f`` gives exactly zero effect. ``U`` and the d
 not depend on the texts batched with it. Building costs two passes over the vocabulary per position
 (logits, ``mu``); each removal then costs ``|U| + m`` columns per position. On Gemma 3 270M (4 texts of
 127 predicted positions, 20 heads of 5 layers, 1,024 words per position) the effects against the full
-vocabulary's: first-order tail alone -1.9 % bias; with 64 drawn words see ``docs/removal.md``.
+vocabulary's: first-order tail alone -1.9 % bias, largest error 0.0036 nats; with 64 drawn words +0.07 %, 0.0022.
 """
 from __future__ import annotations
 

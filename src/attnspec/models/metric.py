@@ -4,7 +4,7 @@
   predicted positions, or a seeded sample of them, :func:`sample_positions`); the LM head runs in
   chunks of positions whose ``(rows, vocab)`` float32 logits fit :data:`LOGIT_CHUNK_BYTES`; with
   ``vocab_top=k`` a removal's loss is scored on each chunk's ``k`` most likely words per position and a
-  first-order tail (:class:`.lm_head.TruncatedVocab`);
+  tail estimated to first order plus drawn words (:class:`.lm_head.TruncatedVocab`);
 * encoder / generic: ``1 - cos(e_removed, e)`` with ``e`` the mean over real tokens of the final
   hidden states (through the model's tail, e.g. a final norm).
 """
