@@ -39,6 +39,10 @@ COLUMNS: dict[str, dict[str, str]] = {
                       "the sliding window if any."),
         "n_tokens": "Real tokens the head's statistics were computed from (all texts).",
         "score_scale": "Standard deviation of the head's row-centered logits: the inverse temperature it actually uses.",
+        "score_scale_lo": _LO.format("score_scale") + (" The head's temperature as the RMS of its logits: on planted "
+                                                        "heads it covers the planted temperature 97, 97, 94 and 92 "
+                                                        "times in 100 at 0.5, 1, 2 and 3."),
+        "score_scale_hi": _HI.format("score_scale"),
         "beta_hat": ("Least-squares slope of l*A_ij - 1 on the standardized scores; a random head on long texts has "
                      "beta_hat = score_scale (on short texts and hot heads less: see beta_null)."),
         "beta_hat_lo": _LO.format("beta_hat"),

@@ -193,9 +193,10 @@ def corrected_beta(sums: dict[str, np.ndarray], null_sums: dict[str, np.ndarray]
 
 def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, tw: TextWeights,
                    level: float = LEVEL) -> dict[str, np.ndarray]:
-    """Interval columns ``(H,)`` of one layer (see module docstring): ``beta_hat_lo/hi``, ``beta_null``,
-    ``beta_null_keys`` (when the fit sums carry the key null), ``beta_corrected`` and its ``_lo/_hi``, ``spec_w1_rel_lo/hi``, ``selection_score_lo/hi``,
-    ``removal_spec_shift_lo/hi``. NaN intervals without replicates."""
+    """Interval columns ``(H,)`` of one layer (see module docstring): ``score_scale_lo/hi``, ``beta_hat_lo/hi``,
+    ``beta_null``, ``beta_null_keys`` (when the fit sums carry the key null), ``beta_corrected`` and its
+    ``_lo/_hi``, ``spec_w1_rel_lo/hi``, ``selection_score_lo/hi``, ``removal_spec_shift_lo/hi``. NaN intervals
+    without replicates."""
     H = sp.n_heads
     out: dict[str, np.ndarray] = {}
     has_null = ns is not None and ns.scores is not None
@@ -209,10 +210,11 @@ def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, t
         out["beta_corrected"] = corrected
     if tw.n_boot == 0 or fs.boot_scores is None:
         nan = np.full(H, np.nan)
-        names = ["beta_hat", "spec_w1_rel", "selection_score", "removal_spec_shift", "cka_excess"] + (
+        names = ["score_scale", "beta_hat", "spec_w1_rel", "selection_score", "removal_spec_shift", "cka_excess"] + (
             ["beta_corrected"] if corrected is not None else [])
         return {**out, **{f"{n}_{s}": nan for n in names for s in ("lo", "hi")}}
     fr = fs.fit_replicates()
+    out.update(_pairs(interval(fr["score_scale"], level), "score_scale"))
     out.update(_pairs(interval(fr["beta_hat"], level), "beta_hat"))
     if corrected is not None:
         reps = corrected_beta(fs.boot_scores, ns.boot_scores if has_null else None)
