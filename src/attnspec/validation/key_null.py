@@ -35,7 +35,16 @@ def _add(a: dict | None, b: dict) -> dict:
 
 
 def head_keys(call: AttentionCall, dtype: torch.dtype) -> torch.Tensor:
-    """``(B, H, L, d)`` keys each query head reads (a shared key head repeated for its query heads), on the CPU."""
+    """``(B, H, L, d)`` keys each query head reads (a shared key head repeated for its query heads), on the CPU.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()                     # a 2-layer, 2-head GPT-2 on 2 texts of 6 tokens
+    >>> head_keys(record(ad, batch)[0], torch.float64).shape
+    torch.Size([2, 2, 6, 16])
+    """
     rep = call.n_heads // call.n_kv_heads
     k = call.key.to(device="cpu", dtype=dtype)
     return k.repeat_interleave(rep, dim=1) if rep > 1 else k
