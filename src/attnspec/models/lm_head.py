@@ -66,7 +66,7 @@ class LMHead:
 
     def all_logits(self, f: torch.Tensor) -> torch.Tensor:
         """Logits of every word from features ``f = norm(h)``."""
-        return self._cap(self.linear(f))
+        return self.cap(self.linear(f))
 
     def features(self, h: torch.Tensor) -> torch.Tensor:
         """``norm(h)``: what the linear map reads."""
@@ -83,16 +83,16 @@ class LMHead:
         a = f @ w.T.to(f.dtype)
         if self.linear.bias is not None:
             a = a + self.linear.bias[rows].to(f.dtype)
-        return self._cap(a)
+        return self.cap(a)
 
-    def drawn_logits(self, f: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
-        """Logits of per-position words: ``f`` ``(K, P, D)``, ``words`` ``(P, m)`` -> ``(K, P, m)``."""
+    def drawn_scores(self, f: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+        """Scores ``a = w . f + b`` (before soft-capping) of per-position words: ``f`` ``(K, P, D)``, ``words``
+        ``(P, m)`` -> ``(K, P, m)``."""
         a = torch.einsum("kpd,pmd->kpm", f, self.linear.weight[words].to(f.dtype))
-        if self.linear.bias is not None:
-            a = a + self.linear.bias[words].to(f.dtype)
-        return self._cap(a)
+        return a + self.linear.bias[words].to(f.dtype) if self.linear.bias is not None else a
 
-    def _cap(self, a: torch.Tensor) -> torch.Tensor:
+    def cap(self, a: torch.Tensor) -> torch.Tensor:
+        """The soft-capping ``s(a)`` (identity without it)."""
         return torch.tanh(a / self.softcap) * self.softcap if self.softcap else a
 
 
@@ -105,8 +105,7 @@ class _Chunk:
     log_mass: torch.Tensor  # log of the tail's reference probability (P_c,)
     mu: torch.Tensor       # E_q[s'(a_j) w_j] (P_c, D)
     drawn: torch.Tensor | None  # words drawn from q_p (P_c, m); None without a tail or draws
-    drawn_ref: torch.Tensor | None  # their reference logits (P_c, m)
-    drawn_slope: torch.Tensor | None  # s'(a) of the drawn words at the reference (P_c, m)
+    drawn_ref: torch.Tensor | None  # their reference scores a (before soft-capping) (P_c, m)
 
 
 class TruncatedVocab:
@@ -164,16 +163,16 @@ class TruncatedVocab:
         zt = z.index_fill(-1, words, -float("inf"))
         log_tail = torch.logsumexp(zt, -1)
         q = torch.softmax(zt, -1).nan_to_num(0.0)           # no tail (U = V): q = 0
-        slope = 1 - (z / self.head.softcap) ** 2 if self.head.softcap else torch.ones_like(z)   # s'(a)
+        slope = 1 - (z / self.head.softcap) ** 2 if self.head.softcap else 1.0   # s'(a)
         w = self.head.linear.weight
         mu = _at_least_float32((q * slope).to(w.dtype) @ w)
-        drawn = drawn_ref = drawn_slope = None
+        drawn = drawn_ref = None
         if samples > 0 and words.numel() < z.shape[-1]:
             g = torch.Generator(device=z.device).manual_seed(place)
             drawn = torch.multinomial(q, samples, replacement=True, generator=g)
-            drawn_ref, drawn_slope = z.gather(-1, drawn), slope.gather(-1, drawn)
+            drawn_ref = self.head.drawn_scores(_at_least_float32(self.f[rows])[None], drawn)[0]
         return _Chunk(rows, words, torch.searchsorted(words, tgt), log_tail, log_tail - torch.logsumexp(z, -1), mu,
-                      drawn, drawn_ref, drawn_slope)
+                      drawn, drawn_ref)
 
     def _tail_ratio(self, c: _Chunk, fc: torch.Tensor) -> torch.Tensor:
         """``E_q[exp dz]`` ``(K, P_c)``: ``1 + mu . df`` plus the drawn words' mean of ``exp dz - 1 - s'(a) w . df``
@@ -181,10 +180,11 @@ class TruncatedVocab:
         lin = ((fc - self.f[c.rows].to(fc.dtype)) * c.mu.to(fc.dtype)).sum(-1)
         if c.drawn is None:
             return torch.exp(lin)
-        w = self.head.linear.weight[c.drawn].to(fc.dtype)                     # (P_c, m, D)
-        dz = self.head.drawn_logits(fc, c.drawn) - c.drawn_ref
-        dlin = c.drawn_slope * torch.einsum("kpd,pmd->kpm", fc - self.f[c.rows].to(fc.dtype), w)
-        ratio = 1 + lin + (torch.expm1(dz) - dlin).mean(-1)
+        a0, a = c.drawn_ref, self.head.drawn_scores(fc, c.drawn)
+        z0 = self.head.cap(a0)
+        slope = 1 - (z0 / self.head.softcap) ** 2 if self.head.softcap else 1.0     # s'(a0)
+        dz = self.head.cap(a) - z0
+        ratio = 1 + lin + (torch.expm1(dz) - slope * (a - a0)).mean(-1)
         return torch.where(ratio > 0, ratio, torch.exp(dz).mean(-1))           # a huge change: the plain mean
 
     @property
