@@ -235,8 +235,9 @@ def test_only_texts_keeps_rows_and_corpus_positions(tok):
 
 def test_truncated_vocabulary_with_soft_capping():
     """A soft-capped head (Gemma 2 style, c tanh(a / c)): every word kept equals the full loss; 30 of 400
-    words kept (a quarter to half of the mass in the tail) with the drawn tail stay within 2 % of the summed change, the tail held fixed is 3.7 % off."""
+    words kept (a quarter to half of the mass in the tail) with the drawn tail stay within 2 % of the summed change (measured 0.56 %); with the tail held fixed 5.1 % off."""
     from attnspec.models.lm_head import LMHead, TruncatedVocab
+    torch.manual_seed(0)                                                  # the head's initialization
     g = torch.Generator().manual_seed(0)
     lin = torch.nn.Linear(16, 400).double()
     head = LMHead(lin, torch.nn.LayerNorm(16).double(), softcap=3.0)
@@ -256,4 +257,4 @@ def test_truncated_vocabulary_with_soft_capping():
     fixed = TruncatedVocab(head, f, y, top=30, chunk_positions=16, samples=0)
     for c in fixed.chunks:
         c.mu = torch.zeros_like(c.mu)
-    assert float(((fixed.nll(f2[None])[0] - fixed.reference) - (full(h2) - full(h))).abs().sum()) > 0.03 * change
+    assert float(((fixed.nll(f2[None])[0] - fixed.reference) - (full(h2) - full(h))).abs().sum()) > 0.04 * change
