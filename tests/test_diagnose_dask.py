@@ -105,6 +105,18 @@ def test_scheduler_address_and_screened_removal(cluster):
     assert len(cluster.workers) == 2                 # the cluster we did not start is left running
 
 
+def test_sampled_removal_on_a_cluster(client):
+    """'sampled' removal (every head on a seeded sample of 5 of the 16 texts; removal batches and first-order
+    groups cut to those texts on the client) against the one-process run."""
+    opts = dict(OPTS, removal="sampled", removal_texts=5)
+    d = diagnose_on_cluster("minilm", TEXTS, client, **opts)
+    model, tok = load_model("minilm")
+    one = diagnose(model, tok, TEXTS, **opts)
+    _assert_same_tables(d, one)
+    assert d.summary["removal"]["mode"] == "sampled" and len(d.summary["removal"]["texts"]) == 5
+    assert d.summary["removal"]["texts"] == one.summary["removal"]["texts"]
+
+
 def _kill_once_plugin(marker: str):
     """A worker plugin that SIGKILLs its worker process when the worker starts executing a spectra task,
     once in the whole cluster (the first worker to create ``marker``). Defined in a function so that
