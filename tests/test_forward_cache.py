@@ -42,3 +42,20 @@ def test_over_budget_batches_are_not_kept(tmp_path):
         assert cache.put(0, [_call(g)])
         assert not cache.put(1, [_call(g)])                       # the second would exceed 10 kB
         assert cache.get(1) is None and cache.get(0) is not None
+
+
+def test_a_mask_shared_by_every_layer_is_written_once(tmp_path):
+    """Layers whose calls share one mask tensor: the file holds it once (smaller than one copy per layer),
+    and every layer reads it back bit for bit."""
+    g = torch.Generator().manual_seed(2)
+    shared = torch.ones(2, 64, 64, dtype=torch.bool).tril()
+    calls = [AttentionCall(None, *(torch.randn(2, 4, 64, 8, generator=g) for _ in range(3)), shared, 0.35)
+             for _ in range(6)]
+    with ForwardCache(directory=str(tmp_path)) as cache:
+        assert cache.put((0,), calls)
+        back = cache.get((0,))
+        size = os.path.getsize(cache.paths[(0,)][0])
+        qkv = 6 * 3 * 2 * 4 * 64 * 8 * 4
+        assert qkv + shared.numel() <= size < qkv + 2 * shared.numel()
+        for a, b in zip(calls, back):
+            assert torch.equal(a.allowed, b.allowed) and torch.equal(a.key, b.key)

@@ -87,24 +87,32 @@ def _to_plain(r) -> dict:
 
 def _layout(plain: list[dict]) -> tuple[list, int]:
     """Where each tensor goes in the batch file: per record ``{name: (offset, count, dtype, shape, stride)}``
-    (``count`` storage elements from ``offset`` bytes, :func:`_span`) and the file size."""
-    out, pos = [], 0
+    (``count`` storage elements from ``offset`` bytes, :func:`_span`) and the file size. Tensors that are the
+    same view of the same storage (e.g. a mask shared by every layer) share one place, written once."""
+    out, pos, seen = [], 0, {}
     for d in plain:
         where = {}
         for k, v in d.items():
             if isinstance(v, torch.Tensor):
-                n = _span(v)[1]
-                where[k] = (pos, n, v.dtype, tuple(v.shape), tuple(v.stride()))
-                pos += -(-n * v.element_size() // _ALIGN) * _ALIGN
+                first, n = _span(v)
+                key = (v.untyped_storage().data_ptr(), first, n, v.dtype, tuple(v.shape), tuple(v.stride()))
+                if key not in seen:
+                    seen[key] = pos
+                    pos += -(-n * v.element_size() // _ALIGN) * _ALIGN
+                where[k] = (seen[key], n, v.dtype, tuple(v.shape), tuple(v.stride()))
         out.append(where)
     return out, pos
 
 
 def _write(path: str, plain: list[dict], layout: list) -> None:
     """The storage span of every tensor, as raw bytes at its offset (no serialization, no checksum)."""
+    done = set()
     with open(path, "wb") as f:
         for d, where in zip(plain, layout):
             for k, (pos, n, _, _, _) in where.items():
+                if pos in done:
+                    continue
+                done.add(pos)
                 v = d[k]
                 flat = torch.empty(0, dtype=v.dtype).set_(v.untyped_storage(), _span(v)[0], (n,), (1,))
                 f.seek(pos)
@@ -112,16 +120,17 @@ def _write(path: str, plain: list[dict], layout: list) -> None:
 
 
 def _read(path: str, meta: list[dict], layout: list) -> list:
-    """The records of a batch file, each tensor a view of the memory-mapped file with its original strides."""
-    size = os.path.getsize(path)
-    mm = np.memmap(path, mode="c", dtype=np.uint8) if size else np.zeros(0, np.uint8)
-    out = []
+    """The records of a batch file, each tensor a view of its own memory map of the file (so a layer's pages
+    are unmapped when its record is freed) with its original strides; shared places map once."""
+    out, maps = [], {}
     for d, where in zip(meta, layout):
         r = dict(d)
         for k, (pos, n, dtype, shape, stride) in where.items():
-            nb = n * torch.empty(0, dtype=dtype).element_size()
-            flat = torch.from_numpy(mm[pos:pos + nb]).view(dtype) if n else torch.empty(0, dtype=dtype)
-            r[k] = flat.as_strided(shape, stride)
+            if pos not in maps:
+                nb = n * torch.empty(0, dtype=dtype).element_size()
+                maps[pos] = (torch.from_numpy(np.memmap(path, mode="c", dtype=np.uint8, offset=pos, shape=(nb,)))
+                             .view(dtype) if n else torch.empty(0, dtype=dtype))
+            r[k] = maps[pos].as_strided(shape, stride)
         out.append(_from_plain(r))
     return out
 
