@@ -51,8 +51,8 @@ def register(subparsers) -> None:
     p.add_argument("--bucket-size", type=positive_int, default=16, help="texts per length bucket, >= 1")
     p.add_argument("--removal", choices=("auto", "exact", "sampled", "screened", "first-order", "none"), default="auto",
                    help="head removal: 'exact' removes every head; 'sampled' removes every head on a seeded sample of "
-                        "--removal-texts texts (default 6), the LM loss on --removal-vocab words per position (default "
-                        "1024) plus an estimated tail; 'first-order' estimates every head's effect from one backward "
+                        "--removal-texts texts, the LM loss on --removal-vocab words per position plus an estimated "
+                        "tail; 'first-order' estimates every head's effect from one backward "
                         "pass; 'screened' does both and removes exactly the heads of largest first-order effect plus a "
                         "random sample of the others (measured rank agreement in summary.json); 'auto': sampled above "
                         "150 M parameters, else exact")
