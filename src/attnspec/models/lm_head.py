@@ -134,7 +134,7 @@ class TruncatedVocab:
 
     >>> import torch
     >>> g = torch.Generator().manual_seed(0)
-    >>> head = LMHead(torch.nn.Linear(8, 50, bias=False))
+    >>> head = LMHead(torch.nn.Linear(8, 50, bias=False).requires_grad_(False))
     >>> f, y = torch.randn(6, 8, generator=g), torch.randint(0, 50, (6,), generator=g)
     >>> tv = TruncatedVocab(head, f, y, top=10, chunk_positions=4)
     >>> full = torch.logsumexp(head(f), -1) - head(f)[torch.arange(6), y]
