@@ -25,7 +25,7 @@ import torch
 from ...models import ModelAdapter
 from ...models.ablation import first_order, iter_removal_effects
 from ..bootstrap import N_BOOT, interval, weighted, weights
-from .removal_plan import (MODES, SAMPLED_TEXTS, SAMPLED_VOCAB, SCREEN_ABOVE_PARAMS, SCREENED_POSITIONS,  # noqa: F401
+from .removal_plan import (MODES, SAMPLED_TEXTS, SAMPLED_VOCAB, SAMPLE_ABOVE_PARAMS, SCREENED_POSITIONS,  # noqa: F401
                            RemovalPlan, only_texts, sample_texts)
 
 __all__ = ["RatioSums", "RemovalSums", "RemovalPlan", "removal_step", "resolve_mode", "screen_heads", "sample_texts",
@@ -174,7 +174,7 @@ class RemovalSums:
 
 def resolve_mode(removal: str | bool, adapter: ModelAdapter) -> str:
     """``removal`` as one of :data:`MODES`: True -> 'exact', False -> 'none', 'auto' -> 'sampled' for
-    models above :data:`SCREEN_ABOVE_PARAMS` parameters, else 'exact'.
+    models above :data:`SAMPLE_ABOVE_PARAMS` parameters, else 'exact'.
 
     Parameters
     ----------
@@ -207,7 +207,7 @@ def resolve_mode(removal: str | bool, adapter: ModelAdapter) -> str:
         return "exact" if removal else "none"
     if removal == "auto":
         n = sum(p.numel() for p in adapter.model.parameters())
-        return "sampled" if n > SCREEN_ABOVE_PARAMS else "exact"
+        return "sampled" if n > SAMPLE_ABOVE_PARAMS else "exact"
     if removal not in MODES:
         raise ValueError(f"removal must be one of {', '.join(MODES + ('auto',))}, got {removal!r}")
     return removal

@@ -8,13 +8,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["RemovalPlan", "sample_texts", "only_texts", "MODES", "SCREEN_ABOVE_PARAMS", "SCREENED_POSITIONS",
+__all__ = ["RemovalPlan", "sample_texts", "only_texts", "MODES", "SAMPLE_ABOVE_PARAMS", "SCREENED_POSITIONS",
            "SAMPLED_TEXTS", "SAMPLED_VOCAB"]
 
 #: Removal modes (``--removal``).
 MODES = ("exact", "sampled", "screened", "first-order", "none")
 #: Above this many parameters ``removal="auto"`` samples (every head exactly, on a sample of the texts).
-SCREEN_ABOVE_PARAMS = 150_000_000
+SAMPLE_ABOVE_PARAMS = 150_000_000
 #: Predicted positions per text scored by exact removal in 'screened' mode unless given.
 SCREENED_POSITIONS = 32
 #: 'sampled' mode: texts removed exactly (a seeded sample) and words per position of the LM loss.
