@@ -220,7 +220,7 @@ def test_sampled_mode_removes_every_head_on_its_texts_only(tok):
 
 
 def test_only_texts_keeps_rows_and_corpus_positions(tok):
-    from attnspec.diagnostics.steps.removal import only_texts, sample_texts
+    from attnspec.diagnostics.steps.removal_plan import only_texts, sample_texts
     batches = _batch(tok, n=6, bucket=4)
     keep = sample_texts(6, 3, seed=0)
     sub = only_texts(batches, keep)
@@ -235,7 +235,8 @@ def test_only_texts_keeps_rows_and_corpus_positions(tok):
 
 def test_truncated_vocabulary_with_soft_capping():
     """A soft-capped head (Gemma 2 style, c tanh(a / c)): every word kept equals the full loss; 30 of 400
-    words kept (a quarter to half of the mass in the tail) with the drawn tail stay within 2 % of the summed change (measured 0.56 %); with the tail held fixed 5.1 % off."""
+    words kept (a quarter to half of the mass in the tail) with the drawn tail stay within 2 % of the summed
+    change (measured 0.56 %); with the tail held fixed 5.1 % off."""
     from attnspec.models.lm_head import LMHead, TruncatedVocab
     torch.manual_seed(0)                                                  # the head's initialization
     g = torch.Generator().manual_seed(0)

@@ -35,7 +35,8 @@ from .result import Diagnosis
 from .steps import forward_cache
 from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, compute_dtype, layer_batches, record
 from .steps.fit import CorpusStats, LayerFitSums, MaskStore, NullFitSums, null_sums
-from .steps.removal import RemovalPlan, RemovalSums, only_texts, removal_step, resolve_mode
+from .steps.removal import RemovalSums, removal_step, resolve_mode
+from .steps.removal_plan import RemovalPlan, only_texts
 from .steps.spectra import LayerSpectra, layer_batch_spectra
 from .steps.tables import TableOptions, build_tables
 from .summary import build_summary, removal_summary
@@ -169,12 +170,10 @@ class StepResults:
     spectra: list
     removal: RemovalSums
     corpus: CorpusStats
-    removal_mode: str = "exact"
+    removal_plan: RemovalPlan
     screen_code: Any = None       # screened mode: (n_layers, H_max) 2 top, 1 sampled, 0 first order only
-    removal_positions: int | None = None
     null_sums: list | None = None  # the null heads' fit sums (their bootstrap replicates)
     n_boot: int = N_BOOT
-    removal_plan: RemovalPlan | None = None
 
 
 def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str | bool = "exact",
@@ -227,8 +226,7 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
     rem, code = removal_step(plan, [s.n_heads for s in adapter.sites], first_order, exact, timings, gradient=gradient,
                              screen_top=screen_top, screen_sample=screen_sample, seed=seed)
     timings["removal"] = time.perf_counter() - t0
-    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, mode, code, plan.positions, null_sums, n_boot,
-                       plan)
+    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, plan, code, null_sums, n_boot)
 
 
 def _is_tokenizer(obj: Any) -> bool:
@@ -361,8 +359,7 @@ def tables_and_summary(adapter, res: StepResults, *, mean_ablation, gradient, th
     """Step 5: ``(heads, layers, pairs, summary)`` from the merged step results (removal mode: ``res``'s)."""
     t0 = time.perf_counter()
     effect_name = "loss_increase" if adapter.kind == "causal-lm" else "embedding_shift"
-    table_mode = "exact" if res.removal_mode == "sampled" else res.removal_mode   # exact columns, on the sample
-    opt = TableOptions(removal=table_mode, mean_ablation=mean_ablation, gradient=gradient, threshold=threshold,
+    opt = TableOptions(removal=res.removal_plan.mode, mean_ablation=mean_ablation, gradient=gradient, threshold=threshold,
                        min_tokens=min_tokens, effect_name=effect_name, seed=seed, n_boot=res.n_boot)
     sites = adapter.sites
     W = [s.w_out().cpu() for s in sites]
@@ -371,8 +368,5 @@ def tables_and_summary(adapter, res: StepResults, *, mean_ablation, gradient, th
     timings["tables"] = time.perf_counter() - t0
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, max_length, bucket_size, seed, model_name,
                             pairs=pairs)
-    summary["removal"] = removal_summary(heads, res.removal_mode, res.screen_code, res.removal_positions)
-    if res.removal_plan is not None and res.removal_mode != "none":
-        summary["removal"].update(texts=sorted(res.removal_plan.texts) if res.removal_plan.texts else "all",
-                                  vocab_top=res.removal_plan.vocab_top or "all")
+    summary["removal"] = removal_summary(heads, res.removal_plan, res.screen_code)
     return heads, layers, pairs, summary

@@ -137,7 +137,8 @@ def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, t
     """Step 4 (:func:`.steps.removal.removal_step`, as in one process) with tasks: first order over the
     statistics' groups, exact removal over the removal jobs (started before first order is awaited,
     except in 'screened' mode), both on the plan's texts. Returns ``(RemovalSums, screen code, plan)``."""
-    from .steps.removal import RemovalPlan, only_texts, removal_step
+    from .steps.removal import removal_step
+    from .steps.removal_plan import RemovalPlan, only_texts
     o = run.opts
     plan = RemovalPlan.of(prep["mode"], n_texts, o["seed"], o["removal_positions"], o["removal_texts"],
                           o["removal_vocab"])
@@ -179,8 +180,7 @@ def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
     timings["removal"] = time.perf_counter() - t0
     run.counts["fit_workers"] = len({w for w in where if w})
     res = dict(fit_sums=fit_sums, fits=fits, null_fits=null_fits, spectra=spectra, removal=rem, corpus=corpus,
-               removal_mode=plan.mode, screen_code=code, removal_positions=plan.positions,
-               null_sums=null_sums, n_boot=run.opts["n_boot"], removal_plan=plan)
+               removal_plan=plan, screen_code=code, null_sums=null_sums, n_boot=run.opts["n_boot"])
     names = {f.name for f in dataclasses.fields(StepResults)}
     return StepResults(**{k: v for k, v in res.items() if k in names})
 
@@ -246,7 +246,7 @@ def _check(opts: dict) -> None:
         v = opts[name]
         if (v is not None or (name, lo) in _INT_OPTIONS) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    from .steps.removal import MODES
+    from .steps.removal_plan import MODES
     if opts["removal"] not in (True, False, "auto") + tuple(MODES):
         raise ValueError(f"removal must be one of {', '.join(MODES + ('auto',))}, got {opts['removal']!r}")
     from . import api

@@ -8,6 +8,7 @@ import torch
 from . import selection as sel
 from .removal import spearman, spearman_table
 from .steps.fit import CorpusStats
+from .steps.removal_plan import EXACT_MODES, RemovalPlan
 from .steps.tables import TableOptions
 
 __all__ = ["build_summary", "removal_summary", "random_head_beta", "verdicts"]
@@ -27,36 +28,38 @@ _NOTE_FEW = ("{n} real tokens is below the minimum of {m} for a selection label:
 
 
 
-def removal_summary(heads: pd.DataFrame, mode: str, screen_code, positions: int | None) -> dict:
-    """Mode, scored positions and, when first-order and exact effects were both computed, their measured
-    rank agreement: over all exactly removed heads and over the randomly sampled ones only (unbiased for
-    the heads that first order alone ranks).
+def removal_summary(heads: pd.DataFrame, plan: RemovalPlan, screen_code) -> dict:
+    """Mode, scored positions, texts and words per position and, when first-order and exact effects were both
+    computed, their measured rank agreement: over all exactly removed heads and over the randomly sampled ones
+    only (unbiased for the heads that first order alone ranks).
 
     Parameters
     ----------
     heads : pandas.DataFrame
         The heads table (``layer``; ``removal_effect`` and ``removal_first_order`` when computed).
-    mode : str
-        The removal mode (:data:`.steps.removal.MODES`).
+    plan : RemovalPlan
+        What removal measured (:class:`.steps.removal_plan.RemovalPlan`).
     screen_code : numpy.ndarray of int, shape (n_layers, max heads), optional
         For ``'screened'``: 2 = among the top heads, 1 = randomly sampled, 0 = first order only.
-    positions : int, optional
-        Scored positions per text (``None``: all).
 
     Returns
     -------
     dict
-        ``mode``, ``positions_per_text``, ``n_exact_heads``; for ``'screened'`` also ``n_top``, ``n_sampled``
+        ``mode``, ``positions_per_text``, ``texts`` and ``vocab_top`` (unless ``'none'``; ``'all'`` when not
+        sampled), ``n_exact_heads``; for ``'screened'`` also ``n_top``, ``n_sampled``
         and the Spearman correlations ``spearman_first_order_exact_all`` / ``_sampled`` (``None`` under 3 heads).
 
     Examples
     --------
     >>> import numpy as np, pandas as pd
     >>> heads = pd.DataFrame({"layer": [0, 0, 1], "removal_effect": [0.2, 0.1, np.nan]})
-    >>> removal_summary(heads, "exact", None, None)
-    {'mode': 'exact', 'positions_per_text': None, 'n_exact_heads': 2}
+    >>> removal_summary(heads, RemovalPlan("exact"), None)
+    {'mode': 'exact', 'positions_per_text': None, 'texts': 'all', 'vocab_top': 'all', 'n_exact_heads': 2}
     """
-    out = {"mode": mode, "positions_per_text": positions}
+    mode = plan.mode
+    out = {"mode": mode, "positions_per_text": plan.positions}
+    if mode != "none":
+        out.update(texts=sorted(plan.texts) if plan.texts else "all", vocab_top=plan.vocab_top or "all")
     if "removal_effect" in heads:
         out["n_exact_heads"] = int(heads["removal_effect"].notna().sum())
     if mode == "screened" and screen_code is not None:
@@ -240,7 +243,7 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         "n_layers": len(sites), "n_heads": int(sum(s.n_heads for s in sites)), "n_texts": corpus.n_texts,
         "n_tokens": corpus.n_tokens, "max_tokens_per_text": corpus.max_tokens, "texts": source,
         "max_length": max_length, "bucket_size": bucket_size,
-        "removal_effect": opt.effect_name if opt.removal in ("exact", "screened") else None, "activation_reuse": bool(adapter.can_reuse),
+        "removal_effect": opt.effect_name if opt.removal in EXACT_MODES else None, "activation_reuse": bool(adapter.can_reuse),
         "selection_threshold": opt.threshold, "beta_max_diffuse": sel.BETA_MAX_DIFFUSE,
         "min_tokens_for_label": opt.min_tokens, **counts, **_dependence_counts(heads, pairs),
         "verdicts": verdicts(opt),

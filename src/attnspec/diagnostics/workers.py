@@ -264,7 +264,7 @@ def tables_task(adapter, res, opts: dict, source: str, model_name: str, timings:
     kw = dict(mean_ablation=opts["mean_ablation"], gradient=opts["gradient"], threshold=opts["threshold"],
               min_tokens=opts["min_tokens"], timings=timings, source=source, max_length=opts["max_length"],
               bucket_size=opts["bucket_size"], seed=opts["seed"], model_name=model_name)
-    kw.update(accepted(tables_and_summary, dict(opts["extra"], removal_positions=opts["removal_positions"])))
+    kw.update(accepted(tables_and_summary, opts["extra"]))
     heads, layers, pairs, summary = tables_and_summary(adapter, res, **kw)
     store = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"), "free_sum": sp.of_layer("free")}
              for i, sp in enumerate(res.spectra)}

@@ -25,11 +25,9 @@ import torch
 from ...models import ModelAdapter
 from ...models.ablation import first_order, iter_removal_effects
 from ..bootstrap import N_BOOT, interval, weighted, weights
-from .removal_plan import (MODES, SAMPLED_TEXTS, SAMPLED_VOCAB, SAMPLE_ABOVE_PARAMS, SCREENED_POSITIONS,  # noqa: F401
-                           RemovalPlan, only_texts, sample_texts)
+from .removal_plan import EXACT_MODES, MODES, SAMPLE_ABOVE_PARAMS, RemovalPlan
 
-__all__ = ["RatioSums", "RemovalSums", "RemovalPlan", "removal_step", "resolve_mode", "screen_heads", "sample_texts",
-           "only_texts", "MODES"]
+__all__ = ["RatioSums", "RemovalSums", "removal_step", "resolve_mode", "screen_heads"]
 
 
 @dataclass
@@ -325,7 +323,7 @@ def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
         rem = fo()
         timings["first_order"] = time.perf_counter() - t0
         heads_of, code = screen_heads(rem.first_order.mean(), n_heads, screen_top, screen_sample, seed)
-    if mode in ("exact", "sampled", "screened"):
+    if mode in EXACT_MODES:
         ex = start_exact(heads_of)
     if mode != "screened" and fo is not None:
         rem = fo()

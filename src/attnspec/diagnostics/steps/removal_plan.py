@@ -8,11 +8,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["RemovalPlan", "sample_texts", "only_texts", "MODES", "SAMPLE_ABOVE_PARAMS", "SCREENED_POSITIONS",
-           "SAMPLED_TEXTS", "SAMPLED_VOCAB"]
+__all__ = ["RemovalPlan", "sample_texts", "only_texts", "MODES", "EXACT_MODES", "SAMPLE_ABOVE_PARAMS",
+           "SCREENED_POSITIONS", "SAMPLED_TEXTS", "SAMPLED_VOCAB"]
 
 #: Removal modes (``--removal``).
 MODES = ("exact", "sampled", "screened", "first-order", "none")
+#: The modes that remove heads exactly (their tables have the exact-removal columns).
+EXACT_MODES = ("exact", "sampled", "screened")
 #: Above this many parameters ``removal="auto"`` samples (every head exactly, on a sample of the texts).
 SAMPLE_ABOVE_PARAMS = 150_000_000
 #: Predicted positions per text scored by exact removal in 'screened' mode unless given.

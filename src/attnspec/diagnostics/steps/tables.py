@@ -20,6 +20,7 @@ from ..intervals import TextWeights, cka_excess_replicates, head_intervals
 from ..removal import normalize_per_layer, spectral_shift
 from .fit import LayerFitSums, NullFitSums
 from .removal import RemovalSums
+from .removal_plan import EXACT_MODES
 from .spectra import LayerSpectra
 
 __all__ = ["TableOptions", "build_tables", "attention_kind"]
@@ -49,7 +50,7 @@ class TableOptions:
     ('none', True, 0.6931, 400)
     """
 
-    removal: str = "exact"            # exact | screened | first-order | none
+    removal: str = "exact"            # exact | sampled | screened | first-order | none
     mean_ablation: bool = False
     gradient: bool = True
     threshold: float = sel.DIFFUSE_THRESHOLD
@@ -219,7 +220,7 @@ def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -
     """Step 4's head columns, each ``(n_layers, H_max)``: exact effects and their standard errors where
     measured, first-order effects, the best available estimate and its source, Michel importance."""
     cols: dict[str, np.ndarray] = {}
-    exact = opt.removal in ("exact", "screened")
+    exact = opt.removal in EXACT_MODES
     fo = opt.removal in ("screened", "first-order")
     if exact:
         cols["removal_effect"] = cols[opt.effect_name] = removal.exact.mean()
