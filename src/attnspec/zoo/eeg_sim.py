@@ -10,7 +10,7 @@ Model of one subject's continuous recording (all amplitudes in microvolts, store
   electrodes (exponential kernel on electrode distance), RMS ``background_uv``;
 * sources s: sensorimotor generators under C3 (right hand), C4 (left hand), Cz (feet), C5/C6
   (tongue) and an occipital alpha generator under POz (task-unrelated); each projects to the channels
-  with a Gaussian spatial pattern a_s(c) = exp(-|p_c - p_s|^2 / 2 w^2) (w = ``source_width_m``);
+  with a Gaussian spatial pattern a_s(c) = exp(-|p_c - p_s|^2 / 2 w^2) (w = ``Sensors.source_width_m``);
 * r_s: the source's rhythm, a mu/alpha component (narrow band around the subject's mu peak,
   8-13 Hz) plus a beta component (around the subject's beta peak, 13-30 Hz), each a band-limited
   Gaussian process;
@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["BCI_IV_2A_CHANNELS", "EVENT_ID", "TRIAL_START", "SimConfig", "Recording", "simulate_recordings",
+__all__ = ["BCI_IV_2A_CHANNELS", "EVENT_ID", "TRIAL_START", "SimConfig", "Sensors", "Recording", "simulate_recordings",
            "epochs_from_recording", "make_dataset", "bandpower"]
 
 BCI_IV_2A_CHANNELS = ("Fz", "FC3", "FC1", "FCz", "FC2", "FC4", "C5", "C3", "C1", "Cz", "C2", "C4", "C6",
@@ -55,12 +55,41 @@ _SOURCES = ("C3", "C4", "Cz", "C5", "C6", "POz")
 
 
 @dataclass(frozen=True)
+class Sensors:
+    """How the sources reach the electrodes: volume conduction and sensor noise.
+
+    A source at ``p_s`` (jittered per subject by ``source_jitter_m`` metres, standard deviation per
+    coordinate) projects to channel ``c`` with weight ``exp(-|p_c - p_s|^2 / 2 source_width_m^2)``;
+    each channel has a gain ``1 + gain_sd * N(0, 1)``, white noise of RMS ``noise_uv`` and 50 Hz line
+    noise of amplitude ``line_noise_uv`` (microvolts).
+
+    Examples
+    --------
+    >>> SimConfig(sensors=Sensors(noise_uv=0.5)).sensors.noise_uv
+    0.5
+    >>> SimConfig.from_dict({"sensor_noise_uv": 0.5}).sensors     # an earlier checkpoint's flat form
+    Sensors(source_width_m=0.03, source_jitter_m=0.005, gain_sd=0.1, noise_uv=0.5, line_noise_uv=1.0)
+    """
+
+    source_width_m: float = 0.03
+    source_jitter_m: float = 0.005
+    gain_sd: float = 0.1
+    noise_uv: float = 2.0
+    line_noise_uv: float = 1.0
+
+
+_FLAT_SENSOR_KEYS = {"source_width_m": "source_width_m", "source_jitter_m": "source_jitter_m", "gain_sd": "gain_sd",
+                     "sensor_noise_uv": "noise_uv", "line_noise_uv": "line_noise_uv"}
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """All knobs of the generator (defaults: 2 subjects, left vs right hand, 128 Hz).
 
     Amplitudes are in microvolts, durations in seconds, distances in metres; ``erd_depth`` is the mean
-    fractional amplitude drop of the contralateral mu rhythm during imagery. ``to_dict``/``from_dict``
-    give the JSON form a checkpoint stores.
+    fractional amplitude drop of the contralateral mu rhythm during imagery; ``sensors`` groups volume
+    conduction and sensor noise (:class:`Sensors`). ``to_dict``/``from_dict`` give the JSON form a
+    checkpoint stores.
 
     Examples
     --------
@@ -92,11 +121,7 @@ class SimConfig:
     ipsi_fraction: float = 0.2
     beta_erd_ratio: float = 0.7
     erd_latency_s: tuple[float, float] = (0.2, 0.7)
-    source_width_m: float = 0.03
-    source_jitter_m: float = 0.005
-    gain_sd: float = 0.1
-    sensor_noise_uv: float = 2.0
-    line_noise_uv: float = 1.0
+    sensors: Sensors = Sensors()
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -104,7 +129,14 @@ class SimConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SimConfig":
-        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+        """Inverse of :meth:`to_dict`; also reads the flat form of earlier checkpoints (sensor fields
+        at the top level, ``sensor_noise_uv`` for ``noise_uv``)."""
+        d = dict(d)
+        sensors = dict(d.pop("sensors", {}))
+        for old, new in _FLAT_SENSOR_KEYS.items():
+            if old in d:
+                sensors[new] = d.pop(old)
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}, sensors=Sensors(**sensors))
 
 
 @dataclass
@@ -180,11 +212,11 @@ def _simulate_subject(cfg: SimConfig, subject: int, rng: np.random.Generator, po
     chi = rng.uniform(*cfg.aperiodic_exponent)
     rhythm_scale = float(np.exp(rng.normal(0.0, 0.2)))
     erd_scale = float(np.clip(np.exp(rng.normal(0.0, cfg.subject_erd_sd)), 0.5, 1.5))
-    gains = 1.0 + cfg.gain_sd * rng.standard_normal(C)
+    gains = 1.0 + cfg.sensors.gain_sd * rng.standard_normal(C)
     src_pos = {}
     all_pos = _channel_positions(sorted(set(_SOURCES)))
     for s, p in zip(sorted(set(_SOURCES)), all_pos):
-        src_pos[s] = p + cfg.source_jitter_m * rng.standard_normal(3)
+        src_pos[s] = p + cfg.sensors.source_jitter_m * rng.standard_normal(3)
     # --- trial sequence
     labels = np.repeat(np.arange(len(cfg.classes)), cfg.trials_per_class)
     labels = rng.permutation(labels)
@@ -230,12 +262,12 @@ def _simulate_subject(cfg: SimConfig, subject: int, rng: np.random.Generator, po
         env_beta[:, a2:b2] *= trial_amp[i][:, None]
     rhythm = rhythm_scale * (cfg.mu_uv * env_mu * mu + cfg.beta_uv * env_beta * beta)   # [S, N]
     sp = np.stack([src_pos[s] for s in srcs])
-    patt = np.exp(-np.sum((pos[:, None] - sp[None]) ** 2, axis=-1) / (2 * cfg.source_width_m ** 2))  # [C, S]
+    patt = np.exp(-np.sum((pos[:, None] - sp[None]) ** 2, axis=-1) / (2 * cfg.sensors.source_width_m ** 2))  # [C, S]
     signal = bg + patt @ rhythm
     signal *= gains[:, None]
-    signal += cfg.sensor_noise_uv * rng.standard_normal((C, N))
-    if sf > 110 and cfg.line_noise_uv > 0:
-        signal += cfg.line_noise_uv * np.sin(2 * np.pi * 50.0 * t[None] + rng.uniform(0, 2 * np.pi, (C, 1)))
+    signal += cfg.sensors.noise_uv * rng.standard_normal((C, N))
+    if sf > 110 and cfg.sensors.line_noise_uv > 0:
+        signal += cfg.sensors.line_noise_uv * np.sin(2 * np.pi * 50.0 * t[None] + rng.uniform(0, 2 * np.pi, (C, 1)))
     event_id = {c: EVENT_ID[c] for c in cfg.classes}
     codes = np.array([EVENT_ID[cfg.classes[lab]] for lab in labels])
     ev_cue = np.stack([np.round(cues_s * sf).astype(int), np.zeros(n_tr, int), codes], axis=1)
