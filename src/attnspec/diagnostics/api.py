@@ -36,7 +36,7 @@ from .steps import forward_cache
 from .steps.collect import DEFAULT_TILE_BYTES, LayerBatch, compute_dtype, layer_batches, record
 from .steps.fit import CorpusStats, LayerFitSums, MaskStore, NullFitSums, null_sums
 from .steps.removal import RemovalSums, removal_step, resolve_mode
-from .steps.removal_plan import RemovalPlan, only_texts
+from .steps.removal_plan import RemovalPlan, check_removal_texts, only_texts
 from .steps.spectra import LayerSpectra, layer_batch_spectra
 from .steps.tables import TableOptions, build_tables
 from .summary import build_summary, removal_summary
@@ -148,16 +148,17 @@ def first_order_pass(adapter, grad_batches, seed: int, progress: bool = False, n
 
 def exact_pass(adapter, rm_batches, *, mean_ablation: bool, means, max_tokens: int, seed: int,
                positions: int | None = None, heads_of: dict | None = None, progress: bool = False,
-               n_boot: int = N_BOOT, vocab_top: int | None = None) -> RemovalSums:
+               n_boot: int = N_BOOT, vocab_top: int | None = None, per_text: bool = False) -> RemovalSums:
     """Step 4b: exact removal of ``heads_of`` (default every head) over ``rm_batches``, on ``positions``
-    sampled positions per text (default all) and ``vocab_top`` words per position (default all)."""
+    sampled positions per text (default all) and ``vocab_top`` words per position (default all); ``per_text``:
+    keep each text's effects (an adaptive plan's prediction)."""
     from tqdm.auto import tqdm
     n = sum(len(v) for v in heads_of.values()) if heads_of is not None else sum(s.n_heads for s in adapter.sites)
     total = n * len(rm_batches) * (2 if mean_ablation else 1)
     with tqdm(total=total, desc="head removal", disable=not progress, leave=False) as bar:
         return RemovalSums().add_removal(adapter, rm_batches, mean_ablation, means, max_tokens, progress=bar.update,
                                          positions=positions, seed=seed, heads_of=heads_of,
-                                         n_boot=n_boot, vocab_top=vocab_top)
+                                         n_boot=n_boot, vocab_top=vocab_top, per_text=per_text)
 
 
 @dataclass
@@ -180,7 +181,7 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
               mean_ablation: bool = False, gradient: bool = True, max_tokens: int = 16384,
               tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False, timings: dict | None = None,
               reuse_forward: bool | None = None, removal_positions: int | None = None, screen_top: int | None = None,
-              screen_sample: int | None = None, n_boot: int = N_BOOT, removal_texts: int | None = None,
+              screen_sample: int | None = None, n_boot: int = N_BOOT, removal_texts: int | str | None = None,
               removal_vocab: int | None = None) -> StepResults:
     """Steps 2-4 over the shards, merging each step's accumulators before the next step needs them.
 
@@ -212,19 +213,20 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
     t0 = time.perf_counter()
     plan = RemovalPlan.of(mode, corpus.n_texts, seed, removal_positions, removal_texts, removal_vocab)
 
-    def first_order():
-        return lambda: merge_parts([first_order_pass(adapter, only_texts(sh.batches, plan.texts), seed, progress,
+    def first_order(texts):
+        return lambda: merge_parts([first_order_pass(adapter, only_texts(sh.batches, texts), seed, progress,
                                                      n_boot) for sh in shards])
 
-    def exact(heads_of):
+    def exact(heads_of, texts):
         means = [s.context_means() for s in fit_sums]
-        return lambda: merge_parts([exact_pass(adapter, only_texts(sh.removal_batches, plan.texts),
+        return lambda: merge_parts([exact_pass(adapter, only_texts(sh.removal_batches, texts),
                                                mean_ablation=mean_ablation, means=means, max_tokens=max_tokens,
                                                seed=seed, positions=plan.positions, heads_of=heads_of,
-                                               progress=progress, n_boot=n_boot, vocab_top=plan.vocab_top)
+                                               progress=progress, n_boot=n_boot, vocab_top=plan.vocab_top,
+                                               per_text=plan.target is not None)
                                     for sh in shards])
-    rem, code = removal_step(plan, [s.n_heads for s in adapter.sites], first_order, exact, timings, gradient=gradient,
-                             screen_top=screen_top, screen_sample=screen_sample, seed=seed)
+    rem, code, plan = removal_step(plan, [s.n_heads for s in adapter.sites], first_order, exact, timings,
+                                   gradient=gradient, screen_top=screen_top, screen_sample=screen_sample, seed=seed)
     timings["removal"] = time.perf_counter() - t0
     return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, plan, code, null_sums, n_boot)
 
@@ -248,7 +250,7 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
              removal_bucket_size: int = 4, tile_bytes: int = DEFAULT_TILE_BYTES, pack: bool | None = None,
              progress: bool = False, model_name: str | None = None, reuse_forward: bool | None = None,
              removal_positions: int | None = None, screen_top: int | None = None, screen_sample: int | None = None,
-             n_boot: int = N_BOOT, removal_texts: int | None = None, removal_vocab: int | None = None) -> Diagnosis:
+             n_boot: int = N_BOOT, removal_texts: int | str | None = None, removal_vocab: int | None = None) -> Diagnosis:
     """Diagnose every attention head of ``model``.
 
     Parameters
@@ -264,13 +266,16 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         texts of the built-in corpus, packed to ``max_length`` tokens for causal LMs unless ``pack``).
     removal : {'auto', 'exact', 'sampled', 'screened', 'first-order', 'none'} or bool
         Head removal (:mod:`.steps.removal`): every head exactly; 'sampled': the same on a seeded sample of
-        ``removal_texts`` texts (default 6), the LM loss on ``removal_vocab`` words per position (default 1,024)
+        ``removal_texts`` texts (default ``'auto'``: 6 texts, then more until the heads' ranking is predicted to
+        agree with the whole corpus' at Spearman 0.92, :mod:`.steps.removal_agreement`), the LM loss on
+        ``removal_vocab`` words per position (default 1,024)
         plus an estimated tail; every head to first order; 'screened': exactly the ``screen_top`` heads of
         largest first-order effect and a seeded ``screen_sample`` of the others (default ``max(8, 5 %)``
         each). ``'auto'``: 'sampled' above 150 M parameters, else 'exact'. True/False: 'exact'/'none'.
     removal_positions, removal_texts, removal_vocab, screen_top, screen_sample : int, optional
         Positions per text scored by exact removal (default all; 32 screened); texts (all removal columns are
-        measured on them); words per position of the LM loss; see ``removal``.
+        measured on them; ``'auto'``, 'exact' and 'sampled' only: grown from 6 as above; default all, ``'auto'``
+        in 'sampled' mode); words per position of the LM loss; see ``removal``.
     mean_ablation, gradient : bool
         Also mean ablation in exact removal; Michel et al. importance (always with first-order removal).
     threshold, min_tokens : float, int
@@ -311,8 +316,10 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     _check_ints(max_length=(max_length, 2), bucket_size=(bucket_size, 1), removal_bucket_size=(removal_bucket_size, 1),
                 max_tokens=(max_tokens, 1), tile_bytes=(tile_bytes, 1), min_tokens=(min_tokens, 0), n_boot=(n_boot, 0))
     _check_ints(optional=True, removal_positions=(removal_positions, 1), screen_top=(screen_top, 0),
-                screen_sample=(screen_sample, 0), removal_texts=(removal_texts, 1), removal_vocab=(removal_vocab, 1))
+                screen_sample=(screen_sample, 0), removal_vocab=(removal_vocab, 1))
+    check_removal_texts(removal_texts)
     adapter = adapt(model)
+    check_removal_texts(removal_texts, resolve_mode(removal, adapter))
     steps = dict(seed=seed, removal=resolve_mode(removal, adapter), mean_ablation=mean_ablation, gradient=gradient,
                  max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, reuse_forward=reuse_forward,
                  removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample, n_boot=n_boot,

@@ -46,20 +46,34 @@ def removal_summary(heads: pd.DataFrame, plan: RemovalPlan, screen_code) -> dict
     -------
     dict
         ``mode``, ``positions_per_text``, ``texts`` and ``vocab_top`` (unless ``'none'``; ``'all'`` when not
-        sampled), ``n_exact_heads``; for ``'screened'`` also ``n_top``, ``n_sampled``
-        and the Spearman correlations ``spearman_first_order_exact_all`` / ``_sampled`` (``None`` under 3 heads).
+        sampled), ``n_texts_used``, ``n_exact_heads``; for an adaptive plan (``removal_texts='auto'``) also
+        ``texts_rule`` ``'auto'``, ``agreement_target``, ``predicted_agreement`` (the predicted Spearman
+        correlation of the heads' ranking on these texts with the whole corpus') and ``stages`` (texts per stage);
+        for ``'screened'`` also ``n_top``, ``n_sampled`` and the Spearman correlations
+        ``spearman_first_order_exact_all`` / ``_sampled`` (``None`` under 3 heads).
 
     Examples
     --------
     >>> import numpy as np, pandas as pd
     >>> heads = pd.DataFrame({"layer": [0, 0, 1], "removal_effect": [0.2, 0.1, np.nan]})
-    >>> removal_summary(heads, RemovalPlan("exact"), None)
-    {'mode': 'exact', 'positions_per_text': None, 'texts': 'all', 'vocab_top': 'all', 'n_exact_heads': 2}
+    >>> removal_summary(heads, RemovalPlan("exact", n_corpus=16), None)
+    {'mode': 'exact', 'positions_per_text': None, 'texts': 'all', 'vocab_top': 'all', 'n_texts_used': 16,
+     'n_exact_heads': 2}
+    >>> plan = RemovalPlan.of("sampled", 16, seed=0).grown(9)
+    >>> from dataclasses import replace
+    >>> s = removal_summary(heads, replace(plan, predicted=0.93), None)
+    >>> s["n_texts_used"], s["texts_rule"], s["agreement_target"], s["predicted_agreement"], s["stages"]
+    (9, 'auto', 0.92, 0.93, [6, 9])
     """
     mode = plan.mode
     out = {"mode": mode, "positions_per_text": plan.positions}
     if mode != "none":
-        out.update(texts=sorted(plan.texts) if plan.texts else "all", vocab_top=plan.vocab_top or "all")
+        out.update(texts=sorted(plan.texts) if plan.texts else "all", vocab_top=plan.vocab_top or "all",
+                   n_texts_used=plan.n_texts)
+        if plan.target is not None:
+            out.update(texts_rule="auto", agreement_target=plan.target,
+                       predicted_agreement=None if plan.predicted is None else round(float(plan.predicted), 4),
+                       stages=list(plan.stages))
     if "removal_effect" in heads:
         out["n_exact_heads"] = int(heads["removal_effect"].notna().sum())
     if mode == "screened" and screen_code is not None:

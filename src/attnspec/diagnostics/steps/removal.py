@@ -16,7 +16,7 @@ Michel importance of every head.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -25,6 +25,7 @@ import torch
 from ...models import ModelAdapter
 from ...models.ablation import first_order, iter_removal_effects
 from ..bootstrap import N_BOOT, interval, weighted, weights
+from .removal_agreement import PerTextEffects, texts_needed
 from .removal_plan import EXACT_MODES, MODES, SAMPLE_ABOVE_PARAMS, RemovalPlan
 
 __all__ = ["RatioSums", "RemovalSums", "removal_step", "resolve_mode", "screen_heads"]
@@ -132,18 +133,24 @@ class RemovalSums:
     first_order: RatioSums = field(default_factory=RatioSums)
     michel: np.ndarray | float = 0.0
     michel_texts: int = 0
+    per_text: PerTextEffects | None = None
 
     def add_removal(self, adapter: ModelAdapter, batches: Sequence[dict], mean_ablation: bool,
                     means: Sequence[torch.Tensor] | None, max_tokens: int, progress: Callable | None = None,
                     positions: int | None = None, seed: int = 0, heads_of: dict | None = None,
-                    n_boot: int = N_BOOT, vocab_top: int | None = None) -> "RemovalSums":
+                    n_boot: int = N_BOOT, vocab_top: int | None = None, per_text: bool = False) -> "RemovalSums":
         """Exact removal (zero, and mean ablation when asked) of ``heads_of`` (default all) over ``batches``
-        (LM loss on ``vocab_top`` words per position when given: :class:`attnspec.models.lm_head.TruncatedVocab`)."""
+        (LM loss on ``vocab_top`` words per position when given: :class:`attnspec.models.lm_head.TruncatedVocab`);
+        ``per_text``: also keep each text's zero-ablation effects (:attr:`per_text`, for ``removal_texts='auto'``)."""
         kw = dict(max_tokens=max_tokens, progress=progress, positions=positions, seed=seed, heads_of=heads_of,
                   vocab_top=vocab_top)
         ws = [weights(seed, b["order"], n_boot) for b in batches]
-        for (e, n), w in zip(iter_removal_effects(adapter, batches, **kw), ws):
+        if per_text and self.per_text is None:
+            self.per_text = PerTextEffects()
+        for (e, n), w, b in zip(iter_removal_effects(adapter, batches, **kw), ws, batches):
             self.exact.update(e, n, w)
+            if per_text:
+                self.per_text.update(e, n, b["order"])
         if mean_ablation:
             for (e, n), w in zip(iter_removal_effects(adapter, batches, mode="mean", means=means, **kw), ws):
                 self.exact_mean.update(e, n, w)
@@ -158,9 +165,11 @@ class RemovalSums:
         return self
 
     def merge(self, other: "RemovalSums") -> "RemovalSums":
+        pt = [p for p in (self.per_text, other.per_text) if p is not None]
         return RemovalSums(self.exact.merge(other.exact), self.exact_mean.merge(other.exact_mean),
                            self.first_order.merge(other.first_order), self.michel + other.michel,
-                           self.michel_texts + other.michel_texts)
+                           self.michel_texts + other.michel_texts,
+                           pt[0].merge(pt[1]) if len(pt) == 2 else (pt[0] if pt else None))
 
     def mean_effect(self, mean_ablation: bool = False) -> np.ndarray:
         return (self.exact_mean if mean_ablation else self.exact).mean()
@@ -265,18 +274,23 @@ def screen_heads(first_order_effect: np.ndarray, n_heads: Sequence[int], top: in
 
 
 def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
-                 start_first_order: Callable[[], Callable[[], RemovalSums]],
-                 start_exact: Callable[[dict | None], Callable[[], RemovalSums]], timings: dict, *,
+                 start_first_order: Callable[[frozenset | None], Callable[[], RemovalSums]],
+                 start_exact: Callable[[dict | None, frozenset | None], Callable[[], RemovalSums]], timings: dict, *,
                  gradient: bool, screen_top: int | None, screen_sample: int | None, seed: int
-                 ) -> tuple[RemovalSums, np.ndarray | None]:
+                 ) -> tuple[RemovalSums, np.ndarray | None, RemovalPlan]:
     """Step 4 in any runner: first-order effects (when ``gradient`` or the mode needs them), then, in
     'screened' mode, the heads to remove chosen from the merged first-order effects of the whole corpus,
     and exact removal ('exact', 'sampled', 'screened'), as ``plan`` says (its texts, positions, words).
+    An adaptive plan (``plan.target``: ``removal_texts='auto'``) then grows its sample of texts, stage by
+    stage, until the heads' ranking is predicted to agree with the whole corpus' at ``plan.target``
+    (:func:`.removal_agreement.texts_needed` on the per-text effects measured so far): each stage removes every
+    head on the added texts only (the next texts of the seeded order) and merges them in.
 
-    ``start_first_order()`` and ``start_exact(heads_of)`` start the work on the plan's texts (one process:
-    nothing yet; a cluster: submit the tasks) and return a function that waits for it and returns the
-    merged :class:`RemovalSums`; exact removal is started before first order is awaited, except in
-    'screened' mode, which needs it. Returns ``(sums, screen code or None)``.
+    ``start_first_order(texts)`` and ``start_exact(heads_of, texts)`` start the work on the corpus positions
+    ``texts`` (``None``: all) (one process: nothing yet; a cluster: submit the tasks) and return a function
+    that waits for it and returns the merged :class:`RemovalSums` (with its per-text effects when the plan is
+    adaptive); exact removal is started before first order is awaited, except in 'screened' mode, which needs
+    it. Returns ``(sums, screen code or None, plan)``, the plan with the texts used and the predicted agreement.
 
     Parameters
     ----------
@@ -295,7 +309,7 @@ def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
 
     Returns
     -------
-    tuple of (RemovalSums, numpy.ndarray or None)
+    tuple of (RemovalSums, numpy.ndarray or None, RemovalPlan)
 
     Examples
     --------
@@ -304,12 +318,12 @@ def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()
     >>> plan = RemovalPlan.of("screened", n_texts=2, seed=0)
-    >>> first = lambda: (lambda: RemovalSums().add_first_order(ad, batch, seed=0, n_boot=5))
-    >>> exact = lambda heads_of: (lambda: RemovalSums().add_removal(
+    >>> first = lambda texts: (lambda: RemovalSums().add_first_order(ad, batch, seed=0, n_boot=5))
+    >>> exact = lambda heads_of, texts: (lambda: RemovalSums().add_removal(
     ...     ad, [batch], False, None, 10_000, positions=plan.positions, heads_of=heads_of, n_boot=5))
     >>> timings = {}
-    >>> sums, code = removal_step(plan, [2, 2], first, exact, timings, gradient=True, screen_top=1, screen_sample=1,
-    ...                           seed=0)
+    >>> sums, code, _ = removal_step(plan, [2, 2], first, exact, timings, gradient=True, screen_top=1,
+    ...                              screen_sample=1, seed=0)
     >>> code.tolist(), plan.positions, list(timings)
     ([[2, 1], [0, 0]], 32, ['first_order'])
     >>> np.isfinite(sums.mean_effect()).tolist()                 # measured exactly: the screened heads only
@@ -317,17 +331,38 @@ def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
     """
     mode = plan.mode
     t0 = time.perf_counter()
-    fo = start_first_order() if gradient or mode in ("screened", "first-order") else None
+    need_fo = gradient or mode in ("screened", "first-order")
+    fo = start_first_order(plan.texts) if need_fo else None
     rem, code, heads_of, ex = RemovalSums(), None, None, None
     if mode == "screened":
         rem = fo()
         timings["first_order"] = time.perf_counter() - t0
         heads_of, code = screen_heads(rem.first_order.mean(), n_heads, screen_top, screen_sample, seed)
     if mode in EXACT_MODES:
-        ex = start_exact(heads_of)
+        ex = start_exact(heads_of, plan.texts)
     if mode != "screened" and fo is not None:
         rem = fo()
         timings["first_order"] = time.perf_counter() - t0
     if ex is not None:
         rem = rem.merge(ex())
-    return rem, code
+    if plan.target is not None and mode in EXACT_MODES and heads_of is None:
+        rem, plan = _grow(plan, rem, start_first_order if need_fo else None, start_exact, seed)
+    return rem, code, plan
+
+
+def _grow(plan: RemovalPlan, rem: RemovalSums, start_first_order: Callable | None, start_exact: Callable,
+          seed: int) -> tuple[RemovalSums, RemovalPlan]:
+    """The stages of an adaptive plan after the first (see :func:`removal_step`)."""
+    def every(p: RemovalPlan) -> frozenset:
+        return frozenset(range(p.n_corpus)) if p.texts is None else p.texts
+    while True:
+        x, n = rem.per_text.matrix()
+        k_need, now = texts_needed(x, n, plan.n_corpus, plan.target, seed)
+        if k_need <= plan.n_texts or plan.n_texts >= plan.n_corpus:
+            return rem, replace(plan, predicted=now)
+        new = plan.grown(k_need)
+        extra = every(new) - every(plan)
+        waits = [start_exact(None, extra)] + ([start_first_order(extra)] if start_first_order is not None else [])
+        for wait in waits:
+            rem = rem.merge(wait())
+        plan = new
