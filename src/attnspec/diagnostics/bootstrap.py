@@ -19,7 +19,6 @@ bound).
 """
 from __future__ import annotations
 
-import warnings
 from typing import Sequence
 
 import numpy as np
@@ -140,10 +139,10 @@ def interval(reps: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.nda
         return np.full(shape, np.nan), np.full(shape, np.nan)
     a = (1 - level) / 2
     ok = np.isfinite(reps).sum(0) >= 10
-    with warnings.catch_warnings():          # all-NaN slices (heads never measured) are expected
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = np.nanquantile(reps, [a, 1 - a], axis=0)
-    return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+    lo, hi = np.full(shape, np.nan), np.full(shape, np.nan)
+    if ok.any():                    # only where enough replicates are finite: no all-NaN slice, no warning
+        lo[ok], hi[ok] = np.nanquantile(reps[:, ok], [a, 1 - a], axis=0)   # (no warnings filter: thread-safe)
+    return lo, hi
 
 
 def weighted_mean(x: np.ndarray, ix: np.ndarray, w: np.ndarray) -> np.ndarray:

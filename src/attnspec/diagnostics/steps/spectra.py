@@ -31,12 +31,15 @@ from ..noise import Draw, TextNoise
 from .collect import LayerBatch
 from .fit import null_tile_weights
 
-__all__ = ["LayerSpectra", "layer_batch_spectra", "cka_influence", "HEAD_SPECTRA", "LAYER_SPECTRA"]
+__all__ = ["LayerSpectra", "layer_batch_spectra", "cka_influence", "HEAD_SPECTRA", "LAYER_SPECTRA",
+           "INFLUENCE_BYTES"]
 
 #: Head spectra: the head, its Gaussian equivalent, a null head, the null head's equivalent.
 HEAD_SPECTRA = ("act", "ge", "null", "nullge")
 #: Layer spectra: the layer, its Gaussian equivalent, the free sum of its heads.
 LAYER_SPECTRA = ("act", "ge", "free")
+#: Budget (bytes) of one block of texts in :func:`cka_influence` (its float64 products).
+INFLUENCE_BYTES = 32 * 2 ** 20
 
 
 def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int) -> dict[str, torch.Tensor]:
@@ -59,11 +62,17 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int) -> dict[str, torch.T
     return out
 
 
-def cka_influence(M: torch.Tensor, gram: np.ndarray) -> np.ndarray:
+def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_BYTES) -> np.ndarray:
     """Each text's influence on the CKA numerators: ``IF[b, g, h] = <C_gh, C^b_gh>_F`` ``(B, H, H)`` float64,
     with ``C = gram`` the head-pair Gram sum over all texts and ``C^b = M_b^T M_b`` text ``b``'s (``M``
     ``(B, H, L, dh)`` centered contexts). ``sum_b IF[b] = ||C_gh||_F^2``, and under text weights ``w``
     ``||sum_b w_b C^b_gh||^2 = 2 sum_b w_b IF[b, g, h] - ||C_gh||^2`` to first order in ``w - 1``.
+
+    Computed without the texts' ``(H d_head)^2`` Grams, as ``IF[b, g, h] = <M_bg C_gh, M_bh>_F`` (sum over
+    tokens and columns), for ``h >= g`` only (``IF[b]`` is symmetric, ``C_hg = C_gh^T``): one float64
+    product ``(texts x tokens, d_head) @ (d_head, (H - g) d_head)`` per head ``g``, over blocks of texts
+    whose product takes at most ``max_bytes``; ``(H + 1) / (2 H)`` of the multiplications of the texts'
+    Grams. Float64, since the replicates are differences of large sums (``2 sum w IF - F``).
 
     Parameters
     ----------
@@ -71,6 +80,8 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray) -> np.ndarray:
         Centered contexts of the batch.
     gram : numpy.ndarray, shape (H d_head, H d_head)
         Head-pair Gram sum over all texts (:func:`..dependence.gram_blocks`).
+    max_bytes : int
+        Budget of one block's float64 product (>= 1; at least one text per block).
 
     Returns
     -------
@@ -89,14 +100,26 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray) -> np.ndarray:
     >>> blocks = C.reshape(2, 4, 2, 4)
     >>> IF.shape, np.allclose(IF.sum(0), (blocks ** 2).sum(axis=(1, 3)))
     ((3, 2, 2), True)
+
+    Text by text (the smallest budget), the same numbers:
+
+    >>> bool(np.allclose(cka_influence(M, C, max_bytes=1), IF, rtol=1e-14, atol=0))
+    True
     """
+    if int(max_bytes) < 1:
+        raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
     B, H, L, dh = M.shape
     G = torch.from_numpy(np.ascontiguousarray(gram, dtype=np.float64)).view(H, dh, H, dh)
-    X = M.transpose(1, 2).reshape(B, L, H * dh)
     out = np.empty((B, H, H))
-    for b in range(B):          # one text at a time: O((H dh)^2) memory; float64, since the replicates are
-        Xb = X[b].double()      # differences of large sums (2 sum w IF - F)
-        out[b] = torch.einsum("gahc,gahc->gh", G, (Xb.T @ Xb).view(H, dh, H, dh)).numpy()
+    step = max(1, int(max_bytes) // max(1, 8 * L * H * dh * 2))       # the product and its elementwise one
+    for b0 in range(0, B, step):
+        X = M[b0:b0 + step].double()                                  # (b, H, L, dh)
+        b = X.shape[0]
+        for g in range(H):
+            U = X[:, g].reshape(b * L, dh) @ G[g, :, g:].reshape(dh, (H - g) * dh)   # M_bg C_gh, h >= g
+            IF = (U.view(b, L, H - g, dh) * X[:, g:].transpose(1, 2)).sum(dim=(1, 3)).numpy()
+            out[b0:b0 + b, g, g:] = IF
+            out[b0:b0 + b, g:, g] = IF
     return out
 
 
@@ -109,7 +132,10 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     ``h``; ``gram`` / ``gram_free``: head-pair Gram blocks of the contexts and of their free rotations.
     ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers;
     ``boot_cka``: ``sum_b w_rb IF[b]`` ``(n_boot, H, H)`` (:func:`cka_influence`) for the merged Gram sum
-    ``gram`` of step 2 and the texts' bootstrap weights ``w`` (0.0 without them).
+    ``gram`` of step 2 and the texts' bootstrap weights ``w`` (0.0 without them). Given step 2's ``gram``,
+    the batch's own Gram of the contexts is not recomputed (``gram`` is 0.0 in the result): step 2
+    already summed exactly these numbers (same contexts, same tiles, same centering), and the tables
+    read them from there (:func:`.tables.build_tables`).
 
     Returns
     -------
@@ -152,14 +178,16 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     return {"heads": heads, "layer": layer, "order": np.asarray(lb.order, dtype=np.int64), "lengths": lengths,
             "removed": spectral.layer_eigs_without_each(M["act"], Wh, lengths, c_layer),
             "removed_ge": spectral.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer),
-            "gram": dep.gram_blocks(M["act"]), "gram_free": dep.gram_blocks(Mfree),
+            "gram": dep.gram_blocks(M["act"]) if gram is None else 0.0, "gram_free": dep.gram_blocks(Mfree),
             "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None else 0.0}
 
 
 @dataclass
 class LayerSpectra:
     """Mergeable pooled spectra and Gram sums of one layer (see module docstring). Eigenvalues are kept in
-    ``store_dtype`` (float32 for float32 models: the eigensolver's precision, half the memory).
+    ``store_dtype`` (float32 for float32 models: the eigensolver's precision, half the memory). ``gram``
+    stays 0.0 when the batches were given step 2's Gram sum (:func:`layer_batch_spectra`): the same
+    numbers are then :attr:`.fit.LayerFitSums.gram`.
 
     Examples
     --------

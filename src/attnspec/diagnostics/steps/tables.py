@@ -4,11 +4,13 @@ Every column is defined in :mod:`..columns`; :func:`build_tables` emits no other
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ...config import BETA_MAX, alpha_of_beta
 from ...models import AttentionSite
@@ -18,6 +20,7 @@ from .. import selection as sel
 from ..bootstrap import N_BOOT, interval
 from ..intervals import TextWeights, cka_excess_replicates, head_intervals
 from ..removal import normalize_per_layer, spectral_shift
+from ..resources import _layer_pool
 from .fit import LayerFitSums, NullFitSums
 from .removal import RemovalSums
 from .removal_plan import EXACT_MODES
@@ -302,22 +305,33 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
     >>> layers[["layer", "attention", "theory_applies"]].values.tolist()   # causal: read as descriptive
     [[0, 'causal', False], [1, 'causal', False]]
     """
-    rows, lrows, prows = [], [], []
     H_of = np.array([s.n_heads for s in sites])
     cols = removal_columns(removal, opt, H_of)
     ids = np.concatenate(spectra[0].order) if spectra and spectra[0].order else np.zeros(0, np.int64)
     tw = TextWeights(opt.seed, ids, opt.n_boot)
-    for i, site in enumerate(sites):
-        sp = spectra[i]
-        cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_matrix(sp.gram_free, site.n_heads)
-        inner = dep.output_inner(sp.gram, W[i].double().numpy(), site.n_heads)
-        iv = head_intervals(fit_sums[i], null_sums[i] if null_sums else None, sp, tw)
-        hr = _head_rows(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, n_texts, opt, iv)
-        pr = _pair_rows(i, site, cka, cka0, inner, sp, fit_sums[i].n_tokens >= opt.min_tokens, opt.n_boot > 0)
-        _head_dependence(hr, pr)
-        for h, row in enumerate(hr):
-            row.update({k: (v[i, h] if isinstance(v[i, h], str) else float(v[i, h])) for k, v in cols.items()})
-        rows += hr
-        lrows.append(_layer_row(i, site, fit_sums[i], fits[i], sp, cka, cka0, inner, hr, L_max, pr))
-        prows += pr
-    return pd.DataFrame(rows), pd.DataFrame(lrows), pd.DataFrame(prows)
+
+    def layer(i: int) -> tuple[list[dict], dict, list[dict]]:
+        return _layer_tables(i, sites[i], fit_sums[i], fits[i], spectra[i], null_sums[i] if null_sums else None,
+                             W[i], cols, tw, n_texts, L_max, opt)
+    with _layer_pool(torch.get_num_threads()) as pool:        # layers are independent; numpy releases the GIL
+        done = list(pool.map(layer, range(len(sites))))
+    rows = [r for hr, _, _ in done for r in hr]
+    prows = [r for _, _, pr in done for r in pr]
+    return pd.DataFrame(rows), pd.DataFrame([lr for _, lr, _ in done]), pd.DataFrame(prows)
+
+
+def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, ns: NullFitSums | None,
+                  W, cols: dict, tw: TextWeights, n_texts: int, L_max: int, opt: TableOptions
+                  ) -> tuple[list[dict], dict, list[dict]]:
+    """Head rows, layer row and pair rows of layer ``i`` (its accumulators only: layers run concurrently)."""
+    if np.ndim(sp.gram) != 2:       # step 3 was given step 2's Gram sum and did not recompute it
+        sp = dataclasses.replace(sp, gram=fs.gram)
+    cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_matrix(sp.gram_free, site.n_heads)
+    inner = dep.output_inner(sp.gram, W.double().numpy(), site.n_heads)
+    iv = head_intervals(fs, ns, sp, tw)
+    hr = _head_rows(i, site, fs, f, sp, cka, cka0, inner, n_texts, opt, iv)
+    pr = _pair_rows(i, site, cka, cka0, inner, sp, fs.n_tokens >= opt.min_tokens, opt.n_boot > 0)
+    _head_dependence(hr, pr)
+    for h, row in enumerate(hr):
+        row.update({k: (v[i, h] if isinstance(v[i, h], str) else float(v[i, h])) for k, v in cols.items()})
+    return hr, _layer_row(i, site, fs, f, sp, cka, cka0, inner, hr, L_max, pr), pr
