@@ -322,7 +322,8 @@ def key_null_weights(A: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor,
     ``U_ij = g_i . k_j`` centered over the allowed keys of row ``i``, then ``T_ij = U_ij r_i / rho_i`` with
     ``r_i^2 = sum_j S^raw_ij^2`` (the head's row, :func:`row_scores`) and ``rho_i^2 = sum_j U_ij^2``, so
     that every row of ``T`` has the head's row mean square; ``A0 = softmax(T)`` over the allowed keys.
-    Rows whose head logits are all equal (``r_i = 0``) stay uniform.
+    Rows whose head logits are all equal (``r_i = 0``) stay uniform. The null keeps the keys (repeated
+    tokens, their correlations) and every row's temperature, and randomizes which keys a query prefers.
 
     Parameters
     ----------

@@ -44,6 +44,8 @@ class Draw(IntEnum):
     FREE_ROTATION = 4
     #: Poisson(1) bootstrap weights of a text (:mod:`.bootstrap`; layer part 0).
     BOOTSTRAP = 5
+    #: Random queries of each head's key null (:func:`.identification.key_null_weights`).
+    KEY_NULL = 6
 
 
 class TextNoise:

@@ -3,9 +3,7 @@
 * :mod:`.planted`: tiny random BERT encoders with planted selective heads, dependent head pairs,
   signal-carrying heads and inverse temperatures (ground truth beside the saved model);
 * :mod:`.scoring`: ROC AUC, false-positive rates and temperature errors of diagnosis columns against
-  that truth;
-* :mod:`.key_null`: the key-null temperature correction computed beside a diagnosis (same seeds and
-  text weights), for the coverage benchmark while the fit step does not read the keys.
+  that truth.
 """
 from .planted import OFFSETS, ROLES, PlantedModel, PlantSpec, build_planted_model, calibration_texts
 

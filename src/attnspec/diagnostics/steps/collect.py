@@ -53,6 +53,9 @@ class LayerBatch:
         Query rows per tile.
     dtype : torch.dtype
         Compute dtype of the statistics: float64 for a float64 model, float32 otherwise.
+    keys : Tensor ``(B, H_kv, L_k, d)``, optional
+        Keys per key/value head (after RoPE), on the CPU, for the key null of the fit step; None when the
+        attention weights were captured without them.
 
     Examples
     --------
@@ -76,6 +79,7 @@ class LayerBatch:
     weights_of: Callable[[slice], torch.Tensor]
     tile_rows: int
     dtype: torch.dtype = torch.float32
+    keys: torch.Tensor | None = None
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -95,6 +99,10 @@ class LayerBatch:
     def grouped_values(self) -> torch.Tensor:
         """Values of each query head's key/value head ``(B, H, L, d_v)``."""
         return self.values[:, self.groups]
+
+    def grouped_keys(self) -> torch.Tensor | None:
+        """Keys each query head reads ``(B, H, L_k, d)`` (None when the attention was captured without them)."""
+        return None if self.keys is None else self.keys[:, self.groups]
 
 
 def on_device(batch: dict, adapter: ModelAdapter) -> dict:
@@ -171,7 +179,7 @@ def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, ti
     return LayerBatch(i, site, batch["attention_mask"].bool(), batch["special"].bool(), batch["order"],
                       call.allowed, _real_values(call.values(dtype), batch["attention_mask"].bool()),
                       lambda rows: call.weights(rows, dtype),
-                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype)
+                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype, call.key.to(device="cpu", dtype=dtype))
 
 
 def _from_capture(i: int, site: AttentionSite, rec: dict, batch: dict, tile_bytes: int, dtype: torch.dtype) -> LayerBatch:

@@ -88,10 +88,13 @@ class LayerFitSums:
         ctx = np.zeros((H, Vg.shape[-1]))
         C = torch.zeros(Vg.shape, dtype=lb.dtype)
         w = weights(seed, lb.order, n_boot)
+        K = lb.grouped_keys()       # the key null of the temperature correction (identification.key_null_weights)
+        noise = None if K is None else TextNoise(seed, Draw.KEY_NULL, lb.index, lb.order, lb.valid)
         for rows in lb.tiles():
             A, al, q = lb.weights_of(rows), lb.allowed[:, rows], lb.valid[:, rows]
+            null = () if noise is None else (K, noise.rows(rows, (H,), (K.shape[-1],), dtype=lb.dtype))
             self.scores, self.boot_scores = _add_per_text(self.scores, self.boot_scores,
-                                                          ident.score_sums(A, al, per_text=True), w)
+                                                          ident.score_sums(A, al, True, *null), w)
             self.baselines = _add(self.baselines, sel.baseline_sums(A, al, q, lb.special[:, rows]))
             C[:, :, rows] = A @ Vg
             real = (C[:, :, rows] * q[:, None, :, None]).transpose(0, 1)       # (H, B, r, d_v)
