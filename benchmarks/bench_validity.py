@@ -13,7 +13,7 @@ Per architecture, planted property, strength and corpus size (seeds pooled): ROC
 90 % true-positive rate of each attnspec diagnostic and each baseline (entropy ratio, Voita confidence,
 score scale, CKA without the null, a correlation of attention maps computed here from the model's eager
 attention weights, first-order importance, energy share), the TPR/FPR of attnspec's own 'selective'
-label, and the error of ``beta_hat`` (and of ``score_scale``) against the planted beta.
+label, and the error of ``beta_hat``, ``beta_corrected`` and ``score_scale`` against the planted beta.
 
 Writes ``results.csv``, ``beta.csv``, ``heads.csv``, ``pairs.csv`` and ``results.md`` to ``--out``.
 Deterministic (seeded models, seeded diagnosis). Default budget: BERT, 5 strengths x 6 seeds x 3 corpus
@@ -262,7 +262,8 @@ def main(argv=None) -> None:
                 print(f"{arch} strength {s:g} seed {seed}: {dt:.1f} s", flush=True)
     heads, pairs = pd.concat(heads, ignore_index=True), pd.concat(pairs, ignore_index=True)
     res = score_detectors(heads, pairs, BY)
-    beta = beta_table(beta_errors(heads, BY), null_expectations(args.architectures, args.texts, PlantSpec().betas))
+    beta = beta_table(beta_errors(heads, BY, ("beta_hat", "beta_corrected", "score_scale")),
+                      null_expectations(args.architectures, args.texts, PlantSpec().betas))
     for name, df in (("heads", heads), ("pairs", pairs), ("results", res), ("beta", beta)):
         df.to_csv(args.out / f"{name}.csv", index=False)
     tokens = heads.groupby("n_texts")["n_tokens"].first().to_dict()
