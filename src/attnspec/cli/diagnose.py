@@ -56,9 +56,15 @@ def register(subparsers) -> None:
                         "pass; 'screened' does both and removes exactly the heads of largest first-order effect plus a "
                         "random sample of the others (measured rank agreement in summary.json); 'auto': sampled above "
                         "150 M parameters, else exact")
+    p.add_argument("--removal-texts", type=_removal_texts, default=None,
+                   help="measure every removal column on a seeded sample of this many texts, >= 1, or 'auto' (exact "
+                        "and sampled removal): 6 texts, then more of the same seeded order until the heads' ranking "
+                        "is predicted to agree with the whole corpus' at Spearman 0.92 (prediction, texts used and "
+                        "stages in summary.json 'removal'). Default: all; 'auto' with --removal sampled")
+    p.add_argument("--removal-target", type=_agreement, default=None,
+                   help="--removal-texts auto: the predicted rank agreement (Spearman) with the whole corpus to "
+                        "reach, in (0, 1] (default 0.92)")
     for flag, what in (
-            ("--removal-texts", "measure every removal column on a seeded sample of this many texts, >= 1 (default "
-                                "all; 6 with --removal sampled)"),
             ("--removal-vocab", "causal LMs: score a removal's loss exactly on each position's this many most likely "
                                 "words and estimate the rest (first order plus 64 drawn words), >= 1 (default the "
                                 "whole vocabulary; 1024 with --removal sampled)"),
@@ -149,6 +155,9 @@ def check_args(args: argparse.Namespace) -> tuple[dict, list[str] | None]:
         if args.n_texts > available:
             raise CLIError("--n-texts", args.n_texts, f"exceeds the {available} texts of the built-in corpus; "
                                                       f"allowed 1..{available}")
+    if args.removal_texts == "auto" and _removal(args) not in ("auto", "exact", "sampled"):
+        raise CLIError("--removal-texts", "auto", f"applies to --removal exact, sampled or auto, not "
+                                                  f"{_removal(args)}; give a number of texts")
     check_output_dir("--out", args.out)
     return info, texts
 
@@ -252,6 +261,27 @@ def _run_on_cluster(args: argparse.Namespace, user_texts: list[str] | None) -> i
     return _write(diag, args, time.perf_counter() - t1, 0.0)
 
 
+def _removal_texts(value: str):
+    """argparse ``type=`` of ``--removal-texts``: ``'auto'`` or an integer >= 1."""
+    if value == "auto":
+        return value
+    try:
+        return positive_int(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{value}: must be 'auto' or an integer >= 1") from None
+
+
+def _agreement(value: str) -> float:
+    """argparse ``type=`` of ``--removal-target``: a number in (0, 1]."""
+    try:
+        v = float(value)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be a number in (0, 1]")
+    return v
+
+
 def _removal(args: argparse.Namespace) -> str:
     return "none" if args.no_removal else args.removal
 
@@ -259,7 +289,8 @@ def _removal(args: argparse.Namespace) -> str:
 def _removal_kwargs(args: argparse.Namespace) -> dict:
     """The removal options of :func:`attnspec.diagnose` from the command line."""
     return dict(removal=_removal(args), removal_positions=args.removal_positions, removal_texts=args.removal_texts,
-                removal_vocab=args.removal_vocab, screen_top=args.screen_top, screen_sample=args.screen_sample)
+                removal_vocab=args.removal_vocab, screen_top=args.screen_top, screen_sample=args.screen_sample,
+                removal_target=args.removal_target)
 
 
 def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:

@@ -182,7 +182,7 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
               tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False, timings: dict | None = None,
               reuse_forward: bool | None = None, removal_positions: int | None = None, screen_top: int | None = None,
               screen_sample: int | None = None, n_boot: int = N_BOOT, removal_texts: int | str | None = None,
-              removal_vocab: int | None = None) -> StepResults:
+              removal_vocab: int | None = None, removal_target: float | None = None) -> StepResults:
     """Steps 2-4 over the shards, merging each step's accumulators before the next step needs them.
 
     ``reuse_forward``: keep the first forward pass' records on disk for step 3 (:mod:`.steps.forward_cache`;
@@ -211,7 +211,7 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
         if cache is not None:
             cache.close()
     t0 = time.perf_counter()
-    plan = RemovalPlan.of(mode, corpus.n_texts, seed, removal_positions, removal_texts, removal_vocab)
+    plan = RemovalPlan.of(mode, corpus.n_texts, seed, removal_positions, removal_texts, removal_vocab, removal_target)
 
     def first_order(texts):
         return lambda: merge_parts([first_order_pass(adapter, only_texts(sh.batches, texts), seed, progress,
@@ -250,7 +250,8 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
              removal_bucket_size: int = 4, tile_bytes: int = DEFAULT_TILE_BYTES, pack: bool | None = None,
              progress: bool = False, model_name: str | None = None, reuse_forward: bool | None = None,
              removal_positions: int | None = None, screen_top: int | None = None, screen_sample: int | None = None,
-             n_boot: int = N_BOOT, removal_texts: int | str | None = None, removal_vocab: int | None = None) -> Diagnosis:
+             n_boot: int = N_BOOT, removal_texts: int | str | None = None, removal_vocab: int | None = None,
+             removal_target: float | None = None) -> Diagnosis:
     """Diagnose every attention head of ``model``.
 
     Parameters
@@ -276,6 +277,8 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         Positions per text scored by exact removal (default all; 32 screened); texts (all removal columns are
         measured on them; ``'auto'``, 'exact' and 'sampled' only: grown from 6 as above; default all, ``'auto'``
         in 'sampled' mode); words per position of the LM loss; see ``removal``.
+    removal_target : float, optional
+        The predicted agreement ``removal_texts='auto'`` grows its sample to, in (0, 1] (default 0.92).
     mean_ablation, gradient : bool
         Also mean ablation in exact removal; Michel et al. importance (always with first-order removal).
     threshold, min_tokens : float, int
@@ -317,13 +320,13 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
                 max_tokens=(max_tokens, 1), tile_bytes=(tile_bytes, 1), min_tokens=(min_tokens, 0), n_boot=(n_boot, 0))
     _check_ints(optional=True, removal_positions=(removal_positions, 1), screen_top=(screen_top, 0),
                 screen_sample=(screen_sample, 0), removal_vocab=(removal_vocab, 1))
-    check_removal_texts(removal_texts)
+    check_removal_texts(removal_texts, removal_target=removal_target)
     adapter = adapt(model)
     check_removal_texts(removal_texts, resolve_mode(removal, adapter))
     steps = dict(seed=seed, removal=resolve_mode(removal, adapter), mean_ablation=mean_ablation, gradient=gradient,
                  max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, reuse_forward=reuse_forward,
                  removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample, n_boot=n_boot,
-                 removal_texts=removal_texts, removal_vocab=removal_vocab)
+                 removal_texts=removal_texts, removal_vocab=removal_vocab, removal_target=removal_target)
     with _one_blas_thread():
         return _diagnose(adapter, tokenizer_or_inputs, texts, steps, n_texts=n_texts, max_length=max_length,
                          bucket_size=bucket_size, threshold=threshold, min_tokens=min_tokens,

@@ -73,9 +73,12 @@ class _Run:
     counts: dict = field(default_factory=dict)
 
     def submit(self, step: str, k: int, fn: Callable, *args, **kw):
-        self.counts[step] = self.counts.get(step, 0) + 1
+        """Submit ``fn`` as task ``k`` of ``step``; its key numbers the step's tasks over all the step's stages
+        (an adaptive removal submits more removal tasks later), so keys stay unique."""
+        n = self.counts.get(step, 0)
+        self.counts[step] = n + 1
         return self.client.submit(wk.in_task, self.spec, self.opts["torch_threads"], (self.run_id, step), fn, *args,
-                                  key=f"attnspec-{step}-{k}-{self.run_id}", pure=False, **kw)
+                                  key=f"attnspec-{step}-{max(k, n)}-{self.run_id}", pure=False, **kw)
 
     def task_times(self) -> dict:
         """``step -> {'tasks', 'wall_s', 'cpu_s'}`` summed over the workers that are still there (CPU
@@ -136,29 +139,29 @@ def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: 
 def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, timings: dict, n_texts: int) -> tuple:
     """Step 4 (:func:`.steps.removal.removal_step`, as in one process) with tasks: first order over the
     statistics' groups, exact removal over the removal jobs (started before first order is awaited,
-    except in 'screened' mode), both on the plan's texts. Returns ``(RemovalSums, screen code, plan)``."""
+    except in 'screened' mode), both on the plan's texts; an adaptive plan's later stages are more of the
+    same tasks on the added texts, merged in. Returns ``(RemovalSums, screen code, plan)``."""
     from .steps.removal import removal_step
     from .steps.removal_plan import RemovalPlan, only_texts
     o = run.opts
     plan = RemovalPlan.of(prep["mode"], n_texts, o["seed"], o["removal_positions"], o["removal_texts"],
-                          o["removal_vocab"])
-    o_ex = dict(o, extra=dict(o["extra"], vocab_top=plan.vocab_top))
+                          o["removal_vocab"], o["removal_target"])
+    o_ex = dict(o, extra=dict(o["extra"], vocab_top=plan.vocab_top, per_text=plan.target is not None))
 
-    def first_order():
-        fo = [run.submit("first-order", k, wk.first_order_task, only_texts(g, plan.texts), o)
-              for k, g in enumerate(groups)]
+    def first_order(texts):
+        fo = [run.submit("first-order", k, wk.first_order_task, g, o)
+              for k, g in enumerate(g for g in (only_texts(g, texts) for g in groups) if g)]
         return lambda: merge_parts(run.gather(fo, "first order"))
 
-    def exact(heads_of):
+    def exact(heads_of, texts):
         means = [s.context_means() for s in fit_sums]
-        jobs = _removal_jobs(only_texts(prep["removal_batches"], plan.texts), prep["n_heads"], heads_of, n,
+        jobs = _removal_jobs(only_texts(prep["removal_batches"], texts), prep["n_heads"], heads_of, n,
                              o["max_tokens"])
         ex = [run.submit("removal", k, wk.exact_task, b, means, h, plan.positions, o_ex)
               for k, (b, h) in enumerate(jobs)]
         return lambda: merge_parts(run.gather(ex, "head removal"))
-    rem, code = removal_step(plan, prep["n_heads"], first_order, exact, timings, gradient=o["gradient"],
-                             screen_top=o["screen_top"], screen_sample=o["screen_sample"], seed=o["seed"])
-    return rem, code, plan
+    return removal_step(plan, prep["n_heads"], first_order, exact, timings, gradient=o["gradient"],
+                        screen_top=o["screen_top"], screen_sample=o["screen_sample"], seed=o["seed"])
 
 
 def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
@@ -230,14 +233,15 @@ def _diagnose(run: _Run, texts) -> Diagnosis:
 _INT_OPTIONS = (("max_length", 2), ("bucket_size", 1), ("removal_bucket_size", 1), ("max_tokens", 1),
                 ("tile_bytes", 1), ("min_tokens", 0), ("n_boot", 0))
 _OPTIONAL_INT_OPTIONS = (("removal_positions", 1), ("screen_top", 0), ("screen_sample", 0), ("n_shards", 1),
-                         ("torch_threads", 1), ("removal_texts", 1), ("removal_vocab", 1))
+                         ("torch_threads", 1), ("removal_vocab", 1))
 
 
 #: Arguments of the step functions that this module sets itself (not accepted as ``**options``).
 _SET_HERE = {"adapter", "tokenizer", "texts", "n_shards", "batches", "grad_batches", "rm_batches", "res", "progress",
              "timings", "means", "heads_of", "positions", "seed", "mean_ablation", "max_tokens", "gradient",
              "threshold", "min_tokens", "source", "max_length", "bucket_size", "removal_bucket_size", "model_name",
-             "removal_positions", "n_boot", "vocab_top", "removal_texts", "removal_vocab"}
+             "removal_positions", "n_boot", "vocab_top", "removal_texts", "removal_vocab", "per_text",
+             "removal_target"}
 
 
 def _check(opts: dict) -> None:
@@ -246,9 +250,11 @@ def _check(opts: dict) -> None:
         v = opts[name]
         if (v is not None or (name, lo) in _INT_OPTIONS) and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    from .steps.removal_plan import MODES
+    from .steps.removal_plan import MODES, check_removal_texts
     if opts["removal"] not in (True, False, "auto") + tuple(MODES):
         raise ValueError(f"removal must be one of {', '.join(MODES + ('auto',))}, got {opts['removal']!r}")
+    explicit = {True: "exact", False: "none"}.get(opts["removal"], opts["removal"])
+    check_removal_texts(opts["removal_texts"], None if explicit == "auto" else explicit, opts["removal_target"])
     from . import api
     fns = [getattr(api, f) for f in ("make_shards", "first_order_pass", "exact_pass", "tables_and_summary")]
     known = set().union(*(inspect.signature(f).parameters for f in fns)) - _SET_HERE
@@ -286,8 +292,8 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
                         model_name: str | None = None, reuse_forward: bool | None = None,
                         removal_positions: int | None = None, screen_top: int | None = None,
                         screen_sample: int | None = None, n_shards: int | None = None, torch_threads: int | None = None,
-                        cluster_kwargs: dict | None = None, n_boot: int = N_BOOT, removal_texts: int | None = None,
-                        removal_vocab: int | None = None, **options) -> Diagnosis:
+                        cluster_kwargs: dict | None = None, n_boot: int = N_BOOT, removal_texts: int | str | None = None,
+                        removal_vocab: int | None = None, removal_target: float | None = None, **options) -> Diagnosis:
     """Diagnose every attention head of a named model on a Dask cluster (see module docstring).
 
     Parameters
@@ -303,7 +309,7 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
         :func:`attnspec.models.load_model` keywords on the workers, e.g. ``{'dtype': 'bfloat16'}``.
     n_texts, max_length, bucket_size, removal, mean_ablation, gradient, threshold, min_tokens, seed, max_tokens, \
 removal_bucket_size, tile_bytes, pack, model_name, reuse_forward, removal_positions, screen_top, screen_sample, \
-n_boot, progress, removal_texts, removal_vocab
+n_boot, progress, removal_texts, removal_vocab, removal_target
         As :func:`attnspec.diagnose` (``reuse_forward``: on each worker's local disk).
     n_shards, torch_threads : int, optional
         Groups of length buckets per step (default: 4 per worker thread, at most one per bucket);
@@ -347,7 +353,8 @@ n_boot, progress, removal_texts, removal_vocab
                 max_tokens=max_tokens, removal_bucket_size=removal_bucket_size, tile_bytes=tile_bytes, pack=pack,
                 progress=progress, model_name=model_name, reuse_forward=reuse_forward, removal_positions=removal_positions,
                 screen_top=screen_top, screen_sample=screen_sample, n_shards=n_shards, torch_threads=torch_threads,
-                n_boot=n_boot, removal_texts=removal_texts, removal_vocab=removal_vocab, extra=dict(options))
+                n_boot=n_boot, removal_texts=removal_texts, removal_vocab=removal_vocab, removal_target=removal_target,
+                extra=dict(options))
     _check(opts)
     c, owned = _connect(client, n_workers, cluster_kwargs)
     try:

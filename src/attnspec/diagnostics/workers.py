@@ -212,8 +212,10 @@ def prepare(spec: ModelSpec, texts, opts: dict) -> dict:
     is the model's), and what the client needs to know of the model (heads per layer, removal mode)."""
     from .api import make_shards
     from .steps.removal import resolve_mode
+    from .steps.removal_plan import check_removal_texts
     from .texts import resolve_texts
     adapter, tok = spec.load()
+    check_removal_texts(opts["removal_texts"], resolve_mode(opts["removal"], adapter))   # before any work
     texts, source = resolve_texts(texts, tok, adapter.kind, opts["n_texts"], opts["max_length"], opts["pack"])
     shard = make_shards(tok, texts, 1, opts["max_length"], opts["bucket_size"], opts["removal_bucket_size"],
                         **accepted(make_shards, opts["extra"]))[0]

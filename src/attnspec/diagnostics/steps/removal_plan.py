@@ -74,17 +74,20 @@ class RemovalPlan:
 
     @classmethod
     def of(cls, mode: str, n_texts: int, seed: int, removal_positions: int | None = None,
-           removal_texts: int | str | None = None, removal_vocab: int | None = None) -> "RemovalPlan":
+           removal_texts: int | str | None = None, removal_vocab: int | None = None,
+           removal_target: float | None = None) -> "RemovalPlan":
         """The plan of ``mode`` on a corpus of ``n_texts`` texts (defaults: module constants; ``removal_texts``
-        ``None`` is ``'auto'`` in 'sampled' mode, all texts otherwise)."""
+        ``None`` is ``'auto'`` in 'sampled' mode, all texts otherwise; ``removal_target``: the agreement
+        ``'auto'`` aims at, default :data:`.removal_agreement.AGREEMENT_TARGET`)."""
         if mode == "sampled":
             removal_texts = "auto" if removal_texts is None else removal_texts
             removal_vocab = SAMPLED_VOCAB if removal_vocab is None else removal_vocab
         target = None
-        check_removal_texts(removal_texts, mode)
+        check_removal_texts(removal_texts, mode, removal_target)
         if removal_texts == "auto":
             from .removal_agreement import AGREEMENT_TARGET
-            removal_texts, target = min(n_texts, SAMPLED_TEXTS), AGREEMENT_TARGET
+            removal_texts = min(n_texts, SAMPLED_TEXTS)
+            target = AGREEMENT_TARGET if removal_target is None else float(removal_target)
         elif removal_texts is not None and (isinstance(removal_texts, (str, bool)) or not 1 <= removal_texts <= n_texts):
             raise ValueError(f"removal_texts must be 'auto' or between 1 and the number of texts ({n_texts}), "
                              f"got {removal_texts!r}")
@@ -104,9 +107,10 @@ class RemovalPlan:
         return replace(self, texts=sample_texts(self.n_corpus, k, self.seed), stages=self.stages + (k,))
 
 
-def check_removal_texts(removal_texts, mode: str | None = None) -> None:
-    """Raise ``ValueError`` unless ``removal_texts`` is ``None``, ``'auto'`` or an integer >= 1, and ``'auto'``
-    only with a mode of :data:`ADAPTIVE_MODES` (``mode`` resolved, when known).
+def check_removal_texts(removal_texts, mode: str | None = None, removal_target: float | None = None) -> None:
+    """Raise ``ValueError`` unless ``removal_texts`` is ``None``, ``'auto'`` or an integer >= 1, ``'auto'``
+    only with a mode of :data:`ADAPTIVE_MODES` (``mode`` resolved, when known), and ``removal_target`` is
+    ``None`` or a number in (0, 1].
 
     Examples
     --------
@@ -120,7 +124,14 @@ def check_removal_texts(removal_texts, mode: str | None = None) -> None:
     Traceback (most recent call last):
     ...
     ValueError: removal_texts='auto' applies to removal 'exact' or 'sampled', not 'screened'
+    >>> check_removal_texts("auto", removal_target=1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: removal_target must be a number in (0, 1], got 1.5
     """
+    if removal_target is not None and (isinstance(removal_target, bool) or not isinstance(removal_target, (int, float))
+                                       or not 0 < removal_target <= 1):
+        raise ValueError(f"removal_target must be a number in (0, 1], got {removal_target!r}")
     if removal_texts is None:
         return
     if removal_texts == "auto":
