@@ -117,6 +117,19 @@ def test_sampled_removal_on_a_cluster(client):
     assert d.summary["removal"]["texts"] == one.summary["removal"]["texts"]
 
 
+def test_adaptive_removal_on_a_cluster(client):
+    """'sampled' removal with removal_texts='auto' (6 texts, then more until the predicted rank agreement
+    reaches the target): the later stages are more removal tasks on the added texts, and the texts, stages,
+    prediction and tables equal the one-process run's."""
+    opts = dict(OPTS, removal="sampled", removal_texts="auto", removal_target=0.995)
+    d = diagnose_on_cluster("minilm", TEXTS, client, **opts)
+    model, tok = load_model("minilm")
+    one = diagnose(model, tok, TEXTS, **opts)
+    _assert_same_tables(d, one)
+    assert d.summary["removal"] == one.summary["removal"]
+    assert len(d.summary["removal"]["stages"]) >= 2 and d.summary["removal"]["stages"][0] == 6
+
+
 def _kill_once_plugin(marker: str):
     """A worker plugin that SIGKILLs its worker process when the worker starts executing a spectra task,
     once in the whole cluster (the first worker to create ``marker``). Defined in a function so that
