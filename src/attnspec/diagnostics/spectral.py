@@ -282,14 +282,15 @@ def removed_blocks(B: int, H: int, n: int, max_bytes: int = REMOVED_GRAM_BYTES) 
     return [(slice(b, b + 1), slice(h, min(H, h + k))) for b in range(B) for h in range(0, H, k)]
 
 
-def _removed_grams(M: torch.Tensor, W: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+def _removed_grams(M: torch.Tensor, W: torch.Tensor, Y: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     """``Y_{-h} Y_{-h}^T`` (``l <= d_out``) or ``Y_{-h}^T Y_{-h}`` (``l > d_out``) of a block: ``M``
-    ``(b, c, L, dh)``, ``W`` ``(c, dh, d_out)``, ``Y`` ``(b, L, d_out)`` the full layer output; ``(b, c, n, n)``."""
+    ``(b, c, L, dh)``, ``W`` ``(c, dh, d_out)``, ``Y`` ``(b, L, d_out)`` the full layer output, ``K``
+    ``(c, dh, dh)`` the heads' ``W_O^h W_O^{hT}``; ``(b, c, n, n)``."""
     if Y.shape[1] <= Y.shape[2]:
         P = torch.einsum("ble,hde->bhld", Y, W) @ M.transpose(-1, -2)             # T_h M_h^T
         G = (Y @ Y.transpose(-1, -2))[:, None] - P
         G -= P.transpose(-1, -2)
-        G += (M @ (W @ W.transpose(-1, -2))[None]) @ M.transpose(-1, -2)
+        G += (M @ K[None]) @ M.transpose(-1, -2)
         return G
     U = M @ W[None]                                                               # M_h W^h: (b, c, L, d_out)
     P = U.transpose(-1, -2) @ Y[:, None]
@@ -300,7 +301,7 @@ def _removed_grams(M: torch.Tensor, W: torch.Tensor, Y: torch.Tensor) -> torch.T
 
 
 def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scale: float,
-                            max_bytes: int = REMOVED_GRAM_BYTES) -> np.ndarray:
+                            max_bytes: int = REMOVED_GRAM_BYTES, K: torch.Tensor | None = None) -> np.ndarray:
     """Pooled spectra of the layer output without each head: ``(H, n)``, row ``h`` for
     ``Y_{-h} = sum_{g != h} M_g W_O^g`` (same normalization as :func:`layer_eigs`).
 
@@ -325,6 +326,9 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
         Value-path power used for every row.
     max_bytes : int
         Budget of the Grams built at once (>= 1; :data:`REMOVED_GRAM_BYTES`).
+    K : torch.Tensor, shape (H, d_head, d_head), optional
+        ``W_O^h W_O^{hT}`` in ``M``'s dtype, when the caller has it (the head spectra need it too);
+        computed once here otherwise, not once per block.
 
     Returns
     -------
@@ -346,9 +350,10 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
     B, H, L, dh = M.shape
     d_out = W.shape[-1]
     Y = torch.einsum("bhld,hde->ble", M, W)
+    K = (W @ W.transpose(-1, -2)) if K is None else K.to(M.dtype)
     ev = np.empty((B, H, min(L, d_out)))
     for bs, hs in removed_blocks(B, H, min(L, d_out), max_bytes):
-        ev[bs, hs] = np.linalg.eigvalsh(_removed_grams(M[bs, hs], W[hs], Y[bs]).numpy())   # ascending
+        ev[bs, hs] = np.linalg.eigvalsh(_removed_grams(M[bs, hs], W[hs], Y[bs], K[hs]).numpy())   # ascending
     ev = np.maximum(ev, 0.0) * (lengths[:, None, None] / (d_out * scale))
     r = np.minimum(lengths - 1, d_out)
     return np.stack([_top(ev[:, h], r) for h in range(H)])

@@ -159,7 +159,8 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     lengths = valid.sum(1).numpy()
     H, dh, i = lb.site.n_heads, lb.site.head_dim, lb.index
     Wh = W.to(lb.dtype).view(H, dh, -1)
-    Ks = spectral.sqrt_psd(Wh @ Wh.transpose(-1, -2))
+    K = Wh @ Wh.transpose(-1, -2)                       # W_O^h W_O^{hT}: head spectra and removed-head Grams
+    Ks = spectral.sqrt_psd(K)
     M = _contexts(lb, f, f0, seed)
     heads = {}
     for k in HEAD_SPECTRA:          # centered in place of the raw contexts; the null ones dropped once used
@@ -176,8 +177,8 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     layer = {"act": spectral.layer_eigs(Y, lengths, c_layer), "ge": spectral.layer_eigs(Yge, lengths, c_layer),
              "free": spectral.layer_eigs(out(Mfree), lengths, c_layer)}
     return {"heads": heads, "layer": layer, "order": np.asarray(lb.order, dtype=np.int64), "lengths": lengths,
-            "removed": spectral.layer_eigs_without_each(M["act"], Wh, lengths, c_layer),
-            "removed_ge": spectral.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer),
+            "removed": spectral.layer_eigs_without_each(M["act"], Wh, lengths, c_layer, K=K),
+            "removed_ge": spectral.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer, K=K),
             "gram": dep.gram_blocks(M["act"]) if gram is None else 0.0, "gram_free": dep.gram_blocks(Mfree),
             "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None else 0.0}
 
