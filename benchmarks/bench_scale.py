@@ -4,7 +4,9 @@ Each measurement runs in its own subprocess (clean peak RSS, ``ru_maxrss``):
 
 * ``speed``: for each model, the one-pass diagnosis (``removal=False, gradient=False``: identification,
   selection, dependence, spectra) and a plain ``model(**batch)`` forward over the same length-bucketed
-  batches; prints tokens/s of both and the time ratio (goal: diagnosis <= 3x the forward's time);
+  batches; prints tokens/s of both and the time ratio (goal: diagnosis <= 3x the forward's time), and the
+  same ratio in CPU time of the process (all threads; less sensitive than wall time to other jobs on a
+  shared machine) with the load average after the run;
 * ``length``: peak RSS of the one-pass diagnosis of one packed text of ``--max-length`` 128, 512, 2048
   tokens (Qwen2.5-0.5B by default), beside the peak of the plain forward on the same text: attnspec's
   part should grow like the model's activations, with no ``L^2`` term beyond one tile. Each line also
@@ -45,16 +47,16 @@ out = {"tokens": int(sum(int(b["attention_mask"].sum()) for b in batches)), "rss
        "geometry": [[s.n_heads, s.n_kv_heads, s.head_dim, s.d_out] for s in ad.sites],
        "itemsize": next(model.parameters()).element_size()}
 if job["what"] in ("forward", "both"):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     with torch.no_grad():
         for b in batches:
             ad.run_base(b)
-    out["forward_s"] = time.perf_counter() - t
+    out["forward_s"], out["forward_cpu_s"] = time.perf_counter() - t, time.process_time() - c
     out["rss_forward_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 if job["what"] in ("diagnose", "both"):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     d = diagnose(ad, tok, texts, max_length=L, removal=False, gradient=False, min_tokens=0)
-    out["diagnose_s"] = time.perf_counter() - t
+    out["diagnose_s"], out["diagnose_cpu_s"] = time.perf_counter() - t, time.process_time() - c
     out["timings"] = d.summary["timings_s"]
     out["rss_diagnose_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print("RESULT " + json.dumps(out))
@@ -107,7 +109,10 @@ def main() -> None:
             r = run({"model": m, "n_texts": n, "max_length": 128, "what": "both"}, args.threads)
             print(f"  {m:14s} {n} texts, {r['tokens']} tokens: forward {r['tokens'] / r['forward_s']:8.0f} tok/s "
                   f"({r['forward_s']:.2f} s), diagnosis {r['tokens'] / r['diagnose_s']:7.0f} tok/s "
-                  f"({r['diagnose_s']:.2f} s): ratio {r['diagnose_s'] / r['forward_s']:.1f}x  {r['timings']}", flush=True)
+                  f"({r['diagnose_s']:.2f} s): ratio {r['diagnose_s'] / r['forward_s']:.1f}x; CPU time (all threads) "
+                  f"forward {r['forward_cpu_s']:.2f} s, diagnosis {r['diagnose_cpu_s']:.2f} s: ratio "
+                  f"{r['diagnose_cpu_s'] / r['forward_cpu_s']:.1f}x; load {os.getloadavg()[0]:.1f}  {r['timings']}",
+                  flush=True)
     if "length" in parts:
         print(f"peak RSS vs text length ({args.length_model}, one packed text):")
         for L in (int(x) for x in args.lengths.split(",")):
