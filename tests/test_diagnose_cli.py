@@ -121,3 +121,21 @@ def test_cli_inputs_flag_is_checked_before_loading(model_dir, tmp_path, capsys):
                str(tmp_path / "o"), "--quiet"])
     assert rc == 2 and "no such file" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_removal_texts_auto_on_the_cli(model_dir, tmp_path, capsys):
+    """--removal-texts auto with --removal exact: the sample grows from 6 of 12 texts to the target (given with
+    --removal-target) and summary.json says how; 'auto' with a mode it does not apply to, a count of 0 and a
+    target above 1 are refused before the model is loaded."""
+    out = tmp_path / "auto"
+    rc = main(["diagnose", "--model", str(model_dir), "--n-texts", "12", "--out", str(out), "--removal", "exact",
+               "--removal-texts", "auto", "--removal-target", "0.999", "--no-gradient", "--quiet"])
+    assert rc == 0
+    rm = json.loads((out / "summary.json").read_text())["removal"]
+    assert rm["texts_rule"] == "auto" and rm["agreement_target"] == 0.999 and rm["stages"][0] == 6
+    assert rm["n_texts_used"] == rm["stages"][-1] and (rm["predicted_agreement"] >= 0.999 or rm["n_texts_used"] == 12)
+    capsys.readouterr()
+    for bad, flag in ((["--removal", "screened", "--removal-texts", "auto"], "--removal-texts"),
+                      (["--removal-texts", "0"], "--removal-texts"), (["--removal-target", "1.5"], "--removal-target")):
+        assert main(["diagnose", "--model", str(model_dir), "--out", str(tmp_path / "x"), *bad]) == 2
+        assert flag in capsys.readouterr().err
