@@ -49,6 +49,34 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads, >= 1 (default: torch's choice)")
     p.add_argument("--bucket-size", type=positive_int, default=16, help="texts per length bucket, >= 1")
+    _add_removal_options(p)
+    p.add_argument("--no-removal", action="store_true", help="same as --removal none")
+    p.add_argument("--n-boot", type=nonneg_int, default=200,
+                   help="Poisson bootstrap replicates over texts for the 95%% intervals and the verdict tests, >= 0 "
+                        "(default 200; 0: no intervals, every label undetermined)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=positive_int, default=None,
+                       help="run on a local Dask cluster of this many worker processes (1 thread each), >= 1; "
+                            "docs/cluster.md")
+    where.add_argument("--scheduler", default=None,
+                       help="run on an existing Dask cluster at this scheduler address (e.g. tcp://10.0.0.5:8786); "
+                            "every worker must be able to load --model")
+    p.add_argument("--no-gradient", action="store_true", help="skip Michel et al. gradient importance")
+    p.add_argument("--mean-ablation", action="store_true", help="also remove heads by mean ablation")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every random draw of the diagnosis, >= 0")
+    p.add_argument("--parquet", action="store_true", help="also write parquet tables")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (they show texts/s and the ETA of each pass)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu",
+                   help="where the model runs ('auto': CUDA, else MPS, else CPU); statistics stay in float64 on the CPU")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                   help="dtype of the model's weights and forward pass")
+    p.add_argument("--device-map", choices=("auto",), default=None,
+                   help="'auto' spreads a model that does not fit one device over the available ones (accelerate)")
+    p.set_defaults(func=run)
+
+
+def _add_removal_options(p) -> None:
+    """The head-removal flags of ``attnspec diagnose``."""
     p.add_argument("--removal", choices=("auto", "exact", "sampled", "screened", "first-order", "none"), default="auto",
                    help="head removal: 'exact' removes every head; 'sampled' removes every head on a seeded sample of "
                         "--removal-texts texts, the LM loss on --removal-vocab words per position plus an estimated "
@@ -76,29 +104,6 @@ def register(subparsers) -> None:
                         "max(8, 5%% of the heads))")
     p.add_argument("--screen-sample", type=nonneg_int, default=None,
                    help="--removal screened: randomly sampled other heads removed exactly, >= 0 (default as --screen-top)")
-    p.add_argument("--no-removal", action="store_true", help="same as --removal none")
-    p.add_argument("--n-boot", type=nonneg_int, default=200,
-                   help="Poisson bootstrap replicates over texts for the 95%% intervals and the verdict tests, >= 0 "
-                        "(default 200; 0: no intervals, every label undetermined)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=positive_int, default=None,
-                       help="run on a local Dask cluster of this many worker processes (1 thread each), >= 1; "
-                            "docs/cluster.md")
-    where.add_argument("--scheduler", default=None,
-                       help="run on an existing Dask cluster at this scheduler address (e.g. tcp://10.0.0.5:8786); "
-                            "every worker must be able to load --model")
-    p.add_argument("--no-gradient", action="store_true", help="skip Michel et al. gradient importance")
-    p.add_argument("--mean-ablation", action="store_true", help="also remove heads by mean ablation")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every random draw of the diagnosis, >= 0")
-    p.add_argument("--parquet", action="store_true", help="also write parquet tables")
-    p.add_argument("--quiet", action="store_true", help="no progress bars (they show texts/s and the ETA of each pass)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu",
-                   help="where the model runs ('auto': CUDA, else MPS, else CPU); statistics stay in float64 on the CPU")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
-                   help="dtype of the model's weights and forward pass")
-    p.add_argument("--device-map", choices=("auto",), default=None,
-                   help="'auto' spreads a model that does not fit one device over the available ones (accelerate)")
-    p.set_defaults(func=run)
 
 
 class _ListArchitectures(argparse.Action):

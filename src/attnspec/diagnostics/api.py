@@ -267,18 +267,15 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
         texts of the built-in corpus, packed to ``max_length`` tokens for causal LMs unless ``pack``).
     removal : {'auto', 'exact', 'sampled', 'screened', 'first-order', 'none'} or bool
         Head removal (:mod:`.steps.removal`): every head exactly; 'sampled': the same on a seeded sample of
-        ``removal_texts`` texts (default ``'auto'``: 6 texts, then more until the heads' ranking is predicted to
-        agree with the whole corpus' at Spearman 0.92, :mod:`.steps.removal_agreement`), the LM loss on
-        ``removal_vocab`` words per position (default 1,024)
-        plus an estimated tail; every head to first order; 'screened': exactly the ``screen_top`` heads of
-        largest first-order effect and a seeded ``screen_sample`` of the others (default ``max(8, 5 %)``
-        each). ``'auto'``: 'sampled' above 150 M parameters, else 'exact'. True/False: 'exact'/'none'.
-    removal_positions, removal_texts, removal_vocab, screen_top, screen_sample : int, optional
+        ``removal_texts`` texts, the LM loss on ``removal_vocab`` words per position (default 1,024) plus an
+        estimated tail; every head to first order; 'screened': exactly the ``screen_top`` heads of largest
+        first-order effect and a seeded ``screen_sample`` of the others (default ``max(8, 5 %)`` each).
+        ``'auto'``: 'sampled' above 150 M parameters, else 'exact'. True/False: 'exact'/'none'.
+    removal_positions, removal_texts, removal_vocab, removal_target, screen_top, screen_sample : optional
         Positions per text scored by exact removal (default all; 32 screened); texts (all removal columns are
-        measured on them; ``'auto'``, 'exact' and 'sampled' only: grown from 6 as above; default all, ``'auto'``
-        in 'sampled' mode); words per position of the LM loss; see ``removal``.
-    removal_target : float, optional
-        The predicted agreement ``removal_texts='auto'`` grows its sample to, in (0, 1] (default 0.92).
+        measured on them; default all; ``'auto'``, the default of 'sampled': 6, then more until the heads'
+        ranking is predicted to agree with the whole corpus' at Spearman ``removal_target``, default 0.92,
+        :mod:`.steps.removal_agreement`); words per position of the LM loss; see ``removal``.
     mean_ablation, gradient : bool
         Also mean ablation in exact removal; Michel et al. importance (always with first-order removal).
     threshold, min_tokens : float, int
@@ -316,21 +313,28 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     >>> d.summary["removal_effect"], len(d.layers), len(d.pairs)      # one pair of heads per layer
     ('loss_increase', 2, 2)
     """
-    _check_ints(max_length=(max_length, 2), bucket_size=(bucket_size, 1), removal_bucket_size=(removal_bucket_size, 1),
-                max_tokens=(max_tokens, 1), tile_bytes=(tile_bytes, 1), min_tokens=(min_tokens, 0), n_boot=(n_boot, 0))
-    _check_ints(optional=True, removal_positions=(removal_positions, 1), screen_top=(screen_top, 0),
-                screen_sample=(screen_sample, 0), removal_vocab=(removal_vocab, 1))
-    check_removal_texts(removal_texts, removal_target=removal_target)
-    adapter = adapt(model)
-    check_removal_texts(removal_texts, resolve_mode(removal, adapter))
-    steps = dict(seed=seed, removal=resolve_mode(removal, adapter), mean_ablation=mean_ablation, gradient=gradient,
-                 max_tokens=max_tokens, tile_bytes=tile_bytes, progress=progress, reuse_forward=reuse_forward,
-                 removal_positions=removal_positions, screen_top=screen_top, screen_sample=screen_sample, n_boot=n_boot,
-                 removal_texts=removal_texts, removal_vocab=removal_vocab, removal_target=removal_target)
+    adapter, steps = _checked(model, dict(locals()))
     with _one_blas_thread():
         return _diagnose(adapter, tokenizer_or_inputs, texts, steps, n_texts=n_texts, max_length=max_length,
                          bucket_size=bucket_size, threshold=threshold, min_tokens=min_tokens,
                          removal_bucket_size=removal_bucket_size, pack=pack, model_name=model_name)
+
+
+def _checked(model, a: dict) -> tuple:
+    """``(adapter, step options)`` of :func:`diagnose` called with the arguments ``a``, every option checked
+    (``ValueError`` naming it) before any work."""
+    _check_ints(**{k: (a[k], lo) for k, lo in (("max_length", 2), ("bucket_size", 1), ("removal_bucket_size", 1),
+                                               ("max_tokens", 1), ("tile_bytes", 1), ("min_tokens", 0), ("n_boot", 0))})
+    _check_ints(optional=True, **{k: (a[k], lo) for k, lo in (("removal_positions", 1), ("screen_top", 0),
+                                                              ("screen_sample", 0), ("removal_vocab", 1))})
+    check_removal_texts(a["removal_texts"], removal_target=a["removal_target"])
+    adapter = adapt(model)
+    mode = resolve_mode(a["removal"], adapter)
+    check_removal_texts(a["removal_texts"], mode)
+    keys = ("seed", "mean_ablation", "gradient", "max_tokens", "tile_bytes", "progress", "reuse_forward",
+            "removal_positions", "screen_top", "screen_sample", "n_boot", "removal_texts", "removal_vocab",
+            "removal_target")
+    return adapter, dict({k: a[k] for k in keys}, removal=mode)
 
 
 def _diagnose(adapter, tokenizer_or_inputs, texts, steps: dict, *, n_texts, max_length, bucket_size, threshold,

@@ -331,8 +331,7 @@ n_boot, progress, removal_texts, removal_vocab, removal_target
 
     Examples
     --------
-    >>> import logging, tempfile, transformers
-    >>> from distributed import Client
+    >>> import logging, tempfile, transformers; from distributed import Client
     >>> from attnspec.models.packaged import minilm_dir
     >>> tmp = tempfile.TemporaryDirectory()
     >>> tok = transformers.AutoTokenizer.from_pretrained(minilm_dir())
@@ -353,8 +352,8 @@ n_boot, progress, removal_texts, removal_vocab, removal_target
                 max_tokens=max_tokens, removal_bucket_size=removal_bucket_size, tile_bytes=tile_bytes, pack=pack,
                 progress=progress, model_name=model_name, reuse_forward=reuse_forward, removal_positions=removal_positions,
                 screen_top=screen_top, screen_sample=screen_sample, n_shards=n_shards, torch_threads=torch_threads,
-                n_boot=n_boot, removal_texts=removal_texts, removal_vocab=removal_vocab, removal_target=removal_target,
-                extra=dict(options))
+                n_boot=n_boot, removal_texts=removal_texts, removal_vocab=removal_vocab,
+                removal_target=removal_target, extra=dict(options))
     _check(opts)
     c, owned = _connect(client, n_workers, cluster_kwargs)
     try:
