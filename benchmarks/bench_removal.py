@@ -15,8 +15,9 @@ For each model, two subprocesses on the same built-in texts (packed to ``--max-l
 Prints both times, the texts the default mode used, their stages and predicted agreement, the Spearman
 correlation between the default mode's ``removal_estimate`` and the exact effects over all heads (goal >= 0.9),
 and the same for first order alone when the default mode computes it. Prints figures only; asserts nothing.
-Usage: ``python benchmarks/bench_removal.py [--models gemma3-270m,qwen2.5-0.5b] [--n-texts 16]
-[--reference-npz qwen2.5-0.5b=PATH]``.
+``--device cuda --exact-only --reference-dir DIR`` computes the reference on an accelerator (float32) and keeps
+it in DIR for a later CPU run. Usage: ``python benchmarks/bench_removal.py [--models gemma3-270m,qwen2.5-0.5b]
+[--n-texts 16] [--reference-npz qwen2.5-0.5b=PATH] [--reference-dir DIR] [--device cuda --exact-only]``.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ torch.set_num_threads(int(sys.argv[2]))
 job = json.loads(sys.argv[1])
 from attnspec import diagnose
 from attnspec.models import adapt, load_model
-model, tok = load_model(job["model"])
+model, tok = load_model(job["model"], device=job.get("device", "cpu"))
 ad = adapt(model)
 t_diag = time.perf_counter()
 if job["what"] == "default":
@@ -51,6 +52,8 @@ else:
     sh = make_shards(tok, texts, 1, job["max_length"])[0]
     r = exact_pass(ad, sh.removal_batches, mean_ablation=False, means=None, max_tokens=16384, seed=0)
     e = r.exact.mean()
+    if job.get("device", "cpu") != "cpu":
+        torch.cuda.synchronize()
     out = {"estimate": [float(e[i, k]) for i, s in enumerate(ad.sites) for k in range(s.n_heads)]}
 out["diagnose_s"] = time.perf_counter() - t_diag
 out["process_s"] = time.time() - t_start
@@ -82,6 +85,9 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-exact", action="store_true", help="time the default mode only")
+    ap.add_argument("--exact-only", action="store_true",
+                    help="compute (or read) the all-heads exact reference only, e.g. on an accelerator with --device")
+    ap.add_argument("--device", default="cpu", help="device of both runs (e.g. cuda for the exact reference)")
     ap.add_argument("--reference-dir", default=None,
                     help="keep the all-heads exact reference here and reuse it (it takes ~20 min on Gemma)")
     ap.add_argument("--reference-npz", action="append", default=[], metavar="MODEL=PATH",
@@ -89,7 +95,11 @@ def main() -> None:
     a = ap.parse_args()
     import os
     for m in a.models.split(","):
-        job = {"model": m, "n_texts": a.n_texts, "max_length": a.max_length}
+        job = {"model": m, "n_texts": a.n_texts, "max_length": a.max_length, "device": a.device}
+        if a.exact_only:
+            e = _exact(job, a)
+            print(f"{m}: exact removal of every head on {a.device}: {_took(e)}")
+            continue
         d = run(dict(job, what="default"), a.threads)
         rm = d["removal"]
         texts = rm.get("texts")
@@ -105,12 +115,16 @@ def main() -> None:
         if a.skip_exact:
             continue
         for e in _references(job, a):
-            took = e.get("source") or f"{e['diagnose_s']:.1f} s (whole process {e['process_s']:.1f} s)"
-            print(f"  exact removal of every head: {took}")
+            print(f"  exact removal of every head: {_took(e)}")
             print(f"  Spearman default ranking vs all-heads exact: {spearman(d['estimate'], e['estimate']):.3f} "
                   f"(goal >= 0.9)")
             if d["first_order"] is not None:
                 print(f"  Spearman first order alone vs exact: {spearman(d['first_order'], e['estimate']):.3f}")
+
+
+def _took(e: dict) -> str:
+    """Where a reference comes from: its file, or how long it took."""
+    return e.get("source") or f"{e['diagnose_s']:.1f} s (whole process {e['process_s']:.1f} s)"
 
 
 def _references(job: dict, a) -> list[dict]:
