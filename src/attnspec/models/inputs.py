@@ -27,7 +27,8 @@ def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, m
     ``tokenizer_or_inputs``: a tokenizer (``texts`` are then tokenized up to ``max_length``, sorted by length
     and cut into buckets of ``bucket_size``), a ``(B, L, ...)`` tensor or ``{"args", "kwargs",
     "attention_mask"}`` for a generic model, image inputs (:func:`image_inputs`) or tokenized ids. Each
-    batch has ``attention_mask`` (1 = real token), ``special`` and ``order`` besides the model inputs.
+    batch has ``attention_mask`` (1 = real token), ``special`` and ``order`` besides the model inputs. Token ids
+    and masks are kept on the CPU whatever device they come on (each run moves them to the model's device).
 
     Examples
     --------
@@ -52,7 +53,7 @@ def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, m
     if isinstance(obj, dict) and "args" in obj:
         x = obj["args"][0]
         mask = obj.get("attention_mask")
-        mask = torch.ones(x.shape[:2], dtype=torch.long) if mask is None else mask.long()
+        mask = torch.ones(x.shape[:2], dtype=torch.long) if mask is None else mask.long().cpu()
         return [{"args": tuple(obj["args"]), "kwargs": dict(obj.get("kwargs", {})), "attention_mask": mask,
                  "special": torch.zeros(mask.shape, dtype=torch.bool), "order": list(range(mask.shape[0]))}]
     if isinstance(obj, dict) and "pixel_values" in obj:   # images (vision transformers): see image_inputs
@@ -60,15 +61,15 @@ def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, m
         if "attention_mask" not in obj:
             raise ValueError("image inputs need an attention_mask over the model's tokens: build them with "
                              "attnspec.models.image_inputs(model, pixel_values)")
-        mask = torch.as_tensor(obj["attention_mask"]).long()
-        special = torch.as_tensor(obj.get("special_tokens_mask", torch.zeros_like(mask))).bool()
+        mask = torch.as_tensor(obj["attention_mask"]).long().cpu()
+        special = torch.as_tensor(obj.get("special_tokens_mask", torch.zeros_like(mask))).bool().cpu()
         return [{"pixel_values": x[s:s + bucket_size], "attention_mask": mask[s:s + bucket_size],
                  "special": special[s:s + bucket_size], "order": list(range(s, min(len(x), s + bucket_size)))}
                 for s in range(0, len(x), bucket_size)]
     if hasattr(obj, "keys") and "input_ids" in obj:  # a BatchEncoding / dict of token ids
-        ids = torch.as_tensor(obj["input_ids"])
-        mask = torch.as_tensor(obj.get("attention_mask", torch.ones_like(ids)))
-        special = torch.as_tensor(obj["special_tokens_mask"]).bool() if "special_tokens_mask" in obj \
+        ids = torch.as_tensor(obj["input_ids"]).cpu()     # token tensors live on the CPU; runs move them
+        mask = torch.as_tensor(obj.get("attention_mask", torch.ones_like(ids))).cpu()
+        special = torch.as_tensor(obj["special_tokens_mask"]).bool().cpu() if "special_tokens_mask" in obj \
             else torch.zeros_like(ids, dtype=torch.bool)
         return [{"input_ids": ids, "attention_mask": mask.long(), "special": special,
                  "order": list(range(ids.shape[0]))}]
