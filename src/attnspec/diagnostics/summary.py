@@ -1,6 +1,8 @@
 """The summary of a diagnosis: what was run, label counts, rank agreement of the removal columns, notes."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import torch
@@ -87,6 +89,28 @@ def removal_summary(heads: pd.DataFrame, plan: RemovalPlan, screen_code) -> dict
 
 _NOTE_BASE = ("{name} has no LM head (a base model): removal effects are the representation shift (1 - cos of the "
               "mean-pooled final hidden states), not a loss increase.")
+
+
+_NOTE_LOSS = ("model loss: the unmodified model predicts these texts at {loss:.2f} nats per token, worse than a uniform "
+              "guess over its {V:,} words (log V = {logV:.2f}): it is probably mis-loaded (a transformers version "
+              "that builds this architecture differently, a foreign tokenizer, damaged weights), and the diagnosis "
+              "describes that other function.")
+#: A model whose mean NLL exceeds ``log V`` by more than this (nats) gets :data:`_NOTE_LOSS` (random-init models sit
+#: within about 0.1 of ``log V``; Gemma 3 270M built by transformers 5.17 from its 5.24 configuration sat 0.72 above).
+LOSS_MARGIN = 0.5
+
+
+def loss_note(loss: float | None, vocab: int | None) -> str | None:
+    """The note (and warning) for a causal LM that predicts its texts worse than a uniform guess, else None.
+
+    Examples
+    --------
+    >>> loss_note(4.5, 262_144) is None, loss_note(13.2, 262_144)[:41]
+    (True, 'model loss: the unmodified model predicts')
+    """
+    if loss is None or not vocab or loss <= np.log(vocab) + LOSS_MARGIN:
+        return None
+    return _NOTE_LOSS.format(loss=loss, V=int(vocab), logV=float(np.log(vocab)))
 
 
 def _notes(sites, corpus: CorpusStats, min_tokens: int, adapter=None) -> list[str]:
@@ -206,7 +230,7 @@ def _dependence_counts(heads: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
 
 
 def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timings, source, max_length, bucket_size,
-             seed, model_name, pairs: pd.DataFrame | None = None) -> dict:
+             seed, model_name, pairs: pd.DataFrame | None = None, model_loss: float | None = None) -> dict:
     """The ``summary`` of a diagnosis: model, corpus, options, label counts, verdict rules, notes, timings.
 
     Parameters
@@ -225,6 +249,9 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         Recorded as given (``source``: ``'builtin'`` adds the corpus' provenance).
     pairs : pandas.DataFrame, optional
         The pairs table: adds ``n_dependent_pairs``.
+    model_loss : float, optional
+        A causal LM's own mean NLL per scored position (the removal step's reference pass): adds
+        ``model_loss_per_token``, and a note and a warning when it is worse than a uniform guess (:func:`loss_note`).
 
     Returns
     -------
@@ -270,4 +297,11 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
     if source == "builtin":
         from ..data import CORPUS_SOURCE
         summary["corpus"] = CORPUS_SOURCE
+    if model_loss is not None:
+        summary["model_loss_per_token"] = round(float(model_loss), 4)
+        cfg = getattr(adapter.model, "config", None)
+        note = loss_note(model_loss, getattr(getattr(cfg, "text_config", None) or cfg, "vocab_size", None))
+        if note is not None:
+            summary["notes"].append(note)
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
     return summary

@@ -191,10 +191,11 @@ def reference_pass(adapter: ModelAdapter, batch: dict, positions: int | None = N
 def iter_removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: str = "zero",
                          means: Sequence[torch.Tensor] | None = None, max_tokens: int = 16384,
                          progress: Callable | None = None, positions: int | None = None, seed: int = 0,
-                         heads_of: dict[int, Sequence[int]] | None = None, vocab_top: int | None = None):
+                         heads_of: dict[int, Sequence[int]] | None = None, vocab_top: int | None = None,
+                         on_reference: Callable[[FunctionalMetric], None] | None = None):
     """Exact removal over ``batches``, yielding per batch the per-text effects ``(n_sites, H_max, B)``
     and normalizers ``(B,)`` (:func:`exact_removal_per_text`): one :func:`reference_pass` per batch
-    (LM loss on ``vocab_top`` words per position when given).
+    (LM loss on ``vocab_top`` words per position when given), whose metric is passed to ``on_reference``.
     Small length buckets (``make_batches(..., bucket_size=4)``) waste the least arithmetic on padding.
 
     Examples
@@ -206,6 +207,8 @@ def iter_removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: s
     """
     for batch in batches:
         blocks, metric = reference_pass(adapter, batch, positions, seed, vocab_top)
+        if on_reference is not None:
+            on_reference(metric)
         yield exact_removal_per_text(adapter, batch, blocks, metric, means=means, mode=mode, max_tokens=max_tokens,
                                      reuse=blocks is not None, progress=progress, heads_of=heads_of)
 

@@ -212,12 +212,14 @@ def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = N
     return _finish(model, tok)
 
 
-def _load_gguf(file: Path):
+def _load_gguf(file: Path, placement: dict | None = None):
+    """A GGUF file dequantized by transformers, in float32 on the CPU unless ``placement`` says otherwise."""
     if (file.parent / "config.json").is_file() or (file.parent / "tokenizer_config.json").is_file():
         _refuse_remote_code(file.parent)
     tr = _hf()
-    model = tr.AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, dtype="float32",
-                                                    local_files_only=True, trust_remote_code=False)
+    kw = {"dtype": "float32"} if placement is None else placement
+    model = tr.AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True,
+                                                    trust_remote_code=False, **kw)
     tok = tr.AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True,
                                            trust_remote_code=False)
     _check_tokenizer(tok, model.config, file)
@@ -353,11 +355,11 @@ def load_model(name_or_path: str | os.PathLike, verbose: bool = False, *, device
         raise ModelLoadError(f"{key!r} is not a model: no such file or directory. Expected {_EXPECTED}.")
     if path.is_file():
         if path.suffix == ".gguf":
-            return _finish(*_load_gguf(path))
+            return _finish(*_load_gguf(path, placement))
         raise ModelLoadError(f"{path} is not a model file attnspec loads (suffix {path.suffix or 'none'!r}; "
                              f"pickled checkpoints are never loaded). Expected {_EXPECTED}.")
     if not (path / "config.json").is_file():
         ggufs = sorted(path.glob("*.gguf"))
         if ggufs:
-            return _finish(*_load_gguf(ggufs[0]))
+            return _finish(*_load_gguf(ggufs[0], placement))
     return _load_dir(path, placement=placement)

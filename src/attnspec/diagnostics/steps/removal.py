@@ -134,6 +134,8 @@ class RemovalSums:
     michel: np.ndarray | float = 0.0
     michel_texts: int = 0
     per_text: PerTextEffects | None = None
+    model_nll: float = 0.0         # causal LMs: the unmodified model's summed NLL over the scored positions
+    model_positions: float = 0.0   # ... and how many positions (:meth:`model_loss`)
 
     def add_removal(self, adapter: ModelAdapter, batches: Sequence[dict], mean_ablation: bool,
                     means: Sequence[torch.Tensor] | None, max_tokens: int, progress: Callable | None = None,
@@ -147,7 +149,8 @@ class RemovalSums:
         ws = [weights(seed, b["order"], n_boot) for b in batches]
         if per_text and self.per_text is None:
             self.per_text = PerTextEffects()
-        for (e, n), w, b in zip(iter_removal_effects(adapter, batches, **kw), ws, batches):
+        for (e, n), w, b in zip(iter_removal_effects(adapter, batches, on_reference=self._add_reference, **kw), ws,
+                                batches):
             self.exact.update(e, n, w)
             if per_text:
                 self.per_text.update(e, n, b["order"])
@@ -155,6 +158,16 @@ class RemovalSums:
             for (e, n), w in zip(iter_removal_effects(adapter, batches, mode="mean", means=means, **kw), ws):
                 self.exact_mean.update(e, n, w)
         return self
+
+    def _add_reference(self, metric) -> None:
+        if metric.kind == "causal-lm":
+            self.model_nll += float(metric.ref.sum())
+            self.model_positions += float(metric.counts().sum())
+
+    def model_loss(self) -> float | None:
+        """The unmodified model's mean NLL per scored position on the removal texts (nats; None when no causal-LM
+        removal ran): a model that predicts its texts worse than a uniform guess (``log V``) is mis-loaded."""
+        return self.model_nll / self.model_positions if self.model_positions else None
 
     def add_first_order(self, adapter: ModelAdapter, batch: dict, seed: int, n_boot: int = N_BOOT) -> "RemovalSums":
         """Michel importance and first-order effects of one batch."""
@@ -169,7 +182,8 @@ class RemovalSums:
         return RemovalSums(self.exact.merge(other.exact), self.exact_mean.merge(other.exact_mean),
                            self.first_order.merge(other.first_order), self.michel + other.michel,
                            self.michel_texts + other.michel_texts,
-                           pt[0].merge(pt[1]) if len(pt) == 2 else (pt[0] if pt else None))
+                           pt[0].merge(pt[1]) if len(pt) == 2 else (pt[0] if pt else None),
+                           self.model_nll + other.model_nll, self.model_positions + other.model_positions)
 
     def mean_effect(self, mean_ablation: bool = False) -> np.ndarray:
         return (self.exact_mean if mean_ablation else self.exact).mean()
