@@ -26,7 +26,10 @@ ARCHS = ("anisotropic", "staged", "spd", "diffuse")
 
 
 def _same_tables(new_dir_or_diag, old_dir: Path) -> None:
-    """Every column of the stored tables is reproduced (new columns added since are allowed)."""
+    """Every column of the stored tables is reproduced (new columns added since are allowed), to 1e-3 relative:
+    the tables were stored on the earlier development machine, and float32 kernels of another CPU round
+    differently (on an AVX2-only CPU distances moved by up to 1.3e-4 relative; wiring errors move them by far
+    more). The KS columns, suprema over a few dozen eigenvalues, may move by one or two steps of 1/32."""
     for table in ("heads", "layers", "pairs"):
         old = pd.read_csv(old_dir / f"{table}.csv")
         if isinstance(new_dir_or_diag, Path):
@@ -38,7 +41,8 @@ def _same_tables(new_dir_or_diag, old_dir: Path) -> None:
             assert col in new, f"{table}.{col} missing"
             a, b = old[col].to_numpy(), new[col].to_numpy()
             if a.dtype.kind in "fi" and b.dtype.kind in "fi":
-                np.testing.assert_allclose(b.astype(float), a.astype(float), rtol=1e-6, atol=1e-9, equal_nan=True,
+                atol = 1 / 16 if col.endswith("_ks") else 1e-7
+                np.testing.assert_allclose(b.astype(float), a.astype(float), rtol=1e-3, atol=atol, equal_nan=True,
                                            err_msg=f"{table}.{col}")
             else:
                 assert [str(x) for x in b] == [str(x) for x in a], f"{table}.{col}"
