@@ -52,7 +52,7 @@ else:
     sh = make_shards(tok, texts, 1, job["max_length"])[0]
     r = exact_pass(ad, sh.removal_batches, mean_ablation=False, means=None, max_tokens=16384, seed=0)
     e = r.exact.mean()
-    if job.get("device", "cpu") != "cpu":
+    if job.get("device") == "cuda":
         torch.cuda.synchronize()
     out = {"estimate": [float(e[i, k]) for i, s in enumerate(ad.sites) for k in range(s.n_heads)]}
 out["diagnose_s"] = time.perf_counter() - t_diag
