@@ -100,7 +100,8 @@ class FunctionalMetric:
     # --- causal LM: NLL summed per text, computed in token chunks (vocabularies are large)
     def nll(self, hidden: torch.Tensor, K: int = 1, grad: bool = False) -> torch.Tensor:
         """Per-replica, per-text summed NLL ``(K, B)`` from final hidden states ``(K*B, L, D)`` (on the
-        truncated vocabulary once :meth:`reference` has built it, except with ``grad``)."""
+        truncated vocabulary once :meth:`reference` has built it, except with ``grad``; with ``grad``, through
+        the head's closed-form gradient, :meth:`.lm_head.LMHead.nll_grad`, when its rows can be read)."""
         B = self.mask.shape[0]
         h = hidden[:, :hidden.shape[1] - self.shift]
         pm = self.pred_mask.repeat(K, 1)
@@ -111,6 +112,12 @@ class FunctionalMetric:
         if self.truncated is not None and not grad:
             nl = self.truncated.nll(self.tail.features(hv).view(K, -1, hv.shape[-1]))
             return out.index_add(0, rows, nl.reshape(-1).double()).view(K, B)
+        if grad and isinstance(self.tail, LMHead) and self.tail.truncatable:
+            f = self.tail.features(hv)
+            value, g = self.tail.nll_grad(f.detach(), tgt, self.chunk_bytes // (4 * self.tail.linear.out_features))
+            lin = (g.to(f.dtype) * f).sum(-1)
+            nl = value + (lin - lin.detach())     # the NLL's value, and its gradient in closed form (LMHead.nll_grad)
+            return out.index_add(0, rows, nl.double()).view(K, B)
 
         def chunk_nll(hc, tc):
             logits = _at_least_float32(self.tail(hc))
