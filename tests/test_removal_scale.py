@@ -259,3 +259,42 @@ def test_truncated_vocabulary_with_soft_capping():
     for c in fixed.chunks:
         c.mu = torch.zeros_like(c.mu)
     assert float(((fixed.nll(f2[None])[0] - fixed.reference) - (full(h2) - full(h))).abs().sum()) > 0.04 * change
+
+
+@pytest.mark.parametrize("vocab_top", [None, 64])
+def test_first_order_from_the_removal_reference_passes(tok, vocab_top):
+    """First order fused into exact removal (the reference pass run with head gates, one backward pass; the LM
+    head's gradient from the truncated vocabulary when 'sampled' keeps 64 words) equals its own forward and
+    backward pass to 1e-9 in float64, and leaves the removal effects as they were."""
+    from attnspec.diagnostics.steps.removal import RemovalSums
+    ad = adapt(_gpt2(tok.vocab_size))
+    batches = _batch(tok, n=6, bucket=3)
+    kw = dict(mean_ablation=False, means=None, max_tokens=10_000, vocab_top=vocab_top, n_boot=5)
+    fused = RemovalSums().add_removal(ad, batches, first_order=True, **kw)
+    plain = RemovalSums().add_removal(ad, batches, **kw)
+    alone = RemovalSums()
+    for b in batches:
+        alone.add_first_order(ad, b, seed=0, n_boot=5)
+    assert fused.michel_texts == alone.michel_texts == 6
+    for a, b in ((fused.first_order.mean(), alone.first_order.mean()), (fused.importance(), alone.importance()),
+                 (fused.first_order.interval()[0], alone.first_order.interval()[0])):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    assert np.abs(alone.first_order.mean()).max() > 1e-4                # not a comparison of zeros
+    np.testing.assert_allclose(fused.exact.mean(), plain.exact.mean(), rtol=1e-12, atol=1e-15)
+
+
+def test_first_order_from_the_removal_of_an_encoder(tok):
+    """The same for a bidirectional encoder, whose first order differentiates a seeded probe of the pooled
+    embedding."""
+    from attnspec.diagnostics.steps.removal import RemovalSums
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64)
+    ad = adapt(transformers.BertModel(cfg, add_pooling_layer=False).eval().double())
+    batches = _batch(tok, n=4, bucket=2)
+    fused = RemovalSums().add_removal(ad, batches, False, None, 10_000, first_order=True, n_boot=5)
+    alone = RemovalSums()
+    for b in batches:
+        alone.add_first_order(ad, b, seed=0, n_boot=5)
+    np.testing.assert_allclose(fused.importance(), alone.importance(), rtol=1e-9)
+    np.testing.assert_allclose(fused.first_order.mean(), alone.first_order.mean(), rtol=1e-9, atol=1e-15)

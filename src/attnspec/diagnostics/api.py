@@ -148,17 +148,20 @@ def first_order_pass(adapter, grad_batches, seed: int, progress: bool = False, n
 
 def exact_pass(adapter, rm_batches, *, mean_ablation: bool, means, max_tokens: int, seed: int,
                positions: int | None = None, heads_of: dict | None = None, progress: bool = False,
-               n_boot: int = N_BOOT, vocab_top: int | None = None, per_text: bool = False) -> RemovalSums:
+               n_boot: int = N_BOOT, vocab_top: int | None = None, per_text: bool = False,
+               first_order: bool = False) -> RemovalSums:
     """Step 4b: exact removal of ``heads_of`` (default every head) over ``rm_batches``, on ``positions``
     sampled positions per text (default all) and ``vocab_top`` words per position (default all); ``per_text``:
-    keep each text's effects (an adaptive plan's prediction)."""
+    keep each text's effects (an adaptive plan's prediction); ``first_order``: step 4a on the same batches, from
+    the removal's reference passes."""
     from tqdm.auto import tqdm
     n = sum(len(v) for v in heads_of.values()) if heads_of is not None else sum(s.n_heads for s in adapter.sites)
     total = n * len(rm_batches) * (2 if mean_ablation else 1)
     with tqdm(total=total, desc="head removal", disable=not progress, leave=False) as bar:
         return RemovalSums().add_removal(adapter, rm_batches, mean_ablation, means, max_tokens, progress=bar.update,
                                          positions=positions, seed=seed, heads_of=heads_of,
-                                         n_boot=n_boot, vocab_top=vocab_top, per_text=per_text)
+                                         n_boot=n_boot, vocab_top=vocab_top, per_text=per_text,
+                                         first_order=first_order)
 
 
 @dataclass
@@ -217,16 +220,17 @@ def run_steps(adapter, shards: Sequence[Shard], *, seed: int = 0, removal: str |
         return lambda: merge_parts([first_order_pass(adapter, only_texts(sh.batches, texts), seed, progress,
                                                      n_boot) for sh in shards])
 
-    def exact(heads_of, texts):
+    def exact(heads_of, texts, first_order=False):
         means = [s.context_means() for s in fit_sums]
         return lambda: merge_parts([exact_pass(adapter, only_texts(sh.removal_batches, texts),
                                                mean_ablation=mean_ablation, means=means, max_tokens=max_tokens,
                                                seed=seed, positions=plan.positions, heads_of=heads_of,
                                                progress=progress, n_boot=n_boot, vocab_top=plan.vocab_top,
-                                               per_text=plan.target is not None)
+                                               per_text=plan.target is not None, first_order=first_order)
                                     for sh in shards])
     rem, code, plan = removal_step(plan, [s.n_heads for s in adapter.sites], first_order, exact, timings,
-                                   gradient=gradient, screen_top=screen_top, screen_sample=screen_sample, seed=seed)
+                                   gradient=gradient, screen_top=screen_top, screen_sample=screen_sample, seed=seed,
+                                   fuse=True)
     timings["removal"] = time.perf_counter() - t0
     return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, plan, code, null_sums, n_boot)
 

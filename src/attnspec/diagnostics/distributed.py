@@ -153,15 +153,20 @@ def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, t
               for k, g in enumerate(g for g in (only_texts(g, texts) for g in groups) if g)]
         return lambda: merge_parts(run.gather(fo, "first order"))
 
-    def exact(heads_of, texts):
+    def exact(heads_of, texts, first_order=False):
         means = [s.context_means() for s in fit_sums]
         jobs = _removal_jobs(only_texts(prep["removal_batches"], texts), prep["n_heads"], heads_of, n,
                              o["max_tokens"])
-        ex = [run.submit("removal", k, wk.exact_task, b, means, h, plan.positions, o_ex)
-              for k, (b, h) in enumerate(jobs)]
+        fo, seen = [], set()     # first order once per batch: in the first job that removes heads on it
+        for b, _ in jobs:
+            ids = {tuple(x["order"]) for x in b}
+            fo.append(first_order and not ids <= seen)
+            seen |= ids
+        ex = [run.submit("removal", k, wk.exact_task, b, means, h, plan.positions, o_ex, f)
+              for k, ((b, h), f) in enumerate(zip(jobs, fo))]
         return lambda: merge_parts(run.gather(ex, "head removal"))
     return removal_step(plan, prep["n_heads"], first_order, exact, timings, gradient=o["gradient"],
-                        screen_top=o["screen_top"], screen_sample=o["screen_sample"], seed=o["seed"])
+                        screen_top=o["screen_top"], screen_sample=o["screen_sample"], seed=o["seed"], fuse=True)
 
 
 def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):

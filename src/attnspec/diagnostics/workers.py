@@ -254,11 +254,13 @@ def first_order_task(adapter, grad_batches: list, opts: dict):
                             **accepted(first_order_pass, opts["extra"]))
 
 
-def exact_task(adapter, rm_batches: list, means: list, heads_of: dict | None, positions: int | None, opts: dict):
+def exact_task(adapter, rm_batches: list, means: list, heads_of: dict | None, positions: int | None, opts: dict,
+               first_order: bool = False):
     from .api import exact_pass
     return exact_pass(adapter, rm_batches, mean_ablation=opts["mean_ablation"], means=means,
                       max_tokens=opts["max_tokens"], seed=opts["seed"], positions=positions,
-                      heads_of=heads_of, n_boot=opts["n_boot"], **accepted(exact_pass, opts["extra"]))
+                      heads_of=heads_of, n_boot=opts["n_boot"], first_order=first_order,
+                      **accepted(exact_pass, opts["extra"]))
 
 
 def tables_task(adapter, res, opts: dict, source: str, model_name: str, timings: dict) -> tuple:

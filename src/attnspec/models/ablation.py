@@ -27,14 +27,15 @@ First-order effects and Michel et al. importance, from one forward and one backw
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from .adapters import ModelAdapter
-from .gradients import first_order, michel_importance
-from .hooks import HeadEdit, ablate, capture
+from .gradients import first_order, gate_effects, head_gates, michel_importance
+from .hooks import HeadEdit, ablate, capture, gate
 from .metric import LOGIT_CHUNK_BYTES, FunctionalMetric, _block_out, sample_positions
 
 __all__ = ["FunctionalMetric", "exact_removal", "exact_removal_per_text", "michel_importance",
@@ -159,10 +160,16 @@ def exact_removal_per_text(adapter: ModelAdapter, batch: dict, block_inputs: Seq
 
 
 def reference_pass(adapter: ModelAdapter, batch: dict, positions: int | None = None, seed: int = 0,
-                   vocab_top: int | None = None) -> tuple[list | None, FunctionalMetric]:
+                   vocab_top: int | None = None, with_first_order: bool = False) -> tuple[list | None, FunctionalMetric]:
     """One unmodified forward pass: each block's recorded inputs (``None`` without reuse) and the
     reference quantities of :class:`FunctionalMetric` (on ``positions`` sampled positions per text, on
     ``vocab_top`` words per position when given).
+
+    ``with_first_order`` (models that reuse block inputs): the pass also runs with head gates and one backward
+    pass gives what :func:`.gradients.first_order` gives on the batch, kept in ``metric.first_order``
+    (causal LMs: the LM head's gradient from the truncated vocabulary when there is one, exact there too:
+    :meth:`.lm_head.TruncatedVocab.reference_grad`), so that first-order importance costs a backward pass
+    instead of a forward and a backward pass of its own.
 
     Examples
     --------
@@ -171,6 +178,9 @@ def reference_pass(adapter: ModelAdapter, batch: dict, positions: int | None = N
     >>> blocks, metric = reference_pass(ad, batch)
     >>> len(blocks), metric.ref.shape                               # block inputs per layer; NLL per text
     (2, torch.Size([2]))
+    >>> _, fused = reference_pass(ad, batch, with_first_order=True)
+    >>> bool(np.allclose(fused.first_order[1], first_order(ad, batch)[1], atol=1e-5))   # = a separate pass
+    True
     """
     metric = FunctionalMetric(adapter, batch, adapter.tail, positions=positions, seed=seed, vocab_top=vocab_top)
     if not adapter.can_reuse:
@@ -179,23 +189,44 @@ def reference_pass(adapter: ModelAdapter, batch: dict, positions: int | None = N
         return None, metric
     last = {}
     hk = adapter.sites[-1].block.register_forward_hook(lambda m, a, o: last.__setitem__("h", _block_out(o)))
+    gates = head_gates(adapter, batch["attention_mask"].shape[0]) if with_first_order else None
     try:
-        with torch.inference_mode(), capture(adapter.sites, blocks=True, keep_weights=False) as cap:
+        with (torch.enable_grad() if with_first_order else torch.inference_mode()), \
+                (gate(adapter.sites, gates) if with_first_order else nullcontext()), \
+                capture(adapter.sites, blocks=True, keep_weights=False) as cap:
             adapter.run_base(batch)
-            metric.reference(last["h"], from_hidden=True)
+            with torch.no_grad():
+                metric.reference(last["h"].detach(), from_hidden=True)
+            if with_first_order:
+                grads = torch.autograd.grad(metric.gradient_loss(last["h"], seed).sum(), gates)
+                metric.first_order = gate_effects(adapter, grads, metric)
     finally:
         hk.remove()
-    return cap.block_inputs, metric
+    return (_detached(cap.block_inputs) if with_first_order else cap.block_inputs), metric
+
+
+def _detached(obj: Any) -> Any:
+    """``obj`` (nested tuples, lists, dicts) with its tensors detached from the autograd graph."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach()
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_detached(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _detached(v) for k, v in obj.items()}
+    return obj
 
 
 def iter_removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: str = "zero",
                          means: Sequence[torch.Tensor] | None = None, max_tokens: int = 16384,
                          progress: Callable | None = None, positions: int | None = None, seed: int = 0,
                          heads_of: dict[int, Sequence[int]] | None = None, vocab_top: int | None = None,
-                         on_reference: Callable[[FunctionalMetric], None] | None = None):
+                         on_reference: Callable[[FunctionalMetric], None] | None = None,
+                         with_first_order: bool = False):
     """Exact removal over ``batches``, yielding per batch the per-text effects ``(n_sites, H_max, B)``
     and normalizers ``(B,)`` (:func:`exact_removal_per_text`): one :func:`reference_pass` per batch
-    (LM loss on ``vocab_top`` words per position when given), whose metric is passed to ``on_reference``.
+    (LM loss on ``vocab_top`` words per position when given), whose metric is passed to ``on_reference``
+    (with ``with_first_order``, its ``first_order`` holds the batch's :func:`.gradients.first_order`, from the
+    reference pass itself when the model reuses block inputs).
     Small length buckets (``make_batches(..., bucket_size=4)``) waste the least arithmetic on padding.
 
     Examples
@@ -206,7 +237,9 @@ def iter_removal_effects(adapter: ModelAdapter, batches: Sequence[dict], mode: s
     [(2, 2, 2)]
     """
     for batch in batches:
-        blocks, metric = reference_pass(adapter, batch, positions, seed, vocab_top)
+        blocks, metric = reference_pass(adapter, batch, positions, seed, vocab_top, with_first_order)
+        if with_first_order and metric.first_order is None:
+            metric.first_order = first_order(adapter, batch, seed)
         if on_reference is not None:
             on_reference(metric)
         yield exact_removal_per_text(adapter, batch, blocks, metric, means=means, mode=mode, max_tokens=max_tokens,

@@ -9,16 +9,16 @@ flat at ``xi = 1``, use ``(1/2) (r_b . de_b/dxi / ||e_b||)^2`` with a seeded ran
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import torch
 
-from ..seeding import seed_of
 from .adapters import ModelAdapter
 from .hooks import gate
 from .metric import FunctionalMetric, _block_out
 
-__all__ = ["michel_importance", "first_order"]
+__all__ = ["michel_importance", "first_order", "head_gates", "gate_effects"]
 
 def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.ndarray:
     """Per-text gate gradients ``|dL_b / d xi_{b,h}|``, summed over texts: ``(n_sites, H)``.
@@ -61,38 +61,38 @@ def first_order(adapter: ModelAdapter, batch: dict, seed: int = 0) -> tuple[np.n
     >>> bool(np.allclose(imp, np.abs(effect / n).sum(-1)))          # Michel = sum_b |dF_b/dxi| / n_b
     True
     """
-    sites = adapter.sites
-    B = batch["attention_mask"].shape[0]
-    dtype = next(adapter.model.parameters()).dtype
-    gates = [torch.ones(B, s.n_heads, requires_grad=True, device=adapter.device, dtype=dtype) for s in sites]
+    gates = head_gates(adapter, batch["attention_mask"].shape[0])
     metric = FunctionalMetric(adapter, batch, adapter.tail)
-    with torch.enable_grad(), gate(sites, gates):
-        if adapter.kind == "causal-lm" and adapter.tail is not None:
-            loss_b = metric.nll(_hidden_before_tail(adapter, batch), 1, grad=True)[0]
-        elif adapter.kind == "causal-lm":
+    with torch.enable_grad(), gate(adapter.sites, gates):
+        if adapter.kind == "causal-lm" and adapter.tail is None:
             loss_b = metric._nll_from_logits(adapter.run(batch))[0]
+        elif adapter.kind == "causal-lm":
+            loss_b = metric.gradient_loss(_hidden_before_tail(adapter, batch))
         else:
-            loss_b = _probe_loss(metric.pooled(adapter.run(batch))[0].double(), batch, seed)
+            loss_b = metric.gradient_loss(adapter.run(batch), seed)
         grads = torch.autograd.grad(loss_b.sum(), gates)
+    return gate_effects(adapter, grads, metric)
+
+
+def head_gates(adapter: ModelAdapter, B: int) -> list[torch.Tensor]:
+    """Gates ``xi_{b,h} = 1`` ``(B, H_i)`` per site, requiring gradients (:func:`.hooks.gate`)."""
+    dtype = next(adapter.model.parameters()).dtype
+    return [torch.ones(B, s.n_heads, requires_grad=True, device=adapter.device, dtype=dtype) for s in adapter.sites]
+
+
+def gate_effects(adapter: ModelAdapter, grads: Sequence[torch.Tensor], metric: FunctionalMetric
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`first_order`'s ``(Michel, effects, normalizers)`` from the gate gradients ``g_{b,h} = dF_b / dxi_{b,h}``
+    of :meth:`.metric.FunctionalMetric.gradient_loss`."""
+    sites = adapter.sites
     H = max(s.n_heads for s in sites)
-    g = np.full((len(sites), H, B), np.nan)
+    g = np.full((len(sites), H, grads[0].shape[0]), np.nan)
     for i, gi in enumerate(grads):
         g[i, :gi.shape[1]] = gi.double().cpu().numpy().T
     n = metric.counts()
     if adapter.kind == "causal-lm":
         return np.abs(g / np.maximum(n, 1)).sum(-1), -g, n
     return math.sqrt(math.pi / 2) * np.abs(g).sum(-1), g ** 2 / 2, n
-
-
-def _probe_loss(e: torch.Tensor, batch: dict, seed: int) -> torch.Tensor:
-    """``r_b^T e_b / ||e_b||`` with ``r_b`` seeded per text and projected orthogonally to ``e_b``."""
-    B = e.shape[0]
-    ids = batch.get("order", range(B))    # text positions: probes do not depend on batching
-    r = torch.stack([torch.randn(e.shape[-1], dtype=torch.float64,
-                                 generator=torch.Generator().manual_seed(seed_of(seed, t))) for t in ids]).to(e.device)
-    u = (e / e.norm(dim=-1, keepdim=True)).detach()
-    r = r - (r * u).sum(-1, keepdim=True) * u
-    return (r * e / e.norm(dim=-1, keepdim=True)).sum(-1)
 
 
 def _hidden_before_tail(adapter: ModelAdapter, batch: dict) -> torch.Tensor:

@@ -55,6 +55,16 @@ def sample_positions(pred_mask: torch.Tensor, order: Sequence[int], n: int | Non
     return out
 
 
+def _probe_loss(e: torch.Tensor, order: Sequence[int], seed: int) -> torch.Tensor:
+    """``r_b^T e_b / ||e_b||`` with ``r_b`` seeded per text (its corpus position ``order[b]``: probes do not depend
+    on batching) and projected orthogonally to ``e_b``."""
+    r = torch.stack([torch.randn(e.shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(seed_of(seed, t)))
+                     for t in order]).to(e.device)
+    u = (e / e.norm(dim=-1, keepdim=True)).detach()
+    r = r - (r * u).sum(-1, keepdim=True) * u
+    return (r * e / e.norm(dim=-1, keepdim=True)).sum(-1)
+
+
 def _block_out(out: Any) -> torch.Tensor:
     return out[0] if isinstance(out, (tuple, list)) else out
 
@@ -79,6 +89,8 @@ class FunctionalMetric:
         self.vocab_top = vocab_top if isinstance(tail, LMHead) and tail.truncatable else None
         self.truncated: TruncatedVocab | None = None
         self.mask = batch["attention_mask"].bool().to(adapter.device)
+        self.order = batch.get("order", range(self.mask.shape[0]))
+        self.first_order: tuple | None = None    # (Michel, first-order effects, normalizers) of a fused pass
         self.tail = tail
         self.chunk_bytes = chunk_bytes
         # decoder-only LMs: logits at t predict token t + 1; encoder-decoders (decoder fed the text shifted
@@ -88,7 +100,7 @@ class FunctionalMetric:
             s, L = self.shift, self.mask.shape[1]
             self.target = batch["input_ids"][:, s:].to(adapter.device)
             pm = self.mask[:, s:] & self.mask[:, :L - s]
-            self.pred_mask = sample_positions(pm, batch.get("order", range(pm.shape[0])), positions, seed)
+            self.pred_mask = sample_positions(pm, self.order, positions, seed)
             self.n_tokens = int(self.pred_mask.sum())
 
     def counts(self) -> np.ndarray:
@@ -100,8 +112,8 @@ class FunctionalMetric:
     # --- causal LM: NLL summed per text, computed in token chunks (vocabularies are large)
     def nll(self, hidden: torch.Tensor, K: int = 1, grad: bool = False) -> torch.Tensor:
         """Per-replica, per-text summed NLL ``(K, B)`` from final hidden states ``(K*B, L, D)`` (on the
-        truncated vocabulary once :meth:`reference` has built it, except with ``grad``; with ``grad``, through
-        the head's closed-form gradient, :meth:`.lm_head.LMHead.nll_grad`, when its rows can be read)."""
+        truncated vocabulary once :meth:`reference` has built it, except with ``grad``: differentiable, through
+        a checkpointed head; :meth:`gradient_loss` is faster where the head's rows can be read)."""
         B = self.mask.shape[0]
         h = hidden[:, :hidden.shape[1] - self.shift]
         pm = self.pred_mask.repeat(K, 1)
@@ -112,12 +124,6 @@ class FunctionalMetric:
         if self.truncated is not None and not grad:
             nl = self.truncated.nll(self.tail.features(hv).view(K, -1, hv.shape[-1]))
             return out.index_add(0, rows, nl.reshape(-1).double()).view(K, B)
-        if grad and isinstance(self.tail, LMHead) and self.tail.truncatable:
-            f = self.tail.features(hv)
-            value, g = self.tail.nll_grad(f.detach(), tgt, self.chunk_bytes // (4 * self.tail.linear.out_features))
-            lin = (g.to(f.dtype) * f).sum(-1)
-            nl = value + (lin - lin.detach())     # the NLL's value, and its gradient in closed form (LMHead.nll_grad)
-            return out.index_add(0, rows, nl.double()).view(K, B)
 
         def chunk_nll(hc, tc):
             logits = _at_least_float32(self.tail(hc))
@@ -131,6 +137,29 @@ class FunctionalMetric:
             if step == 1:
                 step = max(1, self.chunk_bytes // (4 * self._vocab(hc)))
         return out.view(K, B)
+
+    def gradient_loss(self, hidden: torch.Tensor, seed: int = 0) -> torch.Tensor:
+        """Per-text loss ``(B,)`` whose gradient upstream of the final hidden states ``(B, L, D)`` is what first-order
+        importance differentiates (:func:`.gradients.first_order`): causal LM, the text's summed NLL over its scored
+        positions (:meth:`nll`), whose gradient with respect to the final features is computed in closed form and
+        entered as ``sum_p g_p . f_p`` (the value is not the NLL; from the truncated vocabulary when :meth:`reference`
+        built one, :meth:`.lm_head.TruncatedVocab.reference_grad`, else :meth:`.lm_head.LMHead.nll_grad`; through
+        a checkpointed head when its rows cannot be read); encoder, the seeded probe ``r_b . e_b / ||e_b||`` of the
+        mean-pooled embedding."""
+        if self.kind != "causal-lm":
+            return _probe_loss(self.pooled(self._final(hidden, True))[0].double(), self.order, seed)
+        if not (isinstance(self.tail, LMHead) and self.tail.truncatable):
+            return self.nll(hidden, grad=True)[0]
+        B = self.mask.shape[0]
+        f = self.tail.features(hidden[:, :hidden.shape[1] - self.shift][self.pred_mask])
+        if self.truncated is not None:
+            g = self.truncated.reference_grad()
+        else:
+            g = self.tail.nll_grad(f.detach(), self.target[self.pred_mask],
+                                   self.chunk_bytes // (4 * self.tail.linear.out_features))[1]
+        rows = torch.arange(B, device=f.device)[:, None].expand_as(self.pred_mask)[self.pred_mask]
+        lin = (g.to(f.dtype) * f).sum(-1).double()
+        return torch.zeros(B, dtype=torch.float64, device=f.device).index_add(0, rows, lin)
 
     def _vocab(self, hc: torch.Tensor) -> int:
         if not hasattr(self, "vocab"):

@@ -140,17 +140,25 @@ class RemovalSums:
     def add_removal(self, adapter: ModelAdapter, batches: Sequence[dict], mean_ablation: bool,
                     means: Sequence[torch.Tensor] | None, max_tokens: int, progress: Callable | None = None,
                     positions: int | None = None, seed: int = 0, heads_of: dict | None = None,
-                    n_boot: int = N_BOOT, vocab_top: int | None = None, per_text: bool = False) -> "RemovalSums":
+                    n_boot: int = N_BOOT, vocab_top: int | None = None, per_text: bool = False,
+                    first_order: bool = False) -> "RemovalSums":
         """Exact removal (zero, and mean ablation when asked) of ``heads_of`` (default all) over ``batches``
         (LM loss on ``vocab_top`` words per position when given: :class:`attnspec.models.lm_head.TruncatedVocab`);
-        ``per_text``: also keep each text's zero-ablation effects (:attr:`per_text`, for ``removal_texts='auto'``)."""
+        ``per_text``: also keep each text's zero-ablation effects (:attr:`per_text`, for ``removal_texts='auto'``);
+        ``first_order``: also :meth:`add_first_order` on the same batches, from the reference passes of the removal
+        (one backward pass each; :func:`attnspec.models.ablation.reference_pass`)."""
         kw = dict(max_tokens=max_tokens, progress=progress, positions=positions, seed=seed, heads_of=heads_of,
                   vocab_top=vocab_top)
         ws = [weights(seed, b["order"], n_boot) for b in batches]
         if per_text and self.per_text is None:
             self.per_text = PerTextEffects()
-        for (e, n), w, b in zip(iter_removal_effects(adapter, batches, on_reference=self._add_reference, **kw), ws,
-                                batches):
+        refs: list = []
+        for (e, n), w, b in zip(iter_removal_effects(adapter, batches, on_reference=refs.append,
+                                                     with_first_order=first_order, **kw), ws, batches):
+            metric = refs.pop()
+            self._add_reference(metric)
+            if first_order:
+                self._add_first_order(*metric.first_order, b, w)
             self.exact.update(e, n, w)
             if per_text:
                 self.per_text.update(e, n, b["order"])
@@ -171,10 +179,13 @@ class RemovalSums:
 
     def add_first_order(self, adapter: ModelAdapter, batch: dict, seed: int, n_boot: int = N_BOOT) -> "RemovalSums":
         """Michel importance and first-order effects of one batch."""
-        michel, fo, n = first_order(adapter, batch, seed=seed)
+        return self._add_first_order(*first_order(adapter, batch, seed=seed), batch, weights(seed, batch["order"], n_boot))
+
+    def _add_first_order(self, michel: np.ndarray, fo: np.ndarray, n: np.ndarray, batch: dict,
+                         w: np.ndarray) -> "RemovalSums":
         self.michel = self.michel + np.nan_to_num(michel)
         self.michel_texts += int(batch["attention_mask"].shape[0])
-        self.first_order.update(fo, n, weights(seed, batch["order"], n_boot))
+        self.first_order.update(fo, n, w)
         return self
 
     def merge(self, other: "RemovalSums") -> "RemovalSums":
@@ -290,7 +301,7 @@ def screen_heads(first_order_effect: np.ndarray, n_heads: Sequence[int], top: in
 def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
                  start_first_order: Callable[[frozenset | None], Callable[[], RemovalSums]],
                  start_exact: Callable[[dict | None, frozenset | None], Callable[[], RemovalSums]], timings: dict, *,
-                 gradient: bool, screen_top: int | None, screen_sample: int | None, seed: int
+                 gradient: bool, screen_top: int | None, screen_sample: int | None, seed: int, fuse: bool = False
                  ) -> tuple[RemovalSums, np.ndarray | None, RemovalPlan]:
     """Step 4 in any runner: first-order effects (when ``gradient`` or the mode needs them), then, in
     'screened' mode, the heads to remove chosen from the merged first-order effects of the whole corpus,
@@ -304,7 +315,10 @@ def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
     ``texts`` (``None``: all) (one process: nothing yet; a cluster: submit the tasks) and return a function
     that waits for it and returns the merged :class:`RemovalSums` (with its per-text effects when the plan is
     adaptive); exact removal is started before first order is awaited, except in 'screened' mode, which needs
-    it. Returns ``(sums, screen code or None, plan)``, the plan with the texts used and the predicted agreement.
+    it. With ``fuse`` (a runner whose ``start_exact`` takes ``first_order=True``: the reference passes of exact
+    removal give the first-order effects too, :meth:`RemovalSums.add_removal`), 'exact' and 'sampled' removal on
+    every position compute first order that way, on the same texts, instead of in passes of their own.
+    Returns ``(sums, screen code or None, plan)``, the plan with the texts used and the predicted agreement.
 
     Parameters
     ----------
@@ -346,21 +360,25 @@ def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
     mode = plan.mode
     t0 = time.perf_counter()
     need_fo = gradient or mode in ("screened", "first-order")
-    fo = start_first_order(plan.texts) if need_fo else None
+    fused = fuse and need_fo and mode in ("exact", "sampled") and plan.positions is None
+
+    def exact(heads_of, texts):
+        return start_exact(heads_of, texts, first_order=True) if fused else start_exact(heads_of, texts)
+    fo = start_first_order(plan.texts) if need_fo and not fused else None
     rem, code, heads_of, ex = RemovalSums(), None, None, None
     if mode == "screened":
         rem = fo()
         timings["first_order"] = time.perf_counter() - t0
         heads_of, code = screen_heads(rem.first_order.mean(), n_heads, screen_top, screen_sample, seed)
     if mode in EXACT_MODES:
-        ex = start_exact(heads_of, plan.texts)
+        ex = exact(heads_of, plan.texts)
     if mode != "screened" and fo is not None:
         rem = fo()
         timings["first_order"] = time.perf_counter() - t0
     if ex is not None:
         rem = rem.merge(ex())
     if plan.target is not None and mode in EXACT_MODES and heads_of is None:
-        rem, plan = _grow(plan, rem, start_first_order if need_fo else None, start_exact, seed)
+        rem, plan = _grow(plan, rem, start_first_order if need_fo and not fused else None, exact, seed)
     return rem, code, plan
 
 
