@@ -137,9 +137,9 @@ def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: 
 
 
 def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, timings: dict, n_texts: int) -> tuple:
-    """Step 4 (:func:`.steps.removal.removal_step`, as in one process) with tasks: first order over the
-    statistics' groups, exact removal over the removal jobs (started before first order is awaited,
-    except in 'screened' mode), both on the plan's texts; an adaptive plan's later stages are more of the
+    """Step 4 (:func:`.steps.removal.removal_step`, as in one process) with tasks: exact removal over the removal
+    jobs, first order in the first job of each batch ('screened': first order over the statistics' groups first),
+    both on the plan's texts; an adaptive plan's later stages are more of the
     same tasks on the added texts, merged in. Returns ``(RemovalSums, screen code, plan)``."""
     from .steps.removal import removal_step
     from .steps.removal_plan import RemovalPlan, only_texts

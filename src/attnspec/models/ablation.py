@@ -23,7 +23,7 @@ Costs at scale: the LM head is evaluated in chunks of positions and ``positions=
 sample of ``N`` predicted positions per text (:mod:`.metric`: exact on those positions; the blocks
 still see every token). Effects are returned per text so that the caller can attach standard errors.
 First-order effects and Michel et al. importance, from one forward and one backward pass, are in
-:mod:`.gradients` (re-exported here).
+:mod:`.gradients` (re-exported here); with ``with_first_order`` the reference pass gives them too.
 """
 from __future__ import annotations
 

@@ -4,7 +4,10 @@ With per-text gates ``xi_{b,h} = 1`` on each head's output, one forward and one 
 ``g_{b,h} = dF_b / dxi_{b,h}`` for every head and text: the loss change of removing the head is
 ``-g_{b,h}`` to first order (causal LMs, ``F_b`` the text's summed NLL); encoders, whose ``1 - cos`` is
 flat at ``xi = 1``, use ``(1/2) (r_b . de_b/dxi / ||e_b||)^2`` with a seeded random probe ``r_b``
-(unbiased for the second-order ``(1/2) theta^2``).
+(unbiased for the second-order ``(1/2) theta^2``). The LM head's gradient is taken in closed form
+(:meth:`.metric.FunctionalMetric.gradient_loss`). Exact removal computes the same from its own reference pass
+(:func:`.ablation.reference_pass` with ``with_first_order``), one backward pass on top of a forward pass it runs
+anyway.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from .hooks import gate
 from .metric import FunctionalMetric, _block_out
 
 __all__ = ["michel_importance", "first_order", "head_gates", "gate_effects"]
+
 
 def michel_importance(adapter: ModelAdapter, batch: dict, seed: int = 0) -> np.ndarray:
     """Per-text gate gradients ``|dL_b / d xi_{b,h}|``, summed over texts: ``(n_sites, H)``.
@@ -75,7 +79,15 @@ def first_order(adapter: ModelAdapter, batch: dict, seed: int = 0) -> tuple[np.n
 
 
 def head_gates(adapter: ModelAdapter, B: int) -> list[torch.Tensor]:
-    """Gates ``xi_{b,h} = 1`` ``(B, H_i)`` per site, requiring gradients (:func:`.hooks.gate`)."""
+    """Gates ``xi_{b,h} = 1`` ``(B, H_i)`` per site, requiring gradients (:func:`.hooks.gate`).
+
+    Examples
+    --------
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
+    >>> [(tuple(g.shape), g.requires_grad) for g in head_gates(ad, 2)]        # 2 texts x 2 heads, per layer
+    [((2, 2), True), ((2, 2), True)]
+    """
     dtype = next(adapter.model.parameters()).dtype
     return [torch.ones(B, s.n_heads, requires_grad=True, device=adapter.device, dtype=dtype) for s in adapter.sites]
 
@@ -83,7 +95,17 @@ def head_gates(adapter: ModelAdapter, B: int) -> list[torch.Tensor]:
 def gate_effects(adapter: ModelAdapter, grads: Sequence[torch.Tensor], metric: FunctionalMetric
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`first_order`'s ``(Michel, effects, normalizers)`` from the gate gradients ``g_{b,h} = dF_b / dxi_{b,h}``
-    of :meth:`.metric.FunctionalMetric.gradient_loss`."""
+    ``(B, H_i)`` per site, of :meth:`.metric.FunctionalMetric.gradient_loss`.
+
+    Examples
+    --------
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
+    >>> metric = FunctionalMetric(ad, batch, ad.tail)                 # 5 predicted positions per text
+    >>> michel, effect, n = gate_effects(ad, [torch.full((2, 2), -5.0)] * 2, metric)
+    >>> michel.tolist(), effect[0, :, 0].tolist(), n.tolist()        # Michel sum_b |g| / n_b; effect -g
+    ([[2.0, 2.0], [2.0, 2.0]], [5.0, 5.0], [5.0, 5.0])
+    """
     sites = adapter.sites
     H = max(s.n_heads for s in sites)
     g = np.full((len(sites), H, grads[0].shape[0]), np.nan)
@@ -96,7 +118,7 @@ def gate_effects(adapter: ModelAdapter, grads: Sequence[torch.Tensor], metric: F
 
 
 def _hidden_before_tail(adapter: ModelAdapter, batch: dict) -> torch.Tensor:
-    """Final hidden states before the tail (the LM head is applied in checkpointed chunks)."""
+    """Final hidden states before the tail (the LM head's gradient: :meth:`.metric.FunctionalMetric.gradient_loss`)."""
     last = adapter.sites[-1].block
     store = {}
     h = last.register_forward_hook(lambda m, a, o: store.__setitem__("h", _block_out(o)))

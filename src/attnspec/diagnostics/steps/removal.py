@@ -15,6 +15,7 @@ Michel importance of every head.
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Sequence
@@ -315,10 +316,9 @@ def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
     ``texts`` (``None``: all) (one process: nothing yet; a cluster: submit the tasks) and return a function
     that waits for it and returns the merged :class:`RemovalSums` (with its per-text effects when the plan is
     adaptive); exact removal is started before first order is awaited, except in 'screened' mode, which needs
-    it. With ``fuse`` (a runner whose ``start_exact`` takes ``first_order=True``: the reference passes of exact
-    removal give the first-order effects too, :meth:`RemovalSums.add_removal`), 'exact' and 'sampled' removal on
-    every position compute first order that way, on the same texts, instead of in passes of their own.
-    Returns ``(sums, screen code or None, plan)``, the plan with the texts used and the predicted agreement.
+    it. ``fuse``: ``start_exact`` takes ``first_order=True`` (first order from the removal's reference passes,
+    :meth:`RemovalSums.add_removal`), used by 'exact' and 'sampled' removal of every position. Returns
+    ``(sums, screen code or None, plan)``, the plan with the texts used and the predicted agreement.
 
     Parameters
     ----------
@@ -328,7 +328,7 @@ def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
     start_first_order, start_exact : callable
         Start the work and return its waiting function (see above).
     timings : dict
-        Gets ``'first_order'`` (seconds) when first order runs.
+        Gets ``'first_order'`` (seconds) when first order runs on its own.
     gradient : bool
         Compute first-order effects and Michel importance even when the mode does not need them.
     screen_top, screen_sample : int, optional
@@ -361,9 +361,7 @@ def removal_step(plan: RemovalPlan, n_heads: Sequence[int],
     t0 = time.perf_counter()
     need_fo = gradient or mode in ("screened", "first-order")
     fused = fuse and need_fo and mode in ("exact", "sampled") and plan.positions is None
-
-    def exact(heads_of, texts):
-        return start_exact(heads_of, texts, first_order=True) if fused else start_exact(heads_of, texts)
+    exact = functools.partial(start_exact, first_order=True) if fused else start_exact
     fo = start_first_order(plan.texts) if need_fo and not fused else None
     rem, code, heads_of, ex = RemovalSums(), None, None, None
     if mode == "screened":
