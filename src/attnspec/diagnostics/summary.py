@@ -96,7 +96,7 @@ _NOTE_LOSS = ("model loss: the unmodified model predicts these texts at {loss:.2
               "that builds this architecture differently, a foreign tokenizer, damaged weights), and the diagnosis "
               "describes that other function.")
 #: A model whose mean NLL exceeds ``log V`` by more than this (nats) gets :data:`_NOTE_LOSS` (random-init models sit
-#: within about 0.1 of ``log V``; Gemma 3 270M built by transformers 5.17 from its 5.24 configuration sat 0.72 above).
+#: within about 0.1 of ``log V``; Gemma 3 270M as one GPU machine's software stack built it sat 0.72 above).
 LOSS_MARGIN = 0.5
 
 
