@@ -17,7 +17,8 @@ with the real tokens of the batch, and with the sliding window when the kernel r
 an argument rather than inside the mask (FlashAttention).
 
 Shapes: ``query`` ``(B, H, L, d)``, ``key`` ``(B, H_kv, L, d)``, ``value`` ``(B, H_kv, L, d_v)``,
-``allowed`` ``(B, L, L)``, weights ``(B, H, rows, L)``.
+``allowed`` ``(B, L, L)`` (a :class:`.rule_mask.RuleMask` when the model passed no mask tensor: built per
+tile), weights ``(B, H, rows, L)``.
 """
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ from typing import Callable, Iterator
 import torch
 
 from .emitters import registered
+from .rule_mask import RuleMask
 
-__all__ = ["AttentionCall", "record_attention_calls", "allowed_from_mask", "Application"]
+__all__ = ["AttentionCall", "record_attention_calls", "allowed_from_mask", "allowed_rule", "Application"]
 
 _APPLICATIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 
@@ -69,8 +71,8 @@ class AttentionCall:
     query, key, value : Tensor
         ``(B, H, L, d)``, ``(B, H_kv, L, d)``, ``(B, H_kv, L, d_v)``; queries and keys after the
         position encoding.
-    allowed : bool Tensor
-        ``(B, L, L)``: query ``i`` may attend key ``j``.
+    allowed : bool Tensor or RuleMask
+        ``(B, L, L)``: query ``i`` may attend key ``j`` (a :class:`.rule_mask.RuleMask` builds it per tile).
     scaling : float
         Factor of ``q . k`` in the logits.
     softcap : float or None
@@ -93,7 +95,7 @@ class AttentionCall:
     query: torch.Tensor
     key: torch.Tensor
     value: torch.Tensor
-    allowed: torch.Tensor
+    allowed: "torch.Tensor | RuleMask"
     scaling: float
     softcap: float | None = None
     position_bias: torch.Tensor | None = None
@@ -178,6 +180,30 @@ def allowed_from_mask(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causa
     return ok
 
 
+def allowed_rule(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causal: bool, window: int | None = None,
+                 valid: torch.Tensor | None = None) -> "torch.Tensor | RuleMask":
+    """:func:`allowed_from_mask` without the ``B Lq Lk`` tensor where the set is a rule: for ``None`` and 2-D
+    padding masks a :class:`.rule_mask.RuleMask` (rows built per tile), for the model's own 3-D/4-D masks the
+    dense set.
+
+    Examples
+    --------
+    >>> m = allowed_rule(torch.tensor([[1, 1, 0]]), 1, 3, 3, causal=True, valid=torch.tensor([[1, 1, 0]]))
+    >>> type(m).__name__, torch.equal(m.dense(), allowed_from_mask(torch.tensor([[1, 1, 0]]), 1, 3, 3, True,
+    ...                                                            valid=torch.tensor([[1, 1, 0]])))
+    ('RuleMask', True)
+    """
+    if mask is not None and mask.dim() != 2:
+        return allowed_from_mask(mask, B, Lq, Lk, causal, window, valid)
+    keys = torch.ones(B, Lk, dtype=torch.bool) if mask is None else mask.to("cpu").bool().expand(B, Lk).clone()
+    queries = torch.ones(B, Lq, dtype=torch.bool)
+    if valid is not None:
+        v = valid.to("cpu").bool()
+        keys &= v
+        queries &= v[:, -Lq:]
+    return RuleMask(keys, queries, causal, window)
+
+
 def _to_call(module, query, key, value, attention_mask, kwargs, valid) -> AttentionCall:
     B, _, Lq, _ = query.shape
     Lk = key.shape[2]
@@ -188,7 +214,7 @@ def _to_call(module, query, key, value, attention_mask, kwargs, valid) -> Attent
         scaling = query.shape[-1] ** -0.5
     d = lambda t: t.detach()  # noqa: E731
     return AttentionCall(module=module, query=d(query), key=d(key), value=d(value),
-                         allowed=allowed_from_mask(attention_mask, B, Lq, Lk, causal and Lq > 1, window, valid),
+                         allowed=allowed_rule(attention_mask, B, Lq, Lk, causal and Lq > 1, window, valid),
                          scaling=float(scaling), softcap=kwargs.get("softcap") or None,
                          position_bias=None if kwargs.get("position_bias") is None else d(kwargs["position_bias"]))
 

@@ -23,6 +23,7 @@ import torch
 
 from ...models import AttentionSite, ModelAdapter, capture
 from ...models.attention_calls import AttentionCall, record_attention_calls
+from ...models.rule_mask import RuleMask, same_mask
 
 __all__ = ["LayerBatch", "record", "layer_batches", "collect", "on_device", "compute_dtype", "DEFAULT_TILE_BYTES"]
 
@@ -43,8 +44,9 @@ class LayerBatch:
         Real tokens; special tokens ([CLS], <bos>, ...).
     order : list of int
         Position of each text of the batch in the caller's list (seeds per text).
-    allowed : bool Tensor ``(B, L, L)``
-        Query ``i`` may attend key ``j`` (the model's own mask, padding removed).
+    allowed : bool Tensor or RuleMask ``(B, L, L)``
+        Query ``i`` may attend key ``j`` (the model's own mask, padding removed; ``allowed[:, rows]`` gives the
+        rows of a tile, built from the rule when the model passed no mask tensor: :mod:`attnspec.models.rule_mask`).
     values : Tensor ``(B, H_kv, L, d_v)``
         Values per key/value head, float32 on the CPU.
     weights_of : callable
@@ -74,7 +76,7 @@ class LayerBatch:
     valid: torch.Tensor
     special: torch.Tensor
     order: list
-    allowed: torch.Tensor
+    allowed: "torch.Tensor | RuleMask"
     values: torch.Tensor
     weights_of: Callable[[slice], torch.Tensor]
     tile_rows: int
@@ -249,11 +251,11 @@ def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
 
 
 def _share_equal_masks(calls: list[AttentionCall]) -> None:
-    """Layers whose allowed sets are equal share one tensor: ``B L^2`` bytes per distinct mask of the batch
+    """Layers whose allowed sets are equal share one: ``B L^2`` bytes per distinct dense mask of the batch
     (e.g. sliding and global), not per layer."""
-    kept: list[torch.Tensor] = []
+    kept: list = []
     for c in calls:
-        same = next((k for k in kept if k.shape == c.allowed.shape and torch.equal(k, c.allowed)), None)
+        same = next((k for k in kept if same_mask(k, c.allowed)), None)
         if same is None:
             kept.append(c.allowed)
         else:

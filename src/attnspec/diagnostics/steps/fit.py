@@ -29,6 +29,7 @@ from .. import spectral
 from ..bootstrap import N_BOOT, weighted, weights
 from ..noise import Draw, TextNoise
 from ..resources import _layer_pool
+from ...models.rule_mask import RuleMask, same_mask
 from .collect import LayerBatch
 
 __all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "CorpusStats", "null_tile_weights", "null_sums"]
@@ -183,10 +184,11 @@ def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: 
 
 @dataclass
 class MaskStore:
-    """The allowed sets of every (batch, layer), bit-packed, identical masks of a batch stored once.
+    """The allowed sets of every (batch, layer), dense ones bit-packed, rules (:class:`~attnspec.models.rule_mask.RuleMask`)
+    as they are, identical masks of a batch stored once.
 
     Iterating yields ``(valid, order, allowed_of_layer)`` per batch, ``allowed_of_layer(i)`` the unpacked
-    ``(B, L, L)`` mask of layer ``i``.
+    ``(B, L, L)`` mask of layer ``i`` (or its rule).
 
     Examples
     --------
@@ -196,7 +198,7 @@ class MaskStore:
     >>> store, lbs = MaskStore(), collect(*tiny_causal_lm())        # both layers of the tiny GPT-2
     >>> store.add(lbs)
     >>> (valid, order, allowed_of), = store
-    >>> order, torch.equal(allowed_of(1), lbs[1].allowed), len(store.batches[0][4])   # both causal: one mask
+    >>> order, same_mask(allowed_of(1), lbs[1].allowed), len(store.batches[0][4])   # both causal: one mask
     ([0, 1], True, 1)
     """
 
@@ -204,22 +206,21 @@ class MaskStore:
 
     def add(self, layer_batches: list[LayerBatch]) -> None:
         lb0 = layer_batches[0]
-        packed, which = [], []
+        kept, packed, which = [], [], []
         for lb in layer_batches:
-            bits = np.packbits(lb.allowed.numpy(), axis=-1)
-            for k, p in enumerate(packed):
-                if np.array_equal(p, bits):
-                    which.append(k)
-                    break
-            else:
-                packed.append(bits)
-                which.append(len(packed) - 1)
+            k = next((k for k, m in enumerate(kept) if m is lb.allowed or same_mask(m, lb.allowed)), None)
+            if k is None:
+                kept.append(lb.allowed)
+                rule = isinstance(lb.allowed, RuleMask)
+                packed.append(lb.allowed if rule else np.packbits(lb.allowed.numpy(), axis=-1))
+                k = len(kept) - 1
+            which.append(k)
         self.batches.append((lb0.valid, list(lb0.order), lb0.valid.shape[1], which, packed))
 
     def __iter__(self):
         """Yields ``(valid, order, allowed_of_layer)`` per batch; ``allowed_of_layer(i)`` ``(B, L, L)``."""
         for valid, order, L, which, packed in self.batches:
-            yield valid, order, (lambda i, w=which, p=packed, L=L:
+            yield valid, order, (lambda i, w=which, p=packed, L=L: p[w[i]] if isinstance(p[w[i]], RuleMask) else
                                  torch.from_numpy(np.unpackbits(p[w[i]], axis=-1, count=L).astype(bool)))
 
 
