@@ -79,9 +79,9 @@ def peak_terms(geometry: list, L: int, B: int = 1, itemsize: int = 4, threads: i
     all layers, ``sum_layers B L (H + 2 H_kv) d_head`` numbers of ``itemsize`` bytes (the forward cache's
     pages of a batch stay mapped until its last layer is processed); ``masks``, one ``B L^2``-byte allowed
     set per distinct mask tensor the model passes its attention (``dense_masks``: none for causal SDPA on
-    unpadded texts, whose allowed set is kept as its rule, :mod:`attnspec.models.rule_mask`); ``grams``, the three float64 head-pair Gram sums
-    per layer, ``3 (H d_head)^2 8`` bytes; ``layer``, one spectra layer in flight per thread: about 12
-    ``B H L d_head`` float32 numbers (the centered contexts, the layer outputs, the free rotation in
+    unpadded texts, whose allowed set is kept as its rule, :mod:`attnspec.models.rule_mask`); ``grams``, the
+    three float64 head-pair Gram sums per layer, ``3 (H d_head)^2 8`` bytes; ``layer``, one spectra layer in
+    flight per thread: about 12 ``B H L d_head`` float32 numbers (the centered contexts, the layer outputs, the free rotation in
     float64) plus the removed-head Grams' budget ``max(32 MiB, 64 min(L, d_out)^2)``.
     """
     mb = 2.0 ** 20
