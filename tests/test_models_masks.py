@@ -162,3 +162,31 @@ def test_diagnosis_uses_the_real_mask(saved, name):
     # score_scale 30 and alpha_null 5e135 for the Mistral case.
     assert (s < 1).all(), s
     assert (a < math.sqrt(math.expm1(1.0))).all(), a
+
+
+@pytest.mark.parametrize("name", ["mistral", "gemma3", "llama", "bert"])
+def test_recorded_allowed_sets_are_the_models(saved, name):
+    """The allowed sets the diagnosis reads (:func:`record`: a RuleMask where SDPA got no mask tensor, built
+    tile by tile, else the dense mask) equal the hand-built ones, padded or not; an unpadded batch of a model
+    without windows keeps no ``B L^2`` tensor at all."""
+    from attnspec.diagnostics.steps.collect import record
+    from attnspec.models.rule_mask import RuleMask
+    model, tok, rules = saved(name)
+    ad = adapt(model)
+    b = _batch(tok)
+    unpadded = {k: (v[:1, :int(b["attention_mask"][0].sum())] if isinstance(v, torch.Tensor) else v[:1])
+                for k, v in b.items()}
+    try:
+        model.set_attn_implementation("sdpa")
+        for batch in (b, unpadded):
+            valid = batch["attention_mask"].bool()
+            recs = record(ad, batch)
+            for k, rule in enumerate(rules):
+                got = recs[k].allowed
+                dense = got.dense() if isinstance(got, RuleMask) else got
+                assert torch.equal(dense, _by_hand(rule, valid) & valid[:, :, None]), f"layer {k}"
+                assert torch.equal(got[:, 3:9], dense[:, 3:9]) and torch.equal(got[:, None, 5:7], dense[:, None, 5:7])
+        if name in ("llama", "bert"):
+            assert all(isinstance(r.allowed, RuleMask) for r in record(ad, unpadded))
+    finally:
+        model.set_attn_implementation("eager")
