@@ -118,7 +118,7 @@ class LMHead:
         >>> nll = torch.nn.functional.cross_entropy(head.all_logits(f), y, reduction="none")
         >>> auto, = torch.autograd.grad(nll.sum(), f)
         >>> value, grad = head.nll_grad(f.detach(), y, chunk_rows=4)
-        >>> float((value - nll).abs().max()) < 1e-6, float((grad - auto).abs().max()) < 1e-6
+        >>> float((value - nll.detach()).abs().max()) < 1e-6, float((grad - auto).abs().max()) < 1e-6
         (True, True)
         """
         w = self.linear.weight
