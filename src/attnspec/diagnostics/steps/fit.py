@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ...models.rule_mask import RuleMask, same_mask
 from .. import dependence as dep
 from .. import identification as ident
 from .. import selection as sel
@@ -29,7 +30,6 @@ from .. import spectral
 from ..bootstrap import N_BOOT, weighted, weights
 from ..noise import Draw, TextNoise
 from ..resources import _layer_pool
-from ...models.rule_mask import RuleMask, same_mask
 from .collect import LayerBatch
 
 __all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "CorpusStats", "null_tile_weights", "null_sums"]
@@ -220,8 +220,12 @@ class MaskStore:
     def __iter__(self):
         """Yields ``(valid, order, allowed_of_layer)`` per batch; ``allowed_of_layer(i)`` ``(B, L, L)``."""
         for valid, order, L, which, packed in self.batches:
-            yield valid, order, (lambda i, w=which, p=packed, L=L: p[w[i]] if isinstance(p[w[i]], RuleMask) else
-                                 torch.from_numpy(np.unpackbits(p[w[i]], axis=-1, count=L).astype(bool)))
+            yield valid, order, (lambda i, w=which, p=packed, L=L: _unpacked(p[w[i]], L))
+
+
+def _unpacked(kept: "np.ndarray | RuleMask", L: int) -> "torch.Tensor | RuleMask":
+    """A stored allowed set as the steps read it: bit-packed ``(B, L, ceil(L / 8))`` bytes unpacked, a rule as it is."""
+    return kept if isinstance(kept, RuleMask) else torch.from_numpy(np.unpackbits(kept, axis=-1, count=L).astype(bool))
 
 
 @dataclass
