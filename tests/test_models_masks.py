@@ -7,6 +7,7 @@ a mask built here by hand from the known window, the model's own eager attention
 0 outside it, and the diagnosis on these texts has a sane ``score_scale`` (masked logits used to enter
 the statistics when a window was missed: score_scale 30, alpha_null 5e135 for the Mistral case).
 """
+import contextlib
 import math
 import shutil
 from pathlib import Path
@@ -102,6 +103,22 @@ def _batch(tok):
     return b
 
 
+def _first_unpadded(b):
+    """The batch's first text alone, without its padding."""
+    return {k: (v[:1, :int(b["attention_mask"][0].sum())] if isinstance(v, torch.Tensor) else v[:1])
+            for k, v in b.items()}
+
+
+@contextlib.contextmanager
+def _sdpa(model):
+    """The model on SDPA attention inside the block, back on eager after it."""
+    try:
+        model.set_attn_implementation("sdpa")
+        yield
+    finally:
+        model.set_attn_implementation("eager")
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_captured_mask_is_the_models(saved, name):
     model, tok, rules = saved(name)
@@ -137,18 +154,13 @@ def test_mask_capture_does_not_need_eager(saved, name):
     model, tok, rules = saved(name)
     ad = adapt(model)
     b = _batch(tok)
-    unpadded = {k: (v[:1, :int(b["attention_mask"][0].sum())] if isinstance(v, torch.Tensor) else v[:1])
-                for k, v in b.items()}
-    try:
-        model.set_attn_implementation("sdpa")
-        for batch in (b, unpadded):
+    with _sdpa(model):
+        for batch in (b, _first_unpadded(b)):
             valid = batch["attention_mask"].bool()
             with torch.no_grad(), capture(ad.sites, keep_weights=False) as cap:
                 ad.run(batch)
             for k, rule in enumerate(rules):
                 assert torch.equal(cap.allowed[k], _by_hand(rule, valid)), f"layer {k}"
-    finally:
-        model.set_attn_implementation("eager")
 
 
 @pytest.mark.parametrize("name", ["mistral", "gemma3", "qwen2", "bert"])
@@ -174,10 +186,8 @@ def test_recorded_allowed_sets_are_the_models(saved, name):
     model, tok, rules = saved(name)
     ad = adapt(model)
     b = _batch(tok)
-    unpadded = {k: (v[:1, :int(b["attention_mask"][0].sum())] if isinstance(v, torch.Tensor) else v[:1])
-                for k, v in b.items()}
-    try:
-        model.set_attn_implementation("sdpa")
+    unpadded = _first_unpadded(b)
+    with _sdpa(model):
         for batch in (b, unpadded):
             valid = batch["attention_mask"].bool()
             recs = record(ad, batch)
@@ -188,5 +198,3 @@ def test_recorded_allowed_sets_are_the_models(saved, name):
                 assert torch.equal(got[:, 3:9], dense[:, 3:9]) and torch.equal(got[:, None, 5:7], dense[:, None, 5:7])
         if name in ("llama", "bert"):
             assert all(isinstance(r.allowed, RuleMask) for r in record(ad, unpadded))
-    finally:
-        model.set_attn_implementation("eager")
