@@ -138,10 +138,15 @@ def interval(reps: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.nda
     if reps.ndim == 0 or reps.shape[0] == 0:
         return np.full(shape, np.nan), np.full(shape, np.nan)
     a = (1 - level) / 2
-    ok = np.isfinite(reps).sum(0) >= 10
+    finite = np.isfinite(reps)
+    ok = finite.sum(0) >= 10
+    full = ok & finite.all(0)       # the usual case: plain quantiles, ten times faster than nanquantile's
+    part = ok & ~full
     lo, hi = np.full(shape, np.nan), np.full(shape, np.nan)
-    if ok.any():                    # only where enough replicates are finite: no all-NaN slice, no warning
-        lo[ok], hi[ok] = np.nanquantile(reps[:, ok], [a, 1 - a], axis=0)   # (no warnings filter: thread-safe)
+    if full.any():
+        lo[full], hi[full] = np.quantile(reps[:, full], [a, 1 - a], axis=0)
+    if part.any():                  # only where enough replicates are finite: no all-NaN slice, no warning
+        lo[part], hi[part] = np.nanquantile(reps[:, part], [a, 1 - a], axis=0)   # (no warnings filter: thread-safe)
     return lo, hi
 
 

@@ -54,8 +54,8 @@ def _sign_fixed_qr(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _rotate_text(Mb: np.ndarray, idx: np.ndarray, draw, out: np.ndarray) -> None:
     """Free rotation of one text's centered contexts ``Mb[:, idx]`` (``Mb`` ``(H, L, dh)``, ``idx`` its
-    ``n`` real tokens), written to ``out[:, idx]``; above ``d_head + 1`` tokens one head at a time, so that
-    the temporaries beyond the draw are ``O(n d_head)``."""
+    ``n`` real tokens), written to ``out[:, idx]``; the heads' factorizations in one batched call each, so
+    that the temporaries are ``O(H n d_head)`` above ``d_head + 1`` tokens, the size of the draw."""
     H, _, dh = Mb.shape
     n = idx.size
     m = n - 1
@@ -67,9 +67,8 @@ def _rotate_text(Mb: np.ndarray, idx: np.ndarray, draw, out: np.ndarray) -> None
         return
     G = draw((H, n, dh))
     G -= G.mean(-2, keepdims=True)
-    for h in range(H):
-        R = _sign_fixed_qr(Mb[h, idx])[1]              # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
-        out[h, idx] = _sign_fixed_qr(G[h])[0] @ R      # Haar dh-frame in the centered span, times R_h
+    R = _sign_fixed_qr(Mb[:, idx])[1]                  # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
+    out[:, idx] = _sign_fixed_qr(G)[0] @ R             # Haar dh-frame in the centered span, times R_h
 
 
 def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
@@ -86,7 +85,7 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     continuous in ``M`` and equal inputs up to rounding give equal rotations.
     Cost per head and text ``O(min(n_b, d_head)^3)``, draws per text (:class:`TextNoise`), so the result
     depends neither on batching nor on padding. Memory: the float64 input and output ``(B, H, L, d_head)``
-    and one text's draw ``(H, n_b, d_head)``; the factorizations run one head at a time.
+    and one text's draw ``(H, n_b, d_head)``; the factorizations run one text at a time.
 
     Parameters
     ----------

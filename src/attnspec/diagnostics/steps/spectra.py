@@ -177,8 +177,8 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     layer = {"act": spectral.layer_eigs(Y, lengths, c_layer), "ge": spectral.layer_eigs(Yge, lengths, c_layer),
              "free": spectral.layer_eigs(out(Mfree), lengths, c_layer)}
     return {"heads": heads, "layer": layer, "order": np.asarray(lb.order, dtype=np.int64), "lengths": lengths,
-            "removed": spectral.layer_eigs_without_each(M["act"], Wh, lengths, c_layer, K=K),
-            "removed_ge": spectral.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer, K=K),
+            "removed": spectral.layer_eigs_without_each(M["act"], Wh, lengths, c_layer, K=K, Y=Y),
+            "removed_ge": spectral.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer, K=K, Y=Yge),
             "gram": dep.gram_blocks(M["act"]) if gram is None else 0.0, "gram_free": dep.gram_blocks(Mfree),
             "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None else 0.0}
 
