@@ -30,7 +30,8 @@ def gram_blocks(M: torch.Tensor) -> np.ndarray:
     """Stacked Gram matrix of the heads' contexts, summed over the batch.
 
     ``C = sum_b Mcat_b^T Mcat_b`` with ``Mcat_b = [M_b1 .. M_bH]`` (``L x H*dh``, the heads side by
-    side): block ``(g, h)`` of ``C`` is ``sum_b M_bg^T M_bh``. Computed in ``M``'s dtype per batch and
+    side): block ``(g, h)`` of ``C`` is ``sum_b M_bg^T M_bh``; the blocks ``h >= g`` are computed and the
+    others mirrored. Computed in ``M``'s dtype per batch and
     returned in float64, so that the Grams of successive batches can be added.
 
     Parameters
@@ -55,7 +56,12 @@ def gram_blocks(M: torch.Tensor) -> np.ndarray:
     """
     B, H, L, dh = M.shape
     X = M.transpose(1, 2).reshape(B * L, H * dh)
-    return (X.T @ X).double().numpy()                       # in M's dtype per batch, summed in float64
+    C = torch.empty(H * dh, H * dh, dtype=X.dtype)
+    for g in range(H):                      # blocks (g, h >= g), mirrored: half the products of X^T X
+        blk = X[:, g * dh:(g + 1) * dh].T @ X[:, g * dh:]
+        C[g * dh:(g + 1) * dh, g * dh:] = blk
+        C[g * dh:, g * dh:(g + 1) * dh] = blk.T
+    return C.double().numpy()                               # in M's dtype per batch, summed in float64
 
 
 def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:

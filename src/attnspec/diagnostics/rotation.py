@@ -52,6 +52,12 @@ def _sign_fixed_qr(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (Q * s[..., None, :]).numpy(), (R * s[..., :, None]).numpy()
 
 
+def _sign_fixed_r(X: np.ndarray) -> torch.Tensor:
+    """``R`` of :func:`_sign_fixed_qr` alone (no ``Q`` formed), as a tensor."""
+    R = torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(X)), mode="r")[1]
+    return R * torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(R.dtype)[..., :, None]
+
+
 def _rotate_text(Mb: np.ndarray, idx: np.ndarray, draw, out: np.ndarray) -> None:
     """Free rotation of one text's centered contexts ``Mb[:, idx]`` (``Mb`` ``(H, L, dh)``, ``idx`` its
     ``n`` real tokens), written to ``out[:, idx]``; the heads' factorizations in one batched call each, so
@@ -67,8 +73,9 @@ def _rotate_text(Mb: np.ndarray, idx: np.ndarray, draw, out: np.ndarray) -> None
         return
     G = draw((H, n, dh))
     G -= G.mean(-2, keepdims=True)
-    R = _sign_fixed_qr(Mb[:, idx])[1]                  # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
-    out[:, idx] = _sign_fixed_qr(G)[0] @ R             # Haar dh-frame in the centered span, times R_h
+    R = _sign_fixed_r(Mb[:, idx])                      # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
+    R_G = _sign_fixed_r(G)                             # G_h = F_h R_G: F_h = G_h R_G^{-1}, a Haar dh-frame
+    out[:, idx] = (torch.from_numpy(G) @ torch.linalg.solve_triangular(R_G, R, upper=True)).numpy()   # F_h R_h
 
 
 def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
@@ -81,9 +88,10 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     for ``n_b - 1 <= d_head`` as ``O_h = E O0_h E^T`` (``E`` the Helmert basis of the centered span,
     ``O0_h`` Haar from the QR of a Gaussian ``(n_b-1) x (n_b-1)``), otherwise as ``F_h R_h`` with
     ``M_h = Q_h R_h`` (``O_h Q_h`` is a Haar frame, drawn as ``F_h``, the Q factor of a centered
-    Gaussian ``n_b x d_head``). QR factors have ``R``'s diagonal non-negative, so that the map is
-    continuous in ``M`` and equal inputs up to rounding give equal rotations.
-    Cost per head and text ``O(min(n_b, d_head)^3)``, draws per text (:class:`TextNoise`), so the result
+    Gaussian ``G_h`` ``n_b x d_head``, computed as ``G_h (R_G^{-1} R_h)`` from the two R factors alone).
+    QR factors have ``R``'s diagonal non-negative, so that the map is continuous in ``M`` and equal
+    inputs up to rounding give equal rotations.
+    Cost per head and text ``O(n_b min(n_b, d_head)^2)``, draws per text (:class:`TextNoise`), so the result
     depends neither on batching nor on padding. Memory: the float64 input and output ``(B, H, L, d_head)``
     and one text's draw ``(H, n_b, d_head)``; the factorizations run one text at a time.
 
