@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..spectra.gram import gram_eigenvalues, symmetric_eigenvalues
+from ..spectra import gram_eigenvalues
 from .rotation import free_rotation, helmert_basis  # noqa: F401  (re-exported: spectra and their free sum)
 
 __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "layer_eigs_without_each",
@@ -153,6 +153,20 @@ def sqrt_psd(K: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy((U * np.sqrt(np.maximum(w, 0))[..., None, :]) @ np.swapaxes(U, -1, -2)).to(K.dtype)
 
 
+def symmetric_eigenvalues(A: np.ndarray | torch.Tensor) -> np.ndarray:
+    """Ascending eigenvalues of symmetric ``A`` ``(..., n, n)`` (lower triangle read), in ``A``'s precision:
+    ``torch.linalg.eigvalsh``, the LAPACK ``syevd`` that ``numpy.linalg.eigvalsh`` calls, 1.3-1.6x faster
+    on the stacks of small matrices of a diagnosis (no copy for a contiguous numpy array).
+
+    Examples
+    --------
+    >>> symmetric_eigenvalues(np.array([[2.0, 1.0], [1.0, 2.0]]))
+    array([1., 3.])
+    """
+    At = A if isinstance(A, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(A))
+    return torch.linalg.eigvalsh(At).numpy()
+
+
 def _top(ev: np.ndarray, r: np.ndarray) -> np.ndarray:
     """From ascending eigenvalues ``(B, n)`` keep the top ``r_b`` of each row, pooled."""
     n = ev.shape[-1]
@@ -194,7 +208,7 @@ def head_eigs(M: torch.Tensor, Ksqrt: torch.Tensor, lengths: np.ndarray, scale: 
     ([(3,), (3,)], True)
     """
     Z = (M @ Ksqrt[None].to(M.dtype)).numpy()               # float32 unless the model is float64
-    ev = gram_eigenvalues(Z)                                # (B, H, L) ascending
+    ev = gram_eigenvalues(Z, symmetric_eigenvalues)                                # (B, H, L) ascending
     B, H, L = ev.shape
     r = np.minimum(lengths - 1, M.shape[-1])
     fac = lengths[:, None] / (d_out * scale[None, :])       # (B, H)
@@ -232,7 +246,7 @@ def layer_eigs(Y: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray
     """
     d_out = Y.shape[-1]
     Yn = Y.numpy() if Y.dtype == torch.float64 else Y.float().numpy()   # float32 unless the model is float64
-    ev = gram_eigenvalues(Yn).astype(np.float64) * (lengths[:, None] / (d_out * scale))
+    ev = gram_eigenvalues(Yn, symmetric_eigenvalues).astype(np.float64) * (lengths[:, None] / (d_out * scale))
     r = np.minimum(lengths - 1, d_out)
     lead = ev.shape[:-2]
     flat = ev.reshape((-1,) + ev.shape[-2:])
