@@ -222,7 +222,8 @@ def _diagnose(run: _Run, texts) -> Diagnosis:
     with warnings.catch_warnings():      # the merged spectra go to one worker for the tables, once
         warnings.filterwarnings("ignore", message="Sending large graph")
         heads, layers, pairs, summary, store = run.submit(
-            "tables", 0, wk.tables_task, res, run.opts, prep["source"], prep["model_name"], dict(timings)).result()
+            "tables", 0, wk.tables_task, res, run.opts, prep["source"], prep["model_name"], dict(timings),
+            n_threads).result()
     timings["tables"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}

@@ -263,7 +263,20 @@ def exact_task(adapter, rm_batches: list, means: list, heads_of: dict | None, po
                       **accepted(exact_pass, opts["extra"]))
 
 
-def tables_task(adapter, res, opts: dict, source: str, model_name: str, timings: dict) -> tuple:
+def tables_task(adapter, res, opts: dict, source: str, model_name: str, timings: dict, threads: int = 1) -> tuple:
+    """The tables and summary from the merged step results, with up to ``threads`` threads over the layers
+    (the cluster's: every other worker is idle by now; at most this machine's cores, and never fewer
+    threads than the task already has). The tables do not depend on the thread count."""
+    import torch
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(old, min(int(threads), os.cpu_count() or 1)))
+    try:
+        return _tables(adapter, res, opts, source, model_name, timings)
+    finally:
+        torch.set_num_threads(old)
+
+
+def _tables(adapter, res, opts: dict, source: str, model_name: str, timings: dict) -> tuple:
     from .api import tables_and_summary
     kw = dict(mean_ablation=opts["mean_ablation"], gradient=opts["gradient"], threshold=opts["threshold"],
               min_tokens=opts["min_tokens"], timings=timings, source=source, max_length=opts["max_length"],
