@@ -72,12 +72,14 @@ class _Run:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     counts: dict = field(default_factory=dict)
 
-    def submit(self, step: str, k: int, fn: Callable, *args, **kw):
+    def submit(self, step: str, k: int, fn: Callable, *args, torch_threads: int | None = None, **kw):
         """Submit ``fn`` as task ``k`` of ``step``; its key numbers the step's tasks over all the step's stages
-        (an adaptive removal submits more removal tasks later), so keys stay unique."""
+        (an adaptive removal submits more removal tasks later), so keys stay unique. ``torch_threads``
+        overrides the run's for this task."""
         n = self.counts.get(step, 0)
         self.counts[step] = n + 1
-        return self.client.submit(wk.in_task, self.spec, self.opts["torch_threads"], (self.run_id, step), fn, *args,
+        threads = torch_threads or self.opts["torch_threads"]
+        return self.client.submit(wk.in_task, self.spec, threads, (self.run_id, step), fn, *args,
                                   key=f"attnspec-{step}-{max(k, n)}-{self.run_id}", pure=False, **kw)
 
     def task_times(self) -> dict:
@@ -219,11 +221,11 @@ def _diagnose(run: _Run, texts) -> Diagnosis:
         run.client.run(wk.drop_cache, run.run_id, on_error="ignore")
         del warm
     t0 = time.perf_counter()
-    with warnings.catch_warnings():      # the merged spectra go to one worker for the tables, once
-        warnings.filterwarnings("ignore", message="Sending large graph")
+    with warnings.catch_warnings():      # the merged spectra go to one worker for the tables, once, with the
+        warnings.filterwarnings("ignore", message="Sending large graph")     # cluster's threads (the rest idle)
         heads, layers, pairs, summary, store = run.submit(
             "tables", 0, wk.tables_task, res, run.opts, prep["source"], prep["model_name"], dict(timings),
-            n_threads).result()
+            torch_threads=max(n_threads, run.opts["torch_threads"] or 1)).result()
     timings["tables"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}

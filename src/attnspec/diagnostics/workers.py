@@ -184,17 +184,22 @@ _TIMES_LOCK = threading.Lock()
 
 def in_task(spec: ModelSpec, torch_threads: int | None, tag: tuple, fn: Callable, *args, **kwargs):
     """Run ``fn(adapter, *args, **kwargs)`` with the process' model, single-threaded BLAS for numpy
-    (as :func:`attnspec.diagnose`) and ``torch_threads`` torch threads when given; the task's wall and
-    CPU time are added to this process' account under ``tag`` (``(run id, step)``)."""
+    (as :func:`attnspec.diagnose`) and ``torch_threads`` torch threads when given (at most this
+    machine's cores; the process' count is restored afterwards); the task's wall and CPU time are
+    added to this process' account under ``tag`` (``(run id, step)``)."""
     import torch
 
     from .api import _one_blas_thread
     t0, c0 = time.perf_counter(), time.process_time()
+    old = torch.get_num_threads()
     if torch_threads:
-        torch.set_num_threads(int(torch_threads))
-    adapter, _ = spec.load()
-    with _MODEL_USE, _one_blas_thread():
-        out = fn(adapter, *args, **kwargs)
+        torch.set_num_threads(min(int(torch_threads), os.cpu_count() or 1))
+    try:
+        adapter, _ = spec.load()
+        with _MODEL_USE, _one_blas_thread():
+            out = fn(adapter, *args, **kwargs)
+    finally:
+        torch.set_num_threads(old)
     with _TIMES_LOCK:
         acc = _TIMES.setdefault(tag, [0, 0.0, 0.0])
         acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + time.perf_counter() - t0, acc[2] + time.process_time() - c0
@@ -263,20 +268,7 @@ def exact_task(adapter, rm_batches: list, means: list, heads_of: dict | None, po
                       **accepted(exact_pass, opts["extra"]))
 
 
-def tables_task(adapter, res, opts: dict, source: str, model_name: str, timings: dict, threads: int = 1) -> tuple:
-    """The tables and summary from the merged step results, with up to ``threads`` threads over the layers
-    (the cluster's: every other worker is idle by now; at most this machine's cores, and never fewer
-    threads than the task already has). The tables do not depend on the thread count."""
-    import torch
-    old = torch.get_num_threads()
-    torch.set_num_threads(max(old, min(int(threads), os.cpu_count() or 1)))
-    try:
-        return _tables(adapter, res, opts, source, model_name, timings)
-    finally:
-        torch.set_num_threads(old)
-
-
-def _tables(adapter, res, opts: dict, source: str, model_name: str, timings: dict) -> tuple:
+def tables_task(adapter, res, opts: dict, source: str, model_name: str, timings: dict) -> tuple:
     from .api import tables_and_summary
     kw = dict(mean_ablation=opts["mean_ablation"], gradient=opts["gradient"], threshold=opts["threshold"],
               min_tokens=opts["min_tokens"], timings=timings, source=source, max_length=opts["max_length"],
