@@ -1,7 +1,9 @@
 """How :mod:`.distributed` deals batches and heads out to tasks: contiguous groups of about equal cost.
 
 Helpers of the cluster diagnosis only (nothing public): the parts keep the batches' order, so merging the
-tasks' accumulators in task order gives the one-process sums.
+tasks' accumulators in task order gives the one-process sums. Tasks are *run* longest first (a Dask
+``priority`` from :func:`priority`), so that the long tail of a step (the longest texts) starts at once
+rather than last, while they are *merged* in task order.
 """
 from __future__ import annotations
 
@@ -33,15 +35,24 @@ def groups(batches: Sequence[dict], n: int) -> list[list[dict]]:
     return split_by_cost(batches, [int(b["attention_mask"].numel()) for b in batches], n)
 
 
-def removal_jobs(rm_batches: list, n_heads: list, heads_of: dict | None, n: int, max_tokens: int) -> list:
-    """``(batches, heads_of)`` of the exact-removal tasks, about ``n`` of them.
+def priority(batches: Sequence[dict], n_heads: int = 1) -> int:
+    """Dask priority of a task on ``batches`` (higher runs first): its work ``n_heads x sum B L^2``, the
+    per-token cost of attention and of the per-head statistics growing with the length ``L``."""
+    return int(max(1, n_heads) * sum(int(b["attention_mask"].numel()) * int(b["attention_mask"].shape[-1])
+                                     for b in batches))
 
-    With at least ``n`` removal batches: groups of batches, every chosen head. With fewer (a large model
+
+def removal_jobs(rm_batches: list, n_heads: list, heads_of: dict | None, n: int, max_tokens: int,
+                 n_fine: int | None = None) -> list:
+    """``(batches, heads_of)`` of the exact-removal tasks: about ``n`` of them, or up to ``n_fine``.
+
+    With at least ``n`` removal batches: up to ``n_fine`` (default ``n``) groups of batches, every chosen
+    head (a batch's heads share its prefix forward pass, so batches are never split). With fewer (a large model
     on few texts): one batch per task and the batch's chosen heads split into ``(layer, head block)``
     units, a block being the ``K`` heads that one suffix forward pass removes together (so every pass
     is the one-process pass), units grouped by cost (suffix depth x heads)."""
     if len(rm_batches) >= n:
-        return [(g, heads_of) for g in groups(rm_batches, n)]
+        return [(g, heads_of) for g in groups(rm_batches, max(n, n_fine or n))]
     per, jobs = -(-n // len(rm_batches)), []
     for b in rm_batches:
         B, L = b["attention_mask"].shape

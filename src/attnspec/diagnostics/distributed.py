@@ -12,9 +12,12 @@ only where they run changes:
   equal a single-process run's up to the order of float64 sums (far below 1e-9);
 * the **client** merges each step's accumulators and computes the fits the next step needs:
   fit (one task per group) -> merged fits -> null fits (per group, where the group's masks are) ->
-  spectra (per group, preferably on the worker that kept the group's forward records on disk) ->
-  removal and gradient importance (one task per group of the finer removal batches); the tables
-  are built by one last task on a worker (the client never loads the model);
+  spectra (per group, preferably on the worker that kept the group's forward records on disk) and
+  removal and gradient importance (one task per group of the finer removal batches; these queue
+  behind the spectra and fill the workers the spectra's tail leaves idle); the tables are built by
+  one last task on a worker (the client never loads the model). Within a step the costliest tasks
+  (longest texts) run first and the last ones to run are short, so that no worker waits long at
+  the step's end (``summary['timings_s']``: spectra and removal overlap);
 * a **worker that dies** (killed, out of memory, node lost) costs only the tasks it was running or
   holding: the scheduler reruns them elsewhere (``distributed.scheduler.allowed-failures`` deaths per
   task, 3 by default) and the result equals an uninterrupted run's, since every task is a pure
@@ -48,6 +51,7 @@ from . import workers as wk
 from .api import merge_parts
 from .bootstrap import N_BOOT
 from .cluster_jobs import groups as _groups
+from .cluster_jobs import priority as _priority
 from .cluster_jobs import removal_jobs as _removal_jobs
 from .result import Diagnosis
 from .steps.collect import DEFAULT_TILE_BYTES
@@ -58,6 +62,9 @@ __all__ = ["ModelSpec", "diagnose_on_cluster", "model_loads_in_this_process"]
 #: Groups of batches per worker thread (more groups: finer load balance and a smaller loss when a
 #: worker dies; each group costs one task and one accumulator transfer).
 GROUPS_PER_THREAD = 4
+#: Exact-removal tasks per worker thread, at most (removal is most of a diagnosis' work: finer tasks,
+#: run longest first, leave less idle tail; a task's result is only a few numbers per head).
+REMOVAL_JOBS_PER_THREAD = 16
 
 
 # --------------------------------------------------------------------------------------- client side
@@ -72,15 +79,27 @@ class _Run:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     counts: dict = field(default_factory=dict)
 
-    def submit(self, step: str, k: int, fn: Callable, *args, torch_threads: int | None = None, **kw):
-        """Submit ``fn`` as task ``k`` of ``step``; its key numbers the step's tasks over all the step's stages
-        (an adaptive removal submits more removal tasks later), so keys stay unique. ``torch_threads``
-        overrides the run's for this task."""
+    def submit(self, step: str, fn: Callable, *args, torch_threads: int | None = None, **kw):
+        """Submit ``fn`` as the next task of ``step``; its key numbers the step's tasks in submission order
+        over all the step's stages (an adaptive removal submits more removal tasks later), so keys stay
+        unique. ``torch_threads`` overrides the run's for this task."""
         n = self.counts.get(step, 0)
         self.counts[step] = n + 1
         threads = torch_threads or self.opts["torch_threads"]
         return self.client.submit(wk.in_task, self.spec, threads, (self.run_id, step), fn, *args,
-                                  key=f"attnspec-{step}-{max(k, n)}-{self.run_id}", pure=False, **kw)
+                                  key=f"attnspec-{step}-{n}-{self.run_id}", pure=False, **kw)
+
+    def submit_all(self, step: str, fn: Callable, calls: list, urgency: int = 0) -> list:
+        """``fn(*args, **kw)`` for each ``(cost, args, kw)`` of ``calls`` as tasks of ``step``, the costliest
+        first: submitted in that order (a worker starts a task as soon as it arrives) with Dask priorities
+        in that order, above every task of a lower ``urgency`` (those wait in the queue, behind). The
+        futures in the order of ``calls``."""
+        order = sorted(range(len(calls)), key=lambda k: -calls[k][0])
+        futs: list = [None] * len(calls)
+        for rank, k in enumerate(order):
+            _, args, kw = calls[k]
+            futs[k] = self.submit(step, fn, *args, priority=urgency * 10 ** 9 + len(calls) - rank, **kw)
+        return futs
 
     def task_times(self) -> dict:
         """``step -> {'tasks', 'wall_s', 'cpu_s'}`` summed over the workers that are still there (CPU
@@ -114,33 +133,44 @@ def _threads(client) -> int:
 def _fit_steps(run: _Run, groups: list) -> tuple:
     """Fit and null passes: merged fit sums, fits, null sums, corpus counts, fit workers per group and a
     future of the merged Gram sums (computed on the cluster from the fit tasks' results)."""
-    futs = [run.submit("fit", k, wk.fit_task, run.run_id, g, run.opts) for k, g in enumerate(groups)]
+    from distributed import wait
+    futs = run.submit_all("fit", wk.fit_task, [(_priority(g), (run.run_id, g, run.opts), {}) for g in groups])
+    grams = run.client.submit(wk.merged_grams, futs, key=f"attnspec-grams-0-{run.run_id}", pure=False)
     parts = run.gather(futs, "fit")
     fit_sums, corpus = merge_parts([p[0] for p in parts]), merge_parts([p[2] for p in parts])
     fits = [s.fit() for s in fit_sums]
-    nulls = [run.submit("null", k, wk.null_task, f, fits, run.opts) for k, f in enumerate(futs)]   # where the masks are
+    nulls = run.submit_all("null", wk.null_task, [(_priority(g), (f, fits, run.opts), {})    # where the masks are
+                                                   for f, g in zip(futs, groups)], urgency=1)
     null_sums = merge_parts(run.gather(nulls, "null fit"))
-    grams = run.client.submit(wk.merged_grams, futs, key=f"attnspec-grams-0-{run.run_id}", pure=False)
+    wait(grams)            # the spectra wait for nothing: they start at once, ahead of the removal tasks
     del futs, nulls
     return fit_sums, fits, null_sums, corpus, [p[3] for p in parts], grams
 
 
-def _spectra_step(run: _Run, groups: list, fits: list, null_fits: list, powers: list, where: list,
-                  grams: list) -> list:
-    """Spectra per group, on the worker that fitted the group when it is still there (its forward
-    records are on that worker's disk; anywhere else the group's forward pass is simply rerun).
-    ``grams``: a future of the merged Gram sums (for the CKA bootstrap), computed on the cluster."""
-    futs = [run.submit("spectra", k, wk.spectra_task, run.run_id, g, fits, null_fits, powers, run.opts, grams,
-                       **(dict(workers=[w], allow_other_workers=True) if w else {}))
-            for k, (g, w) in enumerate(zip(groups, where))]
-    parts = run.gather(futs, "spectra")
-    run.counts["spectra_cache_hits"] = sum(bool(p[1]) for p in parts)
-    return merge_parts([p[0] for p in parts])
+def _start_spectra(run: _Run, groups: list, fits: list, null_fits: list, powers: list, where: list,
+                   grams: list) -> Callable[[], tuple]:
+    """Submit the spectra per group, on the worker that fitted the group when it is still there (its forward
+    records are on that worker's disk; anywhere else the group's forward pass is simply rerun), ahead of
+    the removal tasks submitted after them (those fill the workers that the spectra's tail leaves idle).
+    ``grams``: a future of the merged Gram sums (for the CKA bootstrap), computed on the cluster. Returns
+    a function that waits for them: ``(merged spectra, seconds from submission to the last one done)``."""
+    t0, done = time.perf_counter(), []
+    futs = run.submit_all("spectra", wk.spectra_task, [
+        (_priority(g), (run.run_id, g, fits, null_fits, powers, run.opts, grams),
+         dict(workers=[w], allow_other_workers=True) if w else {}) for g, w in zip(groups, where)], urgency=1)
+    for f in futs:
+        f.add_done_callback(lambda _: done.append(time.perf_counter()))
+
+    def finish() -> tuple:
+        parts = run.gather(futs, "spectra")
+        run.counts["spectra_cache_hits"] = sum(bool(p[1]) for p in parts)
+        return merge_parts([p[0] for p in parts]), max(done, default=time.perf_counter()) - t0
+    return finish
 
 
-def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, timings: dict, n_texts: int) -> tuple:
+def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: tuple, timings: dict, n_texts: int) -> tuple:
     """Step 4 (:func:`.steps.removal.removal_step`, as in one process) with tasks: exact removal over the removal
-    jobs, first order in the first job of each batch ('screened': first order over the statistics' groups first),
+    jobs (``n``: the ``(n, n_fine)`` of :func:`.cluster_jobs.removal_jobs`), first order in the first job of each batch ('screened': first order over the statistics' groups first),
     both on the plan's texts; an adaptive plan's later stages are more of the
     same tasks on the added texts, merged in. Returns ``(RemovalSums, screen code, plan)``."""
     from .steps.removal import removal_step
@@ -151,21 +181,22 @@ def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, t
     o_ex = dict(o, extra=dict(o["extra"], vocab_top=plan.vocab_top, per_text=plan.target is not None))
 
     def first_order(texts):
-        fo = [run.submit("first-order", k, wk.first_order_task, g, o)
-              for k, g in enumerate(g for g in (only_texts(g, texts) for g in groups) if g)]
+        parts = [g for g in (only_texts(g, texts) for g in groups) if g]
+        fo = run.submit_all("first-order", wk.first_order_task, [(_priority(g), (g, o), {}) for g in parts])
         return lambda: merge_parts(run.gather(fo, "first order"))
 
     def exact(heads_of, texts, first_order=False):
         means = [s.context_means() for s in fit_sums]
-        jobs = _removal_jobs(only_texts(prep["removal_batches"], texts), prep["n_heads"], heads_of, n,
-                             o["max_tokens"])
+        jobs = _removal_jobs(only_texts(prep["removal_batches"], texts), prep["n_heads"], heads_of, n[0],
+                             o["max_tokens"], n[1])
         fo, seen = [], set()     # first order once per batch: in the first job that removes heads on it
         for b, _ in jobs:
             ids = {tuple(x["order"]) for x in b}
             fo.append(first_order and not ids <= seen)
             seen |= ids
-        ex = [run.submit("removal", k, wk.exact_task, b, means, h, plan.positions, o_ex, f)
-              for k, ((b, h), f) in enumerate(zip(jobs, fo))]
+        ex = run.submit_all("removal", wk.exact_task, [
+            (_priority(b, sum(map(len, h.values())) if h else 0), (b, means, h, plan.positions, o_ex, f), {})
+            for (b, h), f in zip(jobs, fo)])
         return lambda: merge_parts(run.gather(ex, "head removal"))
     return removal_step(plan, prep["n_heads"], first_order, exact, timings, gradient=o["gradient"],
                         screen_top=o["screen_top"], screen_sample=o["screen_sample"], seed=o["seed"], fuse=True)
@@ -180,14 +211,14 @@ def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
     fit_sums, fits, null_sums, corpus, where, grams = _fit_steps(run, groups)
     null_fits = [s.fit() for s in null_sums]
     timings["fit"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    powers = [s.head_power() for s in fit_sums]
-    spectra = _spectra_step(run, groups, fits, null_fits, powers, where, grams)
+    spectra = _start_spectra(run, groups, fits, null_fits, [s.head_power() for s in fit_sums], where, grams)
     del grams
-    timings["spectra"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    rem, code, plan = _removal_step(run, prep, groups, fit_sums, n, timings, corpus.n_texts)
+    timings["spectra"] = 0.0         # (set below: the steps' order in the summary)
+    t0 = time.perf_counter()         # removal overlaps the spectra's tail (its tasks queue behind them)
+    n_fine = run.opts["n_shards"] or REMOVAL_JOBS_PER_THREAD * n_threads
+    rem, code, plan = _removal_step(run, prep, groups, fit_sums, (n, n_fine), timings, corpus.n_texts)
     timings["removal"] = time.perf_counter() - t0
+    spectra, timings["spectra"] = spectra()
     run.counts["fit_workers"] = len({w for w in where if w})
     res = dict(fit_sums=fit_sums, fits=fits, null_fits=null_fits, spectra=spectra, removal=rem, corpus=corpus,
                removal_plan=plan, screen_code=code, null_sums=null_sums, n_boot=run.opts["n_boot"])
@@ -224,7 +255,7 @@ def _diagnose(run: _Run, texts) -> Diagnosis:
     with warnings.catch_warnings():      # the merged spectra go to one worker for the tables, once, with the
         warnings.filterwarnings("ignore", message="Sending large graph")     # cluster's threads (the rest idle)
         heads, layers, pairs, summary, store = run.submit(
-            "tables", 0, wk.tables_task, res, run.opts, prep["source"], prep["model_name"], dict(timings),
+            "tables", wk.tables_task, res, run.opts, prep["source"], prep["model_name"], dict(timings),
             torch_threads=max(n_threads, run.opts["torch_threads"] or 1)).result()
     timings["tables"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
