@@ -84,11 +84,18 @@ def test_a_model_object_is_refused_with_a_hint():
 
 @pytest.mark.timeout(600)
 def test_two_workers_give_the_one_process_tables(client, reference):
-    d = diagnose_on_cluster("minilm", TEXTS, client, **OPTS)
+    with distributed.get_task_stream(client) as stream:
+        d = diagnose_on_cluster("minilm", TEXTS, client, **OPTS)
     _assert_same_tables(d, reference)
     tasks = d.summary["cluster"]["tasks"]
     assert tasks["fit"] == 4 and tasks["spectra"] == 4 and "first-order" not in tasks   # in the removal tasks
     assert tasks["removal"] > 4                      # removal batches split by (layer, head block)
+    # keys number tasks in submission order, costliest first; the removal tasks queue on the scheduler
+    # behind the spectra, and the first one a freed worker gets is the costliest (key 0)
+    starts = {str(t["key"]): min(s["start"] for s in t["startstops"] if s["action"] == "compute")
+              for t in stream.data if any(s["action"] == "compute" for s in t["startstops"])}
+    removal = sorted((v, k.split("-")[2]) for k, v in starts.items() if k.startswith("attnspec-removal-"))
+    assert len(removal) == tasks["removal"] and removal[0][1] == "0"
     assert d.summary["n_texts"] == len(TEXTS) and d.summary["removal"] == reference.summary["removal"]
     assert _loads_per_worker(client) == {w: 1 for w in client.scheduler_info(n_workers=-1)["workers"]}
 
@@ -176,6 +183,8 @@ def test_removal_jobs_cover_every_chosen_head_once_per_batch():
     n_heads = [12, 12, 8]
     grouped = _removal_jobs(batches, n_heads, None, 2, 16384)
     assert [len(b) for b, _ in grouped] == [2, 1] and all(h is None for _, h in grouped)
+    fine = _removal_jobs(batches, n_heads, None, 2, 16384, n_fine=8)     # finer: one batch per task at most
+    assert [b for b, _ in fine] == [[b] for b in batches]
     for heads_of, max_tokens in ((None, 100), ({0: [1, 5, 7], 2: [0]}, 40)):
         jobs = _removal_jobs(batches, n_heads, heads_of, 8, max_tokens)
         assert len(jobs) > len(batches)
@@ -191,6 +200,34 @@ def test_removal_jobs_cover_every_chosen_head_once_per_batch():
                         chosen = list(range(n_heads[i])) if heads_of is None else sorted(heads_of[i])
                         starts = [chosen.index(h) for h in hs]
                         assert starts[0] % K == 0 and (len(hs) % K == 0 or hs[-1] == chosen[-1])
+
+
+def test_tasks_run_costliest_first_and_by_urgency(client):
+    """``_Run.submit_all``: futures come back in the calls' order, keys number the submission order (costliest
+    first), and on a worker busy meanwhile the queued tasks then run by urgency, then cost."""
+    import time
+
+    from attnspec.diagnostics.distributed import _Run
+    run = _Run(client, ModelSpec.of("minilm"), {"torch_threads": None})
+    w = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    on_w = dict(workers=[w], allow_other_workers=False)
+    busy = client.submit(time.sleep, 2, workers=[w], pure=False)
+    clock = lambda adapter, name: (name, time.perf_counter())  # noqa: E731
+    low = run.submit_all("probe-low", clock, [(1, ("cheap",), on_w), (5, ("dear",), on_w), (3, ("mid",), on_w)])
+    high = run.submit_all("probe-high", clock, [(0, ("urgent",), on_w)], urgency=1)
+    assert [str(f.key).split("-")[3] for f in low] == ["2", "0", "1"]
+    got = client.gather(low + high)
+    assert [n for n, _ in got] == ["cheap", "dear", "mid", "urgent"]
+    assert [n for n, _ in sorted(got, key=lambda x: x[1])] == ["urgent", "dear", "mid", "cheap"]
+    del busy
+
+
+def test_task_priority_is_the_work_of_the_longest_texts_first():
+    """Dask priorities of the cluster's tasks: ``heads x sum B L^2`` (at equal padded size, longer texts first)."""
+    from attnspec.diagnostics.cluster_jobs import priority
+    b = lambda B, L: {"attention_mask": torch.ones(B, L, dtype=torch.long)}  # noqa: E731
+    assert priority([b(4, 10)]) == 400 and priority([b(4, 10), b(2, 20)]) == 400 + 800
+    assert priority([b(2, 20)]) > priority([b(4, 10)]) and priority([b(4, 10)], 3) == 3 * priority([b(4, 10)])
 
 
 def test_public_api_and_cli_on_a_cluster(reference, cluster, tmp_path):
