@@ -91,11 +91,12 @@ def test_two_workers_give_the_one_process_tables(client, reference):
     assert tasks["fit"] == 4 and tasks["spectra"] == 4 and "first-order" not in tasks   # in the removal tasks
     assert tasks["removal"] > 4                      # removal batches split by (layer, head block)
     # keys number tasks in submission order, costliest first; the removal tasks queue on the scheduler
-    # behind the spectra, and the first one a freed worker gets is the costliest (key 0)
+    # behind the spectra, and the first one a freed worker gets is the costliest (key 0): one of the
+    # first two to start (two workers freed at once may start theirs in either order)
     starts = {str(t["key"]): min(s["start"] for s in t["startstops"] if s["action"] == "compute")
               for t in stream.data if any(s["action"] == "compute" for s in t["startstops"])}
     removal = sorted((v, k.split("-")[2]) for k, v in starts.items() if k.startswith("attnspec-removal-"))
-    assert len(removal) == tasks["removal"] and removal[0][1] == "0"
+    assert len(removal) == tasks["removal"] and "0" in {k for _, k in removal[:2]}
     assert d.summary["n_texts"] == len(TEXTS) and d.summary["removal"] == reference.summary["removal"]
     assert _loads_per_worker(client) == {w: 1 for w in client.scheduler_info(n_workers=-1)["workers"]}
 
@@ -207,7 +208,7 @@ def test_tasks_run_costliest_first_and_by_urgency(client):
     first), and on a worker busy meanwhile the queued tasks then run by urgency, then cost."""
     import time
 
-    from attnspec.diagnostics.distributed import _Run
+    from attnspec.diagnostics.cluster_jobs import _Run
     run = _Run(client, ModelSpec.of("minilm"), {"torch_threads": None})
     w = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
     on_w = dict(workers=[w], allow_other_workers=False)

@@ -1,4 +1,5 @@
-"""How :mod:`.distributed` deals batches and heads out to tasks: contiguous groups of about equal cost.
+"""How :mod:`.distributed` deals batches and heads out to tasks (contiguous groups of about equal cost) and
+submits them (:class:`_Run`: keys, priorities, task accounts).
 
 Helpers of the cluster diagnosis only (nothing public): the parts keep the batches' order, so merging the
 tasks' accumulators in task order gives the one-process sums. Tasks are *run* longest first (a Dask
@@ -7,7 +8,12 @@ rather than last, while they are *merged* in task order.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from . import workers as wk
+from .workers import ModelSpec
 
 __all__: list[str] = []
 
@@ -67,3 +73,64 @@ def removal_jobs(rm_batches: list, n_heads: list, heads_of: dict | None, n: int,
                 ho.setdefault(i, []).extend(hs)
             jobs.append(([b], ho))
     return jobs
+
+
+@dataclass
+class _Run:
+    """One diagnosis on a client: its id, model, options and the task bookkeeping."""
+
+    client: Any
+    spec: ModelSpec
+    opts: dict
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+    counts: dict = field(default_factory=dict)
+
+    def submit(self, step: str, fn: Callable, *args, torch_threads: int | None = None, **kw):
+        """Submit ``fn`` as the next task of ``step``; its key numbers the step's tasks in submission order
+        over all the step's stages (an adaptive removal submits more removal tasks later), so keys stay
+        unique. ``torch_threads`` overrides the run's for this task."""
+        n = self.counts.get(step, 0)
+        self.counts[step] = n + 1
+        threads = torch_threads or self.opts["torch_threads"]
+        return self.client.submit(wk.in_task, self.spec, threads, (self.run_id, step), fn, *args,
+                                  key=f"attnspec-{step}-{n}-{self.run_id}", pure=False, **kw)
+
+    def submit_all(self, step: str, fn: Callable, calls: list, urgency: int = 0) -> list:
+        """``fn(*args, **kw)`` for each ``(cost, args, kw)`` of ``calls`` as tasks of ``step``, the costliest
+        first: submitted in that order (a worker starts a task as soon as it arrives) with Dask priorities
+        in that order, above every task of a lower ``urgency`` (those wait in the queue, behind). The
+        futures in the order of ``calls``."""
+        order = sorted(range(len(calls)), key=lambda k: -calls[k][0])
+        futs: list = [None] * len(calls)
+        for rank, k in enumerate(order):
+            _, args, kw = calls[k]
+            futs[k] = self.submit(step, fn, *args, priority=urgency * 10 ** 9 + len(calls) - rank, **kw)
+        return futs
+
+    def task_times(self) -> dict:
+        """``step -> {'tasks', 'wall_s', 'cpu_s'}`` summed over the workers that are still there (CPU
+        over wall below 1: the tasks' threads did not get a whole core)."""
+        out: dict = {}
+        for per_worker in self.client.run(wk.pop_times, self.run_id, on_error="ignore").values():
+            if not isinstance(per_worker, dict):
+                continue
+            for step, (n, wall, cpu) in per_worker.items():
+                o = out.setdefault(step, {"tasks": 0, "wall_s": 0.0, "cpu_s": 0.0})
+                o["tasks"], o["wall_s"], o["cpu_s"] = o["tasks"] + n, o["wall_s"] + wall, o["cpu_s"] + cpu
+        return {k: {"tasks": v["tasks"], "wall_s": round(v["wall_s"], 3), "cpu_s": round(v["cpu_s"], 3)}
+                for k, v in out.items()}
+
+    def gather(self, futures: list, desc: str) -> list:
+        """Results in submission order (a progress bar over completions when asked)."""
+        if self.opts["progress"]:
+            from distributed import as_completed
+            from tqdm.auto import tqdm
+            for _ in tqdm(as_completed(futures), total=len(futures), desc=desc, leave=False):
+                pass
+        return self.client.gather(futures)
+
+
+def _threads(client) -> int:
+    """Worker threads of the cluster now."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return max(1, sum(int(w.get("nthreads", 1)) for w in info.values()))
