@@ -2,9 +2,10 @@
 submits them (:class:`_Run`: keys, priorities, task accounts).
 
 Helpers of the cluster diagnosis only (nothing public): the parts keep the batches' order, so merging the
-tasks' accumulators in task order gives the one-process sums. Tasks are *run* longest first (a Dask
-``priority`` from :func:`priority`), so that the long tail of a step (the longest texts) starts at once
-rather than last, while they are *merged* in task order.
+tasks' accumulators in task order gives the one-process sums. Tasks are *run* costliest first (ranked by
+:func:`priority`, submitted in that order with Dask priorities in that order, :meth:`_Run.submit_all`),
+so that the long tail of a step (the longest texts) starts at once rather than last, while they are
+*merged* in task order.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def groups(batches: Sequence[dict], n: int) -> list[list[dict]]:
 
 
 def priority(batches: Sequence[dict], n_heads: int = 1) -> int:
-    """Dask priority of a task on ``batches`` (higher runs first): its work ``n_heads x sum B L^2``, the
+    """The work of a task on ``batches`` that ranks it (higher runs first): ``n_heads x sum B L^2``, the
     per-token cost of attention and of the per-head statistics growing with the length ``L``."""
     return int(max(1, n_heads) * sum(int(b["attention_mask"].numel()) * int(b["attention_mask"].shape[-1])
                                      for b in batches))

@@ -106,9 +106,10 @@ def _start_spectra(run: _Run, groups: list, fits: list, null_fits: list, powers:
     return finish
 
 
-def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: tuple, timings: dict, n_texts: int) -> tuple:
+def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: int, n_fine: int, timings: dict,
+                  n_texts: int) -> tuple:
     """Step 4 (:func:`.steps.removal.removal_step`, as in one process) with tasks: exact removal over the removal
-    jobs (``n``: the ``(n, n_fine)`` of :func:`.cluster_jobs.removal_jobs`), first order in the first job of
+    jobs (``n``, ``n_fine``: as :func:`.cluster_jobs.removal_jobs`), first order in the first job of
     each batch ('screened': first order over the statistics' groups first), both on the plan's texts; an
     adaptive plan's later stages are more of the same tasks on the added texts, merged in. Returns ``(RemovalSums, screen code, plan)``."""
     from .steps.removal import removal_step
@@ -125,8 +126,8 @@ def _removal_step(run: _Run, prep: dict, groups: list, fit_sums: list, n: tuple,
 
     def exact(heads_of, texts, first_order=False):
         means = [s.context_means() for s in fit_sums]
-        jobs = _removal_jobs(only_texts(prep["removal_batches"], texts), prep["n_heads"], heads_of, n[0],
-                             o["max_tokens"], n[1])
+        jobs = _removal_jobs(only_texts(prep["removal_batches"], texts), prep["n_heads"], heads_of, n,
+                             o["max_tokens"], n_fine)
         fo, seen = [], set()     # first order once per batch: in the first job that removes heads on it
         for b, _ in jobs:
             ids = {tuple(x["order"]) for x in b}
@@ -154,7 +155,7 @@ def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
     timings["spectra"] = 0.0         # (set below: the steps' order in the summary)
     t0 = time.perf_counter()         # removal overlaps the spectra's tail (its tasks queue behind them)
     n_fine = run.opts["n_shards"] or REMOVAL_JOBS_PER_THREAD * n_threads
-    rem, code, plan = _removal_step(run, prep, groups, fit_sums, (n, n_fine), timings, corpus.n_texts)
+    rem, code, plan = _removal_step(run, prep, groups, fit_sums, n, n_fine, timings, corpus.n_texts)
     timings["removal"] = time.perf_counter() - t0
     spectra, timings["spectra"] = spectra()
     run.counts["fit_workers"] = len({w for w in where if w})
