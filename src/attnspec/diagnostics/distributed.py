@@ -150,14 +150,14 @@ def _run_steps(run: _Run, prep: dict, n_threads: int, timings: dict):
     fit_sums, fits, null_sums, corpus, where, grams = _fit_steps(run, groups)
     null_fits = [s.fit() for s in null_sums]
     timings["fit"] = time.perf_counter() - t0
-    spectra = _start_spectra(run, groups, fits, null_fits, [s.head_power() for s in fit_sums], where, grams)
+    finish_spectra = _start_spectra(run, groups, fits, null_fits, [s.head_power() for s in fit_sums], where, grams)
     del grams
     timings["spectra"] = 0.0         # (set below: the steps' order in the summary)
     t0 = time.perf_counter()         # removal overlaps the spectra's tail (its tasks queue behind them)
     n_fine = run.opts["n_shards"] or REMOVAL_JOBS_PER_THREAD * n_threads
     rem, code, plan = _removal_step(run, prep, groups, fit_sums, n, n_fine, timings, corpus.n_texts)
     timings["removal"] = time.perf_counter() - t0
-    spectra, timings["spectra"] = spectra()
+    spectra, timings["spectra"] = finish_spectra()
     run.counts["fit_workers"] = len({w for w in where if w})
     res = dict(fit_sums=fit_sums, fits=fits, null_fits=null_fits, spectra=spectra, removal=rem, corpus=corpus,
                removal_plan=plan, screen_code=code, null_sums=null_sums, n_boot=run.opts["n_boot"])
