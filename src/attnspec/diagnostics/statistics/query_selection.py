@@ -1,0 +1,354 @@
+"""Per-query selection: are the keys a head attends to predictable from position or content?
+
+The selection score of :mod:`attnspec.diagnostics.statistics.selection` sees heads whose queries share targets
+(sinks, ``[CLS]``, punctuation). It cannot see a head whose every query picks a *different* key by a
+fixed rule (the previous token, the token itself, the token after an earlier occurrence of the query's
+token): such heads run hot, and at a high score scale a random head is nearly one-hot as well, so
+neither concentration nor the output spectrum tells them apart. What tells them apart is *which* key
+wins. This module measures it against the same null as the rest of the diagnosis (docs/theory.md,
+section *Per-query selection*).
+
+**The null.** The Gaussian-equivalent null head attends with scores ``beta G_ij`` over the allowed keys
+``A_i`` of query ``i`` (``n_i = |A_i|``), the ``G_ij`` i.i.d. standard normal (or ``q_i . k_j / sqrt(d)``
+with i.i.d. Gaussian ``q, k``: the same conclusion). Given the mask, the scores of one row are
+exchangeable over ``A_i``, hence so are its weights ``a_ij = softmax_j(beta G_ij)``, and since they sum
+to 1, ``E[a_ij] = 1 / n_i`` for every allowed key, **at every beta**. For any key set ``S_i`` fixed by
+the positions and tokens (not by the scores):
+
+    E_null[ sum_{j in S_i} a_ij ] = |S_i & A_i| / n_i.
+
+Beta (and the lengths) only set the variance. With ``k = |S_i & A_i|`` and ``pi_i = E[sum_j a_ij^2]``
+(the expected inverse participation ratio of the row: ``1 / n_i`` at beta 0, towards 1 for a one-hot
+row; ``~ e^{beta^2} / n_i`` while that is small), exchangeability and ``sum_j a_ij = 1`` give
+
+    Var_null[ sum_{j in S_i} a_ij ] = k (n_i - k) (pi_i - 1 / n_i) / (n_i (n_i - 1)),
+
+a Bernoulli ``k/n_i (1 - k/n_i)`` for a one-hot row (docs/theory.md). The bootstrap over texts captures
+it, and the correlation of the rows of one text, without a model of either.
+
+**Rules.** For each query ``i`` (real, not special, ``n_i >= 2``) and rule ``r`` a key set ``S_i^r``
+of allowed, real, non-special keys (special keys stay in ``n_i``, so the null expectation is unchanged;
+an attention sink on ``[CLS]`` or ``<bos>`` is the other statistic's business):
+
+* ``offset d`` (positional, ``d`` in :data:`OFFSETS`, -8..8): ``S_i = {i + d}`` (``d = 0``: the token
+  itself, identity heads);
+* ``same token`` (content): ``{j != i : tok_j = tok_i}``;
+* ``induction`` (content): ``{j : tok_{j-1} = tok_i, j - 1 != i, j - 1 real}`` (Olsson et al. 2022;
+  in an encoder ``j - 1`` may also lie after ``i``).
+
+Per head and rule, summed over queries and texts:
+
+    O = sum_i sum_{j in S_i} a_ij,   E = sum_i |S_i| / n_i,   N = sum_i 1[S_i nonempty],
+
+and the **excess fraction** ``x = (O - E) / (N - E)`` in ``(-E / (N - E), 1]``: the share of the attention
+the rule could explain beyond chance that the head actually puts there (1: every applicable query puts
+all its attention on the rule's keys; 0: the null head's level, whatever its beta). A previous-token head
+has ``x = 1`` at ``offset -1``; a random head at any temperature ``x ~ 0`` at every rule.
+
+**Score and verdict.** ``query_selection_score`` is ``x`` of the head's best rule, chosen on the full
+sample among the rules that apply to at least ``min_queries`` queries (default :data:`MIN_QUERIES`).
+Its bootstrap replicates are those of the *same* rule (Poisson weights per text, the sums' replicates
+are weighted sums over texts, so they merge by addition), and the interval ``[lo, hi]`` is their 95 %
+percentile interval (the convention of :mod:`attnspec.diagnostics.statistics.bootstrap`: NaN with fewer than 10
+finite replicates; without replicates ``lo = hi = score``). Column ``query_selection``:
+
+* ``selective``: ``lo >= margin`` (default :data:`MARGIN` = 0.1: at least a tenth of the attention the
+  rule could hold beyond chance, and the lower bound says so);
+* ``not selective``: ``hi < margin``;
+* ``undetermined``: the interval contains the margin, or fewer than ``min_tokens`` (default
+  :data:`MIN_TOKENS_FOR_LABEL` = 400) queries were counted, or no rule applies to ``min_queries``.
+
+Choosing the best of 19 rules on the sample biases the score of a random head upwards by about two of
+its standard deviations; the margin is what keeps that from calling it selective: at 400 queries the
+standard deviation of ``x`` for a one-hot random head is below 0.02, so the maximum's lower bound stays
+below 0.1 (docs/validity.md gives the measured false-positive rates).
+
+``query_selection_kind`` is ``positional`` (``query_selection_offset`` the offset) or ``content``
+(``query_selection_rule`` the rule) for the best rule, ``none`` where no rule applies.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+__all__ = ["QuerySelectionSums", "OFFSETS", "CONTENT_RULES", "MARGIN", "MIN_QUERIES", "MIN_TOKENS_FOR_LABEL",
+           "VERDICTS", "COLUMNS", "verdict"]
+
+#: Relative offsets of the positional rules (query ``i`` attends to key ``i + d``).
+OFFSETS = tuple(range(-8, 9))
+#: The content rules, in column order after the offsets.
+CONTENT_RULES = ("same token", "induction")
+#: Default margin on the excess fraction: ``selective`` when the interval's lower bound reaches it.
+MARGIN = 0.1
+#: Fewest queries a rule must apply to (all texts) to be chosen as a head's best rule.
+MIN_QUERIES = 100
+#: Fewest counted queries (all texts) for a verdict; fewer give ``'undetermined'``.
+MIN_TOKENS_FOR_LABEL = 400
+#: Values of column ``query_selection``.
+VERDICTS = ("selective", "not selective", "undetermined")
+#: The columns of :meth:`QuerySelectionSums.result`.
+COLUMNS = ("query_selection_score", "query_selection_score_lo", "query_selection_score_hi", "query_selection_kind",
+           "query_selection_rule", "query_selection_offset", "query_selection")
+_LEVEL = 0.95
+
+
+def verdict(score: float, lo: float, hi: float, margin: float = MARGIN, n_queries: float = math.inf,
+            min_tokens: int = MIN_TOKENS_FOR_LABEL) -> str:
+    """The verdict of one head from its score and interval (module docstring).
+
+    Examples
+    --------
+    >>> verdict(0.9, 0.85, 0.95), verdict(0.01, -0.02, 0.04), verdict(0.12, 0.05, 0.2)
+    ('selective', 'not selective', 'undetermined')
+    >>> verdict(0.9, 0.85, 0.95, n_queries=100)
+    'undetermined'
+    """
+    if n_queries < min_tokens or not math.isfinite(score):
+        return "undetermined"
+    lo = score if not math.isfinite(lo) else lo
+    hi = score if not math.isfinite(hi) else hi
+    if lo >= margin:
+        return "selective"
+    if hi < margin:
+        return "not selective"
+    return "undetermined"
+
+
+def _interval(reps: np.ndarray, level: float = _LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval over the replicates with a finite value (NaN where fewer than 10 are)."""
+    shape = reps.shape[1:]
+    lo, hi = np.full(shape, np.nan), np.full(shape, np.nan)
+    if reps.shape[0] == 0:
+        return lo, hi
+    a = (1 - level) / 2
+    ok = np.isfinite(reps).sum(0) >= 10
+    if ok.any():
+        lo[ok], hi[ok] = np.nanquantile(reps[:, ok], [a, 1 - a], axis=0)
+    return lo, hi
+
+
+def _excess(O: np.ndarray, E: np.ndarray, N: np.ndarray) -> np.ndarray:
+    """``(O - E) / (N - E)`` with ``E, N`` broadcast over the head axis; NaN where ``N - E <= 0``."""
+    den = (N - E)[..., None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 1e-12, (O - E[..., None, :]) / np.where(den > 1e-12, den, 1.0), np.nan)
+
+
+class QuerySelectionSums:
+    """Mergeable sums of the per-query selection statistic of one layer (module docstring).
+
+    Parameters
+    ----------
+    n_heads : int
+        Heads of the layer.
+    n_boot : int
+        Bootstrap replicates (0: none); :meth:`update` then takes ``(n_boot, B)`` weights.
+    offsets : sequence of int
+        Offsets of the positional rules (default :data:`OFFSETS`).
+
+    Attributes
+    ----------
+    observed : numpy.ndarray, shape (H, R)
+        ``O`` per head and rule (rules: :attr:`rules`, the offsets then :data:`CONTENT_RULES`).
+    expected, count : numpy.ndarray, shape (R,)
+        ``E`` and ``N`` per rule (the same for every head: they depend on masks and tokens only).
+    n_queries : float
+        Counted queries (real, non-special, at least two allowed keys).
+    boot_observed, boot_expected, boot_count : numpy.ndarray
+        The same sums on each replicate, ``(n_boot, H, R)``, ``(n_boot, R)``, ``(n_boot, R)``.
+
+    Examples
+    --------
+    A previous-token head and a uniform head on 8 causal texts of 64 random tokens:
+
+    >>> import torch
+    >>> B, L = 8, 64
+    >>> allowed = torch.ones(L, L, dtype=torch.bool).tril().expand(B, L, L)
+    >>> prev = torch.diag(torch.ones(L - 1), -1); prev[0, 0] = 1
+    >>> uniform = allowed[0] / allowed[0].sum(-1, keepdim=True)
+    >>> A = torch.stack([prev, uniform]).expand(B, 2, L, L).double()
+    >>> valid = torch.ones(B, L, dtype=torch.bool)
+    >>> tokens = torch.randint(0, 50, (B, L), generator=torch.Generator().manual_seed(0))
+    >>> w = torch.poisson(torch.ones(100, B), generator=torch.Generator().manual_seed(1)).numpy()
+    >>> qs = QuerySelectionSums(n_heads=2, n_boot=100)
+    >>> for r0 in range(0, L, 16):                         # four query tiles
+    ...     rows = slice(r0, r0 + 16)
+    ...     _ = qs.update(A[:, :, rows], rows, allowed[:, rows], valid, tokens, w)
+    >>> res = qs.result()
+    >>> res["query_selection"].tolist()
+    ['selective', 'not selective']
+    >>> res["query_selection_kind"][0], res["query_selection_rule"][0], float(res["query_selection_offset"][0])
+    ('positional', 'offset -1', -1.0)
+    >>> float(res["query_selection_score"][0]), float(res["query_selection_score_lo"][0])
+    (1.0, 1.0)
+    >>> round(float(res["query_selection_score"][1]), 6)      # uniform: the null's mass (float32 rows)
+    0.0
+    """
+
+    def __init__(self, n_heads: int, n_boot: int = 0, offsets=OFFSETS):
+        self.n_heads, self.n_boot = int(n_heads), int(n_boot)
+        self.offsets = tuple(int(d) for d in offsets)
+        R = len(self.offsets) + len(CONTENT_RULES)
+        self.observed = np.zeros((self.n_heads, R))
+        self.expected, self.count = np.zeros(R), np.zeros(R)
+        self.n_queries = 0.0
+        self.boot_observed = np.zeros((self.n_boot, self.n_heads, R))
+        self.boot_expected, self.boot_count = np.zeros((self.n_boot, R)), np.zeros((self.n_boot, R))
+
+    @property
+    def rules(self) -> list[str]:
+        """Names of the rules, in column order: ``'offset d'`` then :data:`CONTENT_RULES`."""
+        return [f"offset {d}" for d in self.offsets] + list(CONTENT_RULES)
+
+    def update(self, A: torch.Tensor, rows: slice, allowed: torch.Tensor, valid: torch.Tensor,
+               tokens: torch.Tensor | None = None, weights: np.ndarray | None = None,
+               special: torch.Tensor | None = None) -> "QuerySelectionSums":
+        """Add one query tile of one batch of texts.
+
+        Parameters
+        ----------
+        A : torch.Tensor, shape (B, H, r, L)
+            Attention weights of the query rows ``rows`` (any float dtype; sums are kept in float64).
+        rows : slice
+            The tile's query rows ``start:stop`` (step 1), ``r = stop - start``.
+        allowed : torch.Tensor of bool, shape (B, r, L)
+            The allowed keys of those rows (the model's own mask, padding removed).
+        valid : torch.Tensor of bool, shape (B, L)
+            Real (non-padding) tokens of the whole texts.
+        tokens : torch.Tensor of int, shape (B, L), optional
+            Token ids; None (inputs without tokens): only the positional rules apply.
+        weights : numpy.ndarray, shape (n_boot, B), optional
+            Poisson bootstrap weights of the batch's texts (required when ``n_boot > 0``).
+        special : torch.Tensor of bool, shape (B, L), optional
+            Special tokens ([CLS], <bos>, ...): left out as queries and as rule keys (kept in ``n_i``).
+
+        Returns
+        -------
+        QuerySelectionSums
+            ``self``.
+        """
+        B, H, r, L = A.shape
+        if H != self.n_heads:
+            raise ValueError(f"A has {H} heads, the accumulator {self.n_heads}")
+        start = 0 if rows.start is None else int(rows.start)
+        if r == 0:
+            return self
+        dev = A.device
+        valid = valid.to(dev).bool()
+        key_ok = valid if special is None else valid & ~special.to(dev).bool()
+        al = allowed.to(dev).bool()
+        i = torch.arange(start, start + r, device=dev)
+        n = al.sum(-1)                                                        # (B, r)
+        q = key_ok[:, start:start + r] & (n >= 2)
+        target = al & key_ok[:, None, :] & q[:, :, None]                      # (B, r, L)
+        inv_n = torch.where(q, 1.0 / n.clamp_min(1).double(), torch.zeros((), dtype=torch.float64, device=dev))
+        # positional rules: one gathered key per (query, offset)
+        d = torch.tensor(self.offsets, device=dev)
+        j = i[:, None] + d[None, :]                                           # (r, D)
+        jc = j.clamp(0, L - 1)
+        m = target.gather(-1, jc.expand(B, r, -1)) & ((j >= 0) & (j < L))     # (B, r, D)
+        Ag = A.gather(-1, jc.expand(B, H, r, -1))                             # (B, H, r, D)
+        O = [(Ag.double() * m[:, None]).sum(2)]                               # (B, H, D)
+        E = [(m * inv_n[..., None]).sum(1)]                                   # (B, D)
+        N = [m.double().sum(1)]
+        if tokens is not None:                                                # content rules
+            tok = tokens.to(dev)
+            keys = torch.arange(L, device=dev)
+            same = (tok[:, start:start + r, None] == tok[:, None, :]) & (keys[None, :] != i[:, None])
+            prev_tok = torch.cat([tok[:, :1], tok[:, :-1]], 1)
+            prev_ok = torch.cat([torch.zeros_like(valid[:, :1]), valid[:, :-1]], 1)
+            ind = (tok[:, start:start + r, None] == prev_tok[:, None, :]) & prev_ok[:, None, :] \
+                & ((keys[None, :] - 1) != i[:, None])
+            S = torch.stack([same, ind], -1) & target[..., None]              # (B, r, L, 2)
+            O.append(torch.bmm(A.reshape(B, H, r * L), S.reshape(B, r * L, 2).to(A.dtype)).double())
+            E.append((S.sum(2).double() * inv_n[..., None]).sum(1))
+            N.append(S.any(2).double().sum(1))
+        else:
+            O.append(torch.zeros(B, H, len(CONTENT_RULES), dtype=torch.float64, device=dev))
+            E.append(torch.zeros(B, len(CONTENT_RULES), dtype=torch.float64, device=dev))
+            N.append(torch.zeros(B, len(CONTENT_RULES), dtype=torch.float64, device=dev))
+        O, E, N = (torch.cat(x, -1).cpu().numpy() for x in (O, E, N))       # per text: (B, H, R), (B, R), (B, R)
+        self.observed += O.sum(0)
+        self.expected += E.sum(0)
+        self.count += N.sum(0)
+        self.n_queries += float(q.sum())
+        if self.n_boot:
+            if weights is None:
+                raise ValueError("weights (n_boot, B) are required when n_boot > 0")
+            w = np.asarray(weights, dtype=np.float64)
+            if w.shape != (self.n_boot, B):
+                raise ValueError(f"weights must have shape {(self.n_boot, B)}, got {w.shape}")
+            self.boot_observed += np.einsum("kb,bhr->khr", w, O)
+            self.boot_expected += w @ E
+            self.boot_count += w @ N
+        return self
+
+    def merge(self, other: "QuerySelectionSums") -> "QuerySelectionSums":
+        """A new accumulator holding the sums of both (texts seen by either).
+
+        Raises
+        ------
+        ValueError
+            When heads, replicates or offsets differ.
+        """
+        if (self.n_heads, self.n_boot, self.offsets) != (other.n_heads, other.n_boot, other.offsets):
+            raise ValueError("cannot merge query-selection sums of different heads, replicates or offsets")
+        out = QuerySelectionSums(self.n_heads, self.n_boot, self.offsets)
+        for k in ("observed", "expected", "count", "n_queries", "boot_observed", "boot_expected", "boot_count"):
+            setattr(out, k, getattr(self, k) + getattr(other, k))
+        return out
+
+    def excess(self) -> np.ndarray:
+        """The excess fraction ``(O - E) / (N - E)`` per head and rule, ``(H, R)`` (NaN where no query applies)."""
+        return _excess(self.observed, self.expected, self.count)
+
+    def excess_replicates(self) -> np.ndarray:
+        """The excess fraction on each replicate, ``(n_boot, H, R)``."""
+        return _excess(self.boot_observed, self.boot_expected, self.boot_count)
+
+    def best_rule(self, min_queries: float = MIN_QUERIES) -> np.ndarray:
+        """Index of each head's best rule (largest excess among rules applying to ``>= min_queries``
+        queries), ``(H,)``; -1 where none applies."""
+        x = np.where((self.count >= max(min_queries, 1))[None, :], self.excess(), np.nan)
+        has = np.isfinite(x).any(1)
+        return np.where(has, np.argmax(np.where(np.isfinite(x), x, -np.inf), 1), -1)
+
+    def replicates(self, min_queries: float = MIN_QUERIES) -> np.ndarray:
+        """Bootstrap replicates of ``query_selection_score`` (the best rule of the full sample), ``(n_boot, H)``."""
+        best = self.best_rule(min_queries)
+        reps = self.excess_replicates()
+        out = np.full((self.n_boot, self.n_heads), np.nan)
+        for h, b in enumerate(best):
+            if b >= 0:
+                out[:, h] = reps[:, h, b]
+        return out
+
+    def result(self, margin: float = MARGIN, min_queries: float = MIN_QUERIES,
+               min_tokens: int = MIN_TOKENS_FOR_LABEL, level: float = _LEVEL) -> dict[str, np.ndarray]:
+        """The columns :data:`COLUMNS` per head (module docstring), each an array of shape ``(H,)``.
+
+        ``query_selection_score`` (float), ``_lo`` / ``_hi`` (percentile interval at ``level``; the score
+        itself without replicates), ``query_selection_kind`` (``'positional'``, ``'content'``, ``'none'``),
+        ``query_selection_rule`` (``'offset -1'``, ``'same token'``, ``'induction'``; ``''`` for none),
+        ``query_selection_offset`` (float, NaN unless positional) and ``query_selection`` (verdict).
+        """
+        best = self.best_rule(min_queries)
+        x = self.excess()
+        H = self.n_heads
+        score = np.array([x[h, b] if b >= 0 else np.nan for h, b in enumerate(best)])
+        if self.n_boot:
+            lo, hi = _interval(self.replicates(min_queries), level)
+        else:
+            lo, hi = score.copy(), score.copy()
+        names = self.rules
+        D = len(self.offsets)
+        rule = np.array([names[b] if b >= 0 else "" for b in best], dtype=object)
+        kind = np.array(["none" if b < 0 else ("positional" if b < D else "content") for b in best], dtype=object)
+        offset = np.array([float(self.offsets[b]) if 0 <= b < D else np.nan for b in best])
+        lab = np.array([verdict(float(score[h]), float(lo[h]), float(hi[h]), margin, self.n_queries, min_tokens)
+                        for h in range(H)], dtype=object)
+        return {"query_selection_score": score, "query_selection_score_lo": lo, "query_selection_score_hi": hi,
+                "query_selection_kind": kind, "query_selection_rule": rule, "query_selection_offset": offset,
+                "query_selection": lab}
