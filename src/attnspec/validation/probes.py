@@ -1,0 +1,195 @@
+"""The standard attention probes, read from a model's own eager attention weights.
+
+These are the checks a researcher runs first on a model's heads, used here as an external reference
+for the diagnosis' per-query selection statistic (docs/validity.md):
+
+* **previous-token score** (:func:`previous_token_scores`): per head, the mean attention weight from
+  query ``i`` to key ``i - 1``, over the real, non-special queries ``i >= 1`` of the given texts;
+* **induction score** (:func:`induction_scores`, Olsson et al. 2022, *In-context learning and induction
+  heads*): per head, on sequences of ``length`` random distinct tokens repeated twice (``r r``, after
+  the tokenizer's own leading special token, if it adds one), the mean attention weight from each
+  position of the second copy to the token *after* the earlier occurrence of its token
+  (query ``r_k`` in the second copy, key ``r_{k+1}`` in the first; ``k = length - 1`` reads the
+  first token of the second copy). Seeded: the same seed gives the same sequences.
+
+Both take a transformers model (``output_attentions=True``) and switch it to the eager attention
+kernel for the call (other kernels return no weights), restoring its kernel afterwards. They return
+``(n_layers, n_heads)`` float64 arrays.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["previous_token_scores", "induction_scores", "attention_weights", "eager_attention",
+           "top_decile"]
+
+
+@contextmanager
+def eager_attention(model):
+    """Run the model with the eager attention kernel inside the block (restored on exit).
+
+    Examples
+    --------
+    >>> from attnspec.models import load_model
+    >>> model, _ = load_model("minilm")
+    >>> with eager_attention(model):
+    ...     model.config._attn_implementation
+    'eager'
+    """
+    before = getattr(model.config, "_attn_implementation", None)
+    changed = before not in (None, "eager")
+    if changed:
+        if hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("eager")
+        else:
+            model.config._attn_implementation = "eager"
+    try:
+        yield model
+    finally:
+        if changed:
+            if hasattr(model, "set_attn_implementation"):
+                model.set_attn_implementation(before)
+            else:
+                model.config._attn_implementation = before
+
+
+def attention_weights(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+                      ) -> list[torch.Tensor]:
+    """Per layer the ``(B, H, L, L)`` float32 attention weights of one batch (eager kernel, no gradient).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnspec.models import load_model
+    >>> model, tok = load_model("minilm")
+    >>> enc = tok(["The cat sat on the mat."], return_tensors="pt")
+    >>> A = attention_weights(model, enc["input_ids"], enc["attention_mask"])
+    >>> len(A), tuple(A[0].shape[:2]), bool(torch.allclose(A[0].sum(-1), torch.ones(())))
+    (6, (1, 12), True)
+    """
+    p = next(model.parameters())
+    kw = {"input_ids": input_ids.to(p.device)}
+    if attention_mask is not None:
+        kw["attention_mask"] = attention_mask.to(p.device)
+    with torch.no_grad(), eager_attention(model):
+        out = model(**kw, output_attentions=True)
+    atts = getattr(out, "attentions", None)
+    if not atts or any(a is None for a in atts):
+        raise RuntimeError(f"{type(model).__name__} returned no attention weights with output_attentions=True")
+    return [a.detach().float().cpu() for a in atts]
+
+
+def _special_mask(tokenizer, ids: torch.Tensor) -> torch.Tensor:
+    special = torch.tensor(sorted(set(getattr(tokenizer, "all_special_ids", []) or [])), dtype=ids.dtype)
+    return torch.isin(ids, special)
+
+
+def previous_token_scores(model, tokenizer, texts: Sequence[str], max_length: int = 128,
+                          batch_size: int = 8) -> np.ndarray:
+    """Mean attention from query ``i`` to key ``i - 1`` per head (module docstring), ``(n_layers, H)``.
+
+    Queries: real, non-special tokens ``i >= 1`` whose key ``i - 1`` is real. Texts are truncated to
+    ``max_length`` tokens and padded on the right.
+
+    Examples
+    --------
+    >>> from attnspec.models import load_model
+    >>> model, tok = load_model("minilm")
+    >>> s = previous_token_scores(model, tok, ["The cat sat on the mat.", "A dog ran home, then it slept."])
+    >>> s.shape, round(float(s[0, 2]), 2)          # MiniLM layer 0 head 2: a previous-token head
+    ((6, 12), 1.0)
+    """
+    total, count = None, 0.0
+    side = getattr(tokenizer, "padding_side", "right")
+    tokenizer.padding_side = "right"
+    try:
+        for b0 in range(0, len(texts), batch_size):
+            enc = tokenizer(list(texts[b0:b0 + batch_size]), padding=True, truncation=True, max_length=max_length,
+                            return_tensors="pt")
+            ids, valid = enc["input_ids"], enc["attention_mask"].bool()
+            q = valid & ~_special_mask(tokenizer, ids)
+            q[:, 0] = False
+            q[:, 1:] &= valid[:, :-1]
+            A = torch.stack(attention_weights(model, ids, enc["attention_mask"]))       # (layers, B, H, L, L)
+            prev = torch.diagonal(A, offset=-1, dim1=-2, dim2=-1)                         # (layers, B, H, L - 1)
+            s = (prev.double() * q[None, :, None, 1:]).sum(dim=(1, 3))
+            total = s if total is None else total + s
+            count += float(q.sum())
+    finally:
+        tokenizer.padding_side = side
+    return (total / max(count, 1.0)).numpy()
+
+
+def _token_pool(tokenizer) -> np.ndarray:
+    """Distinct ids of the built-in corpus' tokens, special tokens left out (ordinary, frequent tokens)."""
+    from ..data import builtin_texts
+    ids = set()
+    for t in builtin_texts(256):
+        ids.update(tokenizer(t, add_special_tokens=False)["input_ids"])
+    ids -= set(getattr(tokenizer, "all_special_ids", []) or [])
+    return np.array(sorted(ids))
+
+
+def _wrapping(tokenizer) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer puts before and after a text (e.g. ``[CLS]`` / ``[SEP]``, ``<bos>``)."""
+    plain = tokenizer("hello", add_special_tokens=False)["input_ids"]
+    full = tokenizer("hello")["input_ids"]
+    for k in range(len(full) - len(plain) + 1):
+        if full[k:k + len(plain)] == plain:
+            return list(full[:k]), list(full[k + len(plain):])
+    return [], []
+
+
+def induction_scores(model, tokenizer, n_sequences: int = 8, length: int = 50, seed: int = 0,
+                     batch_size: int = 8) -> np.ndarray:
+    """Olsson et al.'s induction score per head (module docstring), ``(n_layers, H)``.
+
+    Each sequence is ``length`` distinct tokens drawn at random (seeded) from the ordinary tokens of the
+    built-in corpus, repeated twice, with the special tokens the tokenizer adds around a text (e.g.
+    ``[CLS] ... [SEP]``, ``<bos> ...``).
+
+    Examples
+    --------
+    >>> from attnspec.models import load_model
+    >>> model, tok = load_model("minilm")
+    >>> s = induction_scores(model, tok, n_sequences=2, length=20, seed=0)
+    >>> s.shape, bool(((s >= 0) & (s <= 1)).all())
+    ((6, 12), True)
+    """
+    pool = _token_pool(tokenizer)
+    if len(pool) < length:
+        raise ValueError(f"only {len(pool)} distinct ordinary tokens, {length} requested")
+    rng = np.random.default_rng(seed)
+    seqs = [rng.choice(pool, size=length, replace=False).tolist() for _ in range(n_sequences)]
+    prefix, suffix = _wrapping(tokenizer)
+    wrap = lambda x: prefix + x + suffix                          # noqa: E731
+    lead = len(prefix)
+    total, count = None, 0
+    for b0 in range(0, n_sequences, batch_size):
+        ids = torch.tensor([wrap(s + s) for s in seqs[b0:b0 + batch_size]])
+        A = torch.stack(attention_weights(model, ids, torch.ones_like(ids)))          # (layers, B, H, L, L)
+        k = torch.arange(length)
+        qpos, kpos = lead + length + k, lead + k + 1
+        s = A[..., qpos, kpos].double().sum(dim=(1, 3))                               # (layers, H)
+        total = s if total is None else total + s
+        count += ids.shape[0] * length
+    return (total / count).numpy()
+
+
+def top_decile(scores: np.ndarray) -> np.ndarray:
+    """Bool mask of the heads in the top decile of a probe's scores (at least one head).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> top_decile(np.arange(20.0)).nonzero()[0].tolist()
+    [18, 19]
+    """
+    s = np.asarray(scores, dtype=float)
+    k = max(1, int(round(0.1 * s.size)))
+    cut = np.sort(s.ravel())[-k]
+    return s >= cut
