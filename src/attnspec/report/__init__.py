@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..diagnostics.columns import COLUMNS, HEATMAPS, VERDICTS
+from ..diagnostics.columns import COLUMNS, HEATMAPS
 from ..figures import png_data_uri
 from ..figures.diagnosis import interval_figure, layer_spectra_figure
 
@@ -30,7 +30,7 @@ _THEORY_NOTE = ("<li>All layers are bidirectional full attention: the model of d
 #: The report's inline styles.
 _STYLE = """<style>
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;line-height:1.4}
-h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em}
+h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em} h3{font-size:1em;margin:.8em 0 .2em}
 .tbl{border-collapse:collapse;font-size:0.8em} .tbl td,.tbl th{padding:2px 6px;border-bottom:1px solid #eee;text-align:right}
 img{max-width:100%} dt{font-weight:bold;margin-top:.5em} code{background:#f4f4f4;padding:0 3px}
 .kv span{display:inline-block;margin-right:1.5em}
@@ -99,49 +99,68 @@ def _spectra(diag) -> str:
     return "" if fig is None else png_data_uri(fig)
 
 
-#: How to read each diagnostic, with the validity benchmark's figures (docs/validity.md: tiny random BERT
-#: models with planted heads, 6 seeds, AUC at the strongest planting and 64 texts unless stated).
+#: How to read each diagnostic: (title, its columns, a short paragraph with the validity benchmark's figures).
+#: The figures are from docs/validity.md: tiny random BERT models with planted heads, 6 seeds, AUC at the
+#: strongest planting and 64 texts unless stated.
 HOW_TO_READ = [
-    ("selection_score / selection",
-     "Detects heads whose attention goes to the same few keys for every query (shared targets: [CLS], [SEP], "
+    ("Identification (Gaussian equivalence)",
+     ("beta_hat", "alpha_hat", "r2", "spec_w1_rel", "beta_null", "beta_corrected", "score_scale"),
+     "Each head is fitted by its Gaussian equivalent, softmax attention replaced by (11^T + beta_hat S + "
+     "alpha_hat Z)/l: beta_hat is the linear-mixing coefficient, r2 the share of l A - 1 it explains and "
+     "spec_w1_rel the distance of the head's output spectrum from its equivalent's. On short texts beta_hat "
+     "underestimates hot heads even for random heads (planted beta 1 / 2 / 3 read 0.93 / 1.50 / 1.76 on 64 texts: "
+     "-7 % / -25 % / -41 %), so compare it with beta_null (the same fit on a random head at the head's score scale "
+     "and these lengths), not with score_scale. beta_corrected removes that bias: its interval covers the planted "
+     "temperature 97, 97, 94 and 95 times in 100 at beta 0.5, 1, 2 and 3."),
+    ("Selection",
+     ("selection_score", "selection", "entropy_ratio", "confidence"),
+     "selection_score detects heads whose attention goes to the same few keys for every query (shared targets: [CLS], [SEP], "
      "punctuation, attention sinks): AUC 1.00 on planted class-token heads. It does not detect per-query patterns "
      "(previous/next token, the token's own repeats): AUC 0.25 and 0.09 there, where Voita confidence reaches 1.00 "
      "and 0.97 and the entropy ratio 1.00 and 0.91. 'selective' requires the whole 95 % interval above log 2; "
      "'undetermined' means the texts do not decide (add texts)."),
-    ("beta_hat (with beta_null)",
-     "The linear-mixing coefficient of the Gaussian-equivalent fit. On short texts it underestimates hot heads even "
-     "for random heads: planted beta 1 / 2 / 3 read 0.93 / 1.50 / 1.76 on 64 texts (-7 % / -25 % / -41 %). "
-     "beta_null is the same fit on a random head at the head's score scale and these lengths: compare beta_hat "
-     "with beta_null, not with score_scale; beta_corrected removes that bias for noise-like heads."),
-    ("cka_excess / dependence",
-     "Detects pairs of heads that compute the same thing (shared or copied Q/K/V): AUC 1.00 for pairs at "
+    ("Dependence",
+     ("cka_excess", "cka_excess_background", "dependence", "dependence_partner"),
+     "cka_excess detects pairs of heads that compute the same thing (shared or copied Q/K/V): AUC 1.00 for pairs at "
      "correlation 0.75 and above, 0.90 at 0.5, where a correlation of the attention maps already reaches 1.00. "
-     "Almost every pair of a real layer has a positive excess (heads read the same inputs), so the 'dependent' "
-     "verdict asks more: the lower end of the pair's interval must exceed the median excess of the layer's other "
-     "pairs (cka_excess_background) by the layer's margin, 0.1 (bidirectional) or 0.6 (causal). On 64 texts, "
-     "planted copies at correlation 1 pass (BERT 12 of 12, GPT-2 16 of 16), at 0.75 half of them in BERT and 3 of "
-     "16 in GPT-2; no background pair of the planted models (0 of 3,456) and no head of a randomly initialized "
-     "model does. 'independent' means no more than the layer's usual sharing plus the margin."),
-    ("removal_spec_shift",
-     "How much the layer's output spectrum moves without the head: AUC 1.00 for heads that carry the layer's signal "
-     "at full planting, 0.78 at half, where the exact removal effect reaches 0.99 and Michel importance 0.97; it "
-     "ranks as the energy share does. On MiniLM it agrees with exact removal at Spearman 0.22 across layers. Use "
-     "removal_effect (exact) or removal_first_order to rank heads by function; the spectral shift describes the "
-     "spectrum only."),
-    ("removal_effect",
-     "Exact ablation: the effect of zeroing the head on the loss (causal LM) or the pooled embedding (encoder); "
-     "_se and _lo/_hi give its uncertainty over texts (and sampled positions)."),
+     "Almost every pair of a real layer has a positive excess (heads read the same inputs), so a pair is "
+     "'dependent' only when the lower end of its interval exceeds the median excess of the layer's other pairs by "
+     "0.1 (bidirectional) or 0.6 (causal): planted copies at correlation 1 pass (BERT 12 of 12, GPT-2 16 of 16), at "
+     "0.75 half of them in BERT and 3 of 16 in GPT-2, no background pair (0 of 3,456) and no head of a randomly "
+     "initialized model. It does not detect dependence shared by most of a layer's pairs."),
+    ("Removal",
+     ("removal_spec_shift", "removal_spec_shift_ge", "removal_effect", "removal_first_order", "michel_importance"),
+     "removal_spec_shift is how much the layer's output spectrum moves without the head, beside the shift the "
+     "Gaussian equivalent of the remaining heads predicts: AUC 1.00 for heads that carry the layer's signal at full "
+     "planting, 0.78 at half, where the exact removal effect reaches 0.99 and Michel importance 0.97. It describes "
+     "the spectrum, not the function (on MiniLM it agrees with exact removal at Spearman 0.22 across layers): rank "
+     "heads by removal_effect (exact ablation: the loss of a causal LM or the pooled embedding of an encoder, "
+     "with _se and _lo/_hi over texts) or removal_first_order."),
+    ("Intervals and verdicts",
+     ("selection_score_lo", "selection_score_hi", "removal_effect_se"),
+     "Every _lo / _hi pair is a 95 % percentile interval from a Poisson bootstrap over texts (200 replicates by "
+     "default, n_boot); the model runs once. Intervals describe the spread over the corpus' texts and hold the "
+     "fitted Gaussian equivalents and null heads fixed. Every label is a test against an interval, and is "
+     "'undetermined' below min_tokens real tokens (400 by default)."),
 ]
 
 
-def _how_to_read(s: dict) -> str:
-    items = "".join(f"<dt><code>{html.escape(k)}</code></dt><dd>{html.escape(v)}</dd>" for k, v in HOW_TO_READ)
+def _how_to_read(s: dict, shown: set[str]) -> str:
+    """One short paragraph per diagnostic, its columns linked to their meaning below (and named in docs/columns.md)."""
+    esc = html.escape
+
+    def col(k: str) -> str:
+        return f'<a href="#col-{esc(k)}"><code>{esc(k)}</code></a>' if k in shown else f"<code>{esc(k)}</code>"
+
+    paras = "".join(f"<h3>{esc(title)}</h3><p>{esc(text)} Columns: {', '.join(col(k) for k in cols)} "
+                    f'(<a href="#scores">what the scores mean</a>; docs/columns.md in the attnspec repository).</p>'
+                    for title, cols, text in HOW_TO_READ)
     rb = s.get("random_head_beta_hat") or {}
     bias = "; ".join(f"score scale {k.removeprefix('score_scale_').replace('_to_', ' to ')}: "
                      f"{100 * v['median_relative_bias']:+.0f} % ({v['heads']} heads)" for k, v in rb.items())
     line = (f"<p>Random-head <code>beta_hat</code> at these text lengths (median of beta_null / score_scale - 1): "
-            f"{html.escape(bias)}.</p>") if bias else ""
-    return f"<p>{html.escape(VERDICTS)}</p>{line}<dl>{items}</dl>"
+            f"{esc(bias)}.</p>") if bias else ""
+    return paras + line
 
 
 def _intervals(diag) -> str:
@@ -203,7 +222,9 @@ def render_report(diag) -> str:
     sp = "".join(f"<li><code>{esc(k)}</code>: {v:.3f}</li>" for k, v in s.get("spearman", {}).items())
     shown = [("heads", k) for k in diag.heads.columns] + [("layers", k) for k in diag.layers.columns
                                                           if k not in diag.heads.columns]
-    desc = "".join(f"<dt><code>{esc(k)}</code></dt><dd>{esc(COLUMNS[t][k])}</dd>" for t, k in shown if k in COLUMNS[t])
+    desc = "".join(f'<dt id="col-{esc(k)}"><code>{esc(k)}</code></dt><dd>{esc(COLUMNS[t][k])}</dd>'
+                   for t, k in shown if k in COLUMNS[t])
+    described = {k for t, k in shown if k in COLUMNS[t]}
     hm = _heatmaps(diag)
     spec = _spectra(diag)
     top = diag.heads.sort_values("selection_score", ascending=False).head(10)
@@ -235,7 +256,7 @@ labelled sparse. On the CKA map, a number marks a dependent head and names its p
 (red selective, blue diffuse, purple sparse, grey undetermined). Black dashes: score scale; orange crosses: what
 beta_hat gives for a random head at that scale on these texts (beta_null).</p>
 {_intervals(diag)}
-<h2>How to read this</h2>{_how_to_read(s)}
+<h2>How to read this</h2>{_how_to_read(s, described)}
 <h2>Layer spectra against the Gaussian-equivalent reference</h2>
 <p>Centered output spectrum of each layer (blue), of the layer with every head replaced by its fitted Gaussian
 equivalent (orange, filled) and of the free sum of its heads (green, dashed); both axes logarithmic.</p>
@@ -246,7 +267,7 @@ equivalent (orange, filled) and of the free sum of its heads (green, dashed); bo
 <p>The pairs whose CKA excess clears the layer background by most (verdict: <code>dependence</code>; rule in the
 note on intervals above).</p>{_dependent_pairs(diag)}
 <h2>Layers</h2>{_table(diag.layers)}
-<h2>What the scores mean</h2><dl>{desc}</dl>
+<h2 id="scores">What the scores mean</h2><dl>{desc}</dl>
 <p style="font-size:.8em;color:#777">attnspec report; normalizations in the docstrings of attnspec.diagnostics.*</p>
 </body></html>
 """
