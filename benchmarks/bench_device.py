@@ -48,7 +48,7 @@ def forward_seconds(model, tok, texts, device: str, max_length: int) -> float:
 def diagnose_on(name: str, device: str, dtype: str) -> tuple:
     """``(diagnosis, diagnosis seconds, forward seconds)`` of ``name`` on ``device`` in ``dtype``."""
     from attnspec import diagnose
-    from attnspec.diagnostics.texts import resolve_texts
+    from attnspec.diagnostics.pipeline.texts import resolve_texts
     from attnspec.models import adapt, load_model
     model, tok = load_model(name, device=device, dtype=dtype)
     ad = adapt(model)

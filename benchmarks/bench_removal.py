@@ -46,8 +46,9 @@ if job["what"] == "default":
            "first_order": h["removal_first_order"].tolist() if "removal_first_order" in h else None,
            "removal": d.summary["removal"], "timings": d.summary["timings_s"]}
 else:
-    from attnspec.diagnostics.api import exact_pass, make_shards
-    from attnspec.diagnostics.texts import resolve_texts
+    from attnspec.diagnostics.pipeline.passes import exact_pass
+    from attnspec.diagnostics.pipeline.shards import make_shards
+    from attnspec.diagnostics.pipeline.texts import resolve_texts
     texts, _ = resolve_texts("builtin", tok, ad.kind, job["n_texts"], job["max_length"], None)
     sh = make_shards(tok, texts, 1, job["max_length"])[0]
     r = exact_pass(ad, sh.removal_batches, mean_ablation=False, means=None, max_tokens=16384, seed=0)

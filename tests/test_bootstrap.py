@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from attnspec.diagnostics import selection as sel
-from attnspec.diagnostics.bootstrap import interval, weighted, weighted_w1, weights
-from attnspec.diagnostics.steps.removal import RatioSums
+from attnspec.diagnostics.statistics import selection as sel
+from attnspec.diagnostics.statistics.bootstrap import interval, weighted, weighted_w1, weights
+from attnspec.diagnostics.pipeline.head_removal import RatioSums
 from attnspec.spectra import wasserstein1
 
 
@@ -102,9 +102,9 @@ def test_linearized_cka_replicates_match_exact_weighted_cka():
     but centred on the estimate, where the exact replicates of a squared norm drift upwards."""
     import torch
 
-    from attnspec.diagnostics import dependence as dep
-    from attnspec.diagnostics.intervals import cka_excess_replicates
-    from attnspec.diagnostics.steps.spectra import LayerSpectra, cka_influence
+    from attnspec.diagnostics.statistics import dependence as dep
+    from attnspec.diagnostics.result.intervals import cka_excess_replicates
+    from attnspec.diagnostics.pipeline.spectra import LayerSpectra, cka_influence
     rng = np.random.default_rng(3)
     T, H, L, dh = 40, 3, 12, 4
     M = rng.standard_normal((T, H, L, dh))

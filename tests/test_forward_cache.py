@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from attnspec.diagnostics.steps.forward_cache import ForwardCache
+from attnspec.diagnostics.pipeline.forward_cache import ForwardCache
 from attnspec.models.attention_calls import AttentionCall
 
 torch.set_num_threads(1)

@@ -65,7 +65,7 @@ def test_no_import_cycle():
 def test_the_graph_sees_real_edges():
     g = _graph()
     assert "attnspec.theory.pencil" in g["attnspec.theory.dyson"]
-    assert "attnspec.models.ablation" in g["attnspec.diagnostics.steps.removal"]
+    assert "attnspec.models.ablation" in g["attnspec.diagnostics.pipeline.head_removal"]
 
 
 def _reach(graph, start):

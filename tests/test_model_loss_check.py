@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnspec import diagnose
-from attnspec.diagnostics.summary import LOSS_MARGIN
+from attnspec.diagnostics.result.summary import LOSS_MARGIN
 from attnspec.models.tiny import tiny_causal_lm
 
 torch.set_num_threads(1)

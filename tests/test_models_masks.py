@@ -181,7 +181,7 @@ def test_recorded_allowed_sets_are_the_models(saved, name):
     """The allowed sets the diagnosis reads (:func:`record`: a RuleMask where SDPA got no mask tensor, built
     tile by tile, else the dense mask) equal the hand-built ones, padded or not; an unpadded batch of a model
     without windows keeps no ``B L^2`` tensor at all."""
-    from attnspec.diagnostics.steps.collect import record
+    from attnspec.diagnostics.pipeline.collect import record
     from attnspec.models.rule_mask import RuleMask
     model, tok, rules = saved(name)
     ad = adapt(model)

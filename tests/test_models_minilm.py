@@ -97,7 +97,7 @@ def test_load_errors(tmp_path):
 
 def test_padding_excluded(minilm):
     """Statistics of a text do not depend on the padding added by longer texts in its batch."""
-    from attnspec.diagnostics import identification as ident, selection as sel
+    from attnspec.diagnostics.statistics import identification as ident, selection as sel
     model, tok = minilm
     ad = adapt(model)
     texts = builtin_texts(2)

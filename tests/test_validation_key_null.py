@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnspec.diagnostics import identification as ident
-from attnspec.diagnostics.intervals import corrected_beta
+from attnspec.diagnostics.statistics import identification as ident
+from attnspec.diagnostics.result.intervals import corrected_beta
 
 torch.set_num_threads(1)
 

@@ -141,7 +141,7 @@ def test_only_the_cli_registry_imports_the_zoo():
 
 
 def test_zoo_columns_do_not_collide_with_the_library():
-    from attnspec.diagnostics.columns import COLUMNS
+    from attnspec.diagnostics.result.columns import COLUMNS
     from attnspec.zoo.entropy_gap import entropy_gap_table
 
     model = zoo.load(DATA / "diffuse")

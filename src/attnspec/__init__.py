@@ -11,7 +11,7 @@ Layers, each depending only on those above it:
 * :mod:`attnspec.report`, :mod:`attnspec.cli` — reports and the command line.
 
 The most used entry points are importable from here: ``MHSAConfig``, ``simulate``, ``solve_law``, ``Law``,
-``diagnose``, ``Diagnosis`` and ``CustomAttention`` (the protocol a custom model implements to be diagnosed;
+``diagnose``, ``DiagnoseOptions``, ``Diagnosis`` and ``CustomAttention`` (the protocol a custom model implements to be diagnosed;
 loaded lazily, so ``import attnspec`` does not import torch).
 """
 from importlib import import_module
@@ -27,6 +27,7 @@ _LAZY = {
     "Law": "attnspec.theory",
     "diagnose": "attnspec.diagnostics",
     "Diagnosis": "attnspec.diagnostics",
+    "DiagnoseOptions": "attnspec.diagnostics",
     "CustomAttention": "attnspec.models.custom",
 }
 __all__ = ["ConfigError", "MHSAConfig", "__version__", *_LAZY]

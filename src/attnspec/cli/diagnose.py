@@ -12,7 +12,7 @@ from ._registry import EEG_SUFFIXES, check_eeg_file, check_model, image_files, z
 
 ORDER = 30
 
-#: Default number of trials for attnspec.zoo checkpoints (texts: attnspec.diagnostics.texts.DEFAULT_N_TEXTS).
+#: Default number of trials for attnspec.zoo checkpoints (texts: attnspec.diagnostics.pipeline.texts.DEFAULT_N_TEXTS).
 DEFAULT_ZOO_TRIALS = 32
 
 

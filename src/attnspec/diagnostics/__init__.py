@@ -1,27 +1,23 @@
 """Diagnosis of trained models: per layer and per head (docs/theory.md, section *From theory to diagnosis*).
 
-``diagnose(model, tokenizer_or_inputs, texts)`` returns a :class:`Diagnosis` whose ``heads`` table has
-one row per layer x head:
+``diagnose(model, tokenizer_or_inputs, texts, options=DiagnoseOptions(...))`` (or the options as keyword
+arguments) returns a :class:`Diagnosis` whose ``heads`` table has one row per layer x head (every column:
+:mod:`.result.columns`, docs/columns.md): identification of the Gaussian equivalent, selection, dependence,
+head-removal sensitivity, each with bootstrap intervals and a verdict.
 
-identification (:mod:`.identification`)
-    ``score_scale`` (std of row-centered logits, the inverse temperature used), ``beta_hat``,
-    ``alpha_hat`` (fit of ``l A - 1`` on standardized scores), ``alpha_null`` (Gaussian-score
-    value ``sqrt(e^{s^2} - 1 - s^2)``), ``r2``; ``spec_w1``, ``spec_w1_rel``, ``spec_ks``,
-    ``spec_outliers_per_text``, ``spec_m1``, ``spec_m1_ge``: centered output spectrum vs the fitted
-    Gaussian equivalent's (:mod:`.spectral` gives the normalization);
-selection (:mod:`.selection`)
-    ``selection_score`` = log(departure / null departure), ``null_w1_rel``, ``diffuse``/``selection``;
-    baselines ``entropy``, ``entropy_uniform``, ``entropy_ratio`` (Clark et al. 2019) and
-    ``confidence`` (Voita et al. 2019);
-dependence (:mod:`.dependence`)
-    ``cka_mean``, ``cka_max``, ``cka_partner``, ``cka_null_mean``, ``cka_excess``, ``energy_share``;
-    the ``pairs`` table; per layer ``free_defect_w1_rel``, ``interference``, GQA sharing columns;
-removal (:mod:`.removal`)
-    ``removal_spec_shift`` (a) and ``removal_spec_shift_ge`` (its Gaussian-equivalent, ``H - 1``-head
-    prediction), ``removal_effect`` = ``loss_increase`` or ``embedding_shift`` (b),
-    ``michel_importance`` / ``michel_importance_raw`` (c); Spearman correlations in ``summary``.
+The package, from the bottom up (each part imports only those below it):
+
+* :mod:`.statistics`: the statistics, pure functions of accumulated sums (selection, dependence, spectral
+  distances, identification, removal effects, noise, rotations, the bootstrap);
+* :mod:`.options`: :class:`DiagnoseOptions`, every option and its allowed values, declared once;
+* :mod:`.pipeline`: the steps (collect, fit, spectra, removal) with their mergeable accumulators, the step
+  sequence written once (:mod:`.pipeline.run`) and its executors (this process, a Dask cluster);
+* :mod:`.result`: the tables built from the merged accumulators, intervals, verdicts, the summary and the
+  :class:`Diagnosis` object;
+* :mod:`.entry` (``diagnose``) and :mod:`.distributed` (``diagnose_on_cluster``): the public entry points.
 """
 from .entry import diagnose
-from .result import Diagnosis
+from .options import DiagnoseOptions, OptionError
+from .result.diagnosis import Diagnosis
 
-__all__ = ["diagnose", "Diagnosis"]
+__all__ = ["diagnose", "DiagnoseOptions", "OptionError", "Diagnosis"]

@@ -1,26 +1,67 @@
-"""``attnspec.diagnose``: the diagnosis in this process (:func:`.api.diagnose`) or on a Dask cluster
-(:func:`.distributed.diagnose_on_cluster`), chosen by ``client``. Above both, so neither imports the other's
-caller. A model implementing :class:`attnspec.CustomAttention` (:mod:`attnspec.models.custom`) is diagnosed
-through its adapter (structure masks, functional output) and its tables get ``block`` and ``path`` columns."""
+"""``attnspec.diagnose``: the options checked once (:class:`.options.DiagnoseOptions`), then the one step sequence
+(:mod:`.pipeline.run`) through an executor: this process (:class:`.pipeline.executor.LocalExecutor`) or a Dask
+cluster (:func:`.distributed.diagnose_on_cluster`), chosen by ``client`` / ``n_workers``. A model implementing
+:class:`attnspec.CustomAttention` (:mod:`attnspec.models.custom`) is diagnosed through its adapter (structure
+masks, functional output) and its tables get ``block`` and ``path`` columns."""
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Sequence
 
-from . import api
-from .result import Diagnosis
+from .options import DiagnoseOptions
+from .pipeline.executor import LocalExecutor
+from .pipeline.resources import _one_blas_thread
+from .pipeline.run import prepare, run_steps
+from .result.build import build_diagnosis
+from .result.diagnosis import Diagnosis
 
 __all__ = ["diagnose"]
 
-_CLIENT_DOC = """
-    client : distributed.Client or str, optional
-        Run on a Dask cluster (:func:`attnspec.diagnostics.distributed.diagnose_on_cluster`): a client
-        or a scheduler address. ``model`` must then be a built-in name or a path (every worker loads it
-        once, with ``load_kwargs``) and ``tokenizer_or_inputs`` ``None``.
-    load_kwargs : dict, optional
-        With ``client``: keyword arguments of :func:`attnspec.models.load_model` on the workers.
-"""
 
-_CUSTOM_DOC = """
+def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] | str | None = None, *,
+             options: DiagnoseOptions | None = None, client: Any = None, n_workers: int | None = None,
+             load_kwargs: dict | None = None, n_shards: int | None = None, torch_threads: int | None = None,
+             cluster_kwargs: dict | None = None, **kwargs) -> Diagnosis:
+    """Diagnose every attention head of ``model``.
+
+    Parameters
+    ----------
+    model : nn.Module or ModelAdapter or str
+        A supported model (see :func:`attnspec.models.adapt`), with any attention implementation; on a
+        cluster a built-in name or a path that every worker loads (``load_kwargs``).
+    tokenizer_or_inputs : tokenizer, dict or tensor
+        A tokenizer (then ``texts`` are tokenized, truncated to ``max_length`` and length-bucketed),
+        a dict/BatchEncoding of ``input_ids``/``attention_mask``, or inputs for generic models (see
+        :func:`attnspec.models.make_batches`). ``None`` on a cluster (each worker loads the tokenizer).
+    texts : list of str or 'builtin' or None
+        Texts (policy in :mod:`attnspec.diagnostics.pipeline.texts`: ``'builtin'``/``None`` takes ``n_texts``
+        texts of the built-in corpus, packed to ``max_length`` tokens for causal LMs unless ``pack``).
+    options : DiagnoseOptions, optional
+        Every option of the diagnosis (:class:`attnspec.DiagnoseOptions`: its fields, their allowed values and
+        defaults); keyword arguments ``**kwargs`` are its fields too, and change ``options`` when both are given.
+    client, n_workers, n_shards, torch_threads, cluster_kwargs : optional
+        Run on a Dask cluster (:func:`attnspec.diagnostics.distributed.diagnose_on_cluster`): a client or a
+        scheduler address, or ``n_workers`` processes of a new local cluster; groups of batches per step;
+        torch threads per task. Where it runs changes no number of the result (to 1e-9).
+    load_kwargs : dict, optional
+        On a cluster: keyword arguments of :func:`attnspec.models.load_model` on the workers.
+    **kwargs
+        Fields of :class:`attnspec.DiagnoseOptions`: ``n_texts``, ``max_length``, ``removal``, ``n_boot``,
+        ``seed``, ...
+
+    Returns
+    -------
+    Diagnosis
+        ``.heads`` (a row per layer x head), ``.layers``, ``.pairs``, ``.summary`` (columns:
+        :mod:`attnspec.diagnostics.result.columns`, docs/columns.md).
+
+    Raises
+    ------
+    OptionError
+        (a ``ValueError``) An option outside its allowed values, naming it, before any work.
+    TypeError
+        An unknown option.
+
     Notes
     -----
     Custom models: a model implementing :class:`attnspec.CustomAttention` (``attention_blocks()`` and
@@ -28,19 +69,34 @@ _CUSTOM_DOC = """
     ``tokenizer_or_inputs`` (an array or tensor, or a dict ``{"args": (X,), "attention_mask": (B, L)}``);
     each block's structure mask is intersected with the padding mask, head removal is measured on the
     functional output, and the tables get ``block`` (the block's name) and ``path`` (its label) columns.
-"""
 
+    Examples
+    --------
+    A seeded 2-layer, 2-head GPT-2 on 2 texts of 6 random tokens, every head removed exactly:
 
-def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts=None, *, client: Any = None,
-             load_kwargs: dict | None = None, **options) -> Diagnosis:
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
+    >>> inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    >>> d = diagnose(ad, inputs, min_tokens=0, n_boot=20)
+    >>> d.heads[["layer", "head", "n_tokens"]].values.tolist()
+    [[0, 0, 12], [0, 1, 12], [1, 0, 12], [1, 1, 12]]
+    >>> d.summary["removal_effect"], len(d.layers), len(d.pairs)      # one pair of heads per layer
+    ('loss_increase', 2, 2)
+    >>> d2 = diagnose(ad, inputs, options=DiagnoseOptions(min_tokens=0, n_boot=20))   # the same options
+    >>> d2.heads.equals(d.heads)
+    True
+    """
     from ..models.custom import is_custom
 
-    if client is None:
-        if load_kwargs is not None:
-            raise ValueError("load_kwargs applies with client= only (load the model yourself otherwise)")
+    opts = DiagnoseOptions.of(options, **kwargs)
+    if client is None and n_workers is None:
+        for name, v in (("load_kwargs", load_kwargs), ("n_shards", n_shards), ("torch_threads", torch_threads),
+                        ("cluster_kwargs", cluster_kwargs)):
+            if v is not None:
+                raise ValueError(f"{name} applies on a cluster only (client= or n_workers=)")
         if is_custom(model):
-            return _diagnose_custom(model, tokenizer_or_inputs, texts, **options)
-        return api.diagnose(model, tokenizer_or_inputs, texts, **options)
+            return _diagnose_custom(model, tokenizer_or_inputs, texts, opts)
+        return _diagnose_here(model, tokenizer_or_inputs, texts, opts)
     if is_custom(model):
         raise ValueError("client= does not apply to a custom (attnspec.CustomAttention) model; diagnose it in "
                          "this process (client=None)")
@@ -48,10 +104,34 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts=None, *, client:
         raise ValueError("with client=, pass the model as a name or path and tokenizer_or_inputs=None "
                          "(each worker loads the model and its tokenizer)")
     from .distributed import diagnose_on_cluster
-    return diagnose_on_cluster(model, texts, client, load_kwargs=load_kwargs, **options)
+    return diagnose_on_cluster(model, texts, client, n_workers=n_workers, load_kwargs=load_kwargs,
+                               n_shards=n_shards, torch_threads=torch_threads, cluster_kwargs=cluster_kwargs,
+                               options=opts)
 
 
-def _diagnose_custom(model: Any, inputs: Any, texts, **options) -> Diagnosis:
+def _diagnose_here(model: Any, tokenizer_or_inputs: Any, texts, opts: DiagnoseOptions) -> Diagnosis:
+    """The step sequence in this process, on the caller's model (put in eval mode, restored after)."""
+    from ..models import adapt
+    adapter = adapt(model)
+    with _one_blas_thread():
+        t_start = time.perf_counter()
+        tmod = adapter.model
+        was_training = tmod.training
+        tmod.eval()
+        timings: dict[str, float] = {}
+        try:
+            prep = prepare(adapter, tokenizer_or_inputs, texts, opts)
+            res = run_steps(LocalExecutor(adapter, opts.progress), prep, opts, timings)
+        finally:
+            if was_training:
+                tmod.train()
+        diag = build_diagnosis(adapter, res, opts, prep.source, prep.model_name, timings)
+    timings["total"] = time.perf_counter() - t_start
+    diag.summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+    return diag
+
+
+def _diagnose_custom(model: Any, inputs: Any, texts, opts: DiagnoseOptions) -> Diagnosis:
     """A :class:`attnspec.CustomAttention` model on inputs ``X``: its adapter, then labelled tables."""
     from ..models.custom import custom_adapter, custom_inputs, site_labels
 
@@ -66,9 +146,9 @@ def _diagnose_custom(model: Any, inputs: Any, texts, **options) -> Diagnosis:
         batch = custom_inputs(adapter, inputs["args"][0], inputs.get("attention_mask"))
     else:
         batch = custom_inputs(adapter, inputs)
-    options.setdefault("model_name", type(model).__name__)
-    diag = api.diagnose(adapter, batch, **options)
-    return _label(diag, site_labels(adapter))
+    if opts.model_name is None:
+        opts = opts.replace(model_name=type(model).__name__)
+    return _label(_diagnose_here(adapter, batch, None, opts), site_labels(adapter))
 
 
 def _label(diag: Diagnosis, labels: list[dict]) -> Diagnosis:
@@ -84,8 +164,3 @@ def _label(diag: Diagnosis, labels: list[dict]) -> Diagnosis:
                 tab.insert(2, "path", tab["layer"].map(paths))
     diag.summary["blocks"] = labels
     return diag
-
-
-diagnose.__doc__ = api.diagnose.__doc__.replace("    reuse_forward : bool, optional",
-                                                _CLIENT_DOC.strip("\n") + "\n    reuse_forward : bool, optional", 1)
-diagnose.__doc__ = diagnose.__doc__.replace("    Examples\n    --------", _CUSTOM_DOC.strip("\n") + "\n\n    Examples\n    --------", 1)

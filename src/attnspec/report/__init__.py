@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..diagnostics.columns import COLUMNS, HEATMAPS
+from ..diagnostics.result.columns import COLUMNS, HEATMAPS
 from ..figures import png_data_uri
 from ..figures.diagnosis import interval_figure, layer_spectra_figure
 

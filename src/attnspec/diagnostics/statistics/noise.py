@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..seeding import seed_of
+from ...seeding import seed_of
 
 __all__ = ["Draw", "TextNoise"]
 

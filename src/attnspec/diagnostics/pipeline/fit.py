@@ -23,13 +23,13 @@ import numpy as np
 import torch
 
 from ...models.rule_mask import RuleMask, same_mask
-from .. import dependence as dep
-from .. import identification as ident
-from .. import selection as sel
-from .. import spectral
-from ..bootstrap import N_BOOT, weighted, weights
-from ..noise import Draw, TextNoise
-from ..resources import _layer_pool
+from ..statistics import dependence as dep
+from ..statistics import identification as ident
+from ..statistics import selection as sel
+from ..statistics import spectral
+from ..statistics.bootstrap import N_BOOT, weighted, weights
+from ..statistics.noise import Draw, TextNoise
+from .resources import _layer_pool
 from .collect import LayerBatch
 
 __all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "CorpusStats", "null_tile_weights", "null_sums"]
@@ -56,7 +56,7 @@ class LayerFitSums:
     Examples
     --------
     >>> import numpy as np
-    >>> from attnspec.models.tiny import tiny_layer
+    >>> from attnspec.diagnostics.pipeline.collect import tiny_layer
     >>> ad, batch, lb = tiny_layer()             # layer 0 of a 2-layer, 2-head GPT-2 on 2 texts of 6 tokens
     >>> sums = LayerFitSums().update(lb, ad.sites[0].w_out(), seed=0, n_boot=5)
     >>> sorted(sums.fit()), sums.fit_replicates()["beta_hat"].shape, sums.n_tokens
@@ -64,7 +64,7 @@ class LayerFitSums:
 
     Text by text, merged, gives the same fit:
 
-    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> from attnspec.diagnostics.pipeline.collect import collect
     >>> one = lambda i: {k: v[i:i + 1] for k, v in batch.items()}
     >>> parts = [LayerFitSums().update(collect(ad, one(i))[0], ad.sites[0].w_out(), 0, 5) for i in (0, 1)]
     >>> np.allclose(parts[0].merge(parts[1]).fit()["beta_hat"], sums.fit()["beta_hat"])
@@ -163,7 +163,7 @@ def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: 
     Examples
     --------
     >>> import numpy as np, torch
-    >>> from attnspec.models.tiny import tiny_layer
+    >>> from attnspec.diagnostics.pipeline.collect import tiny_layer
     >>> lb = tiny_layer()[2]                     # causal layer 0 of the tiny GPT-2: 2 texts, 6 tokens
     >>> scale = np.array([1.0, 2.0])             # s_h of the 2 null heads (width d = 16)
     >>> tiles = list(null_tile_weights(lb.allowed, lb.valid, lb.order, 0, 2, 16, scale, 0, tile_rows=4))
@@ -193,7 +193,7 @@ class MaskStore:
     Examples
     --------
     >>> import torch
-    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> from attnspec.diagnostics.pipeline.collect import collect
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> store, lbs = MaskStore(), collect(*tiny_causal_lm())        # both layers of the tiny GPT-2
     >>> store.add(lbs)
@@ -234,7 +234,7 @@ class NullFitSums:
 
     Examples
     --------
-    >>> from attnspec.models.tiny import tiny_layer
+    >>> from attnspec.diagnostics.pipeline.collect import tiny_layer
     >>> ad, batch, lb = tiny_layer()             # layer 0 of the tiny GPT-2 (2 heads of width 16)
     >>> f = LayerFitSums().update(lb, ad.sites[0].w_out(), 0, 5).fit()
     >>> null = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6, n_boot=5)
@@ -296,7 +296,7 @@ def null_sums(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: 
     Examples
     --------
     >>> import numpy as np
-    >>> from attnspec.diagnostics.steps.collect import collect
+    >>> from attnspec.diagnostics.pipeline.collect import collect
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm(); lbs = collect(ad, batch)       # a 2-layer, 2-head GPT-2
     >>> store = MaskStore(); store.add(lbs)

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..seeding import seed_of
+from ...seeding import seed_of
 from .noise import Draw
 
 __all__ = ["N_BOOT", "LEVEL", "weights", "weighted", "interval", "weighted_w1", "weighted_mean"]

@@ -217,7 +217,7 @@ HEATMAPS = [
 #: How the intervals are made and what each verdict's false-positive rate is (docs/columns.md, the report).
 VERDICTS = (
     "Every `_lo` / `_hi` pair is a 95 % percentile interval from a Poisson bootstrap over texts "
-    "(`attnspec.diagnostics.bootstrap`): each text gets 200 Poisson(1) weights (`n_boot`), seeded by the diagnosis "
+    "(`attnspec.diagnostics.statistics.bootstrap`): each text gets 200 Poisson(1) weights (`n_boot`), seeded by the diagnosis "
     "seed and the text's position, and every per-text sum is accumulated once more per replicate, so the model runs "
     "once. Intervals describe the spread over texts of the corpus; they hold the fitted Gaussian equivalents and "
     "null heads fixed. The `selection` label is a test: `selective` only when the lower bound of `selection_score` "
@@ -296,7 +296,7 @@ def markdown() -> str:
     True
     """
     out = ["# Columns of a diagnosis", "",
-           "Generated from `attnspec.diagnostics.columns` (the tables, the report and this page read the same "
+           "Generated from `attnspec.diagnostics.result.columns` (the tables, the report and this page read the same "
            "vocabulary).", "", "## Intervals and verdicts", "", VERDICTS, ""]
     for table, cols in COLUMNS.items():
         out += [f"## `{table}.csv`", "", "| column | meaning |", "|---|---|"]

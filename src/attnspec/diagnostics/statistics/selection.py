@@ -53,7 +53,7 @@ import math
 import numpy as np
 import torch
 
-from ..spectra import ks_distance, moments, split_outliers, wasserstein1
+from ...spectra import ks_distance, moments, split_outliers, wasserstein1
 
 __all__ = ["baseline_sums", "baselines", "spectral_departure", "selection_score", "label", "DIFFUSE_THRESHOLD",
            "BETA_MAX_DIFFUSE", "MIN_TOKENS_FOR_LABEL", "LABELS"]

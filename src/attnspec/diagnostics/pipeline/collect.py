@@ -24,11 +24,10 @@ import torch
 from ...models import AttentionSite, ModelAdapter, capture
 from ...models.attention_calls import AttentionCall, record_attention_calls
 from ...models.rule_mask import RuleMask, same_mask
+from ..options import DEFAULT_TILE_BYTES
 
-__all__ = ["LayerBatch", "record", "layer_batches", "collect", "on_device", "compute_dtype", "DEFAULT_TILE_BYTES"]
+__all__ = ["LayerBatch", "record", "layer_batches", "collect", "on_device", "compute_dtype", "tiny_layer"]
 
-#: Default budget of one tile of attention weights (bytes, float32).
-DEFAULT_TILE_BYTES = 4 * 2 ** 20
 
 
 @dataclass
@@ -62,7 +61,6 @@ class LayerBatch:
     Examples
     --------
     >>> import torch
-    >>> from attnspec.models.tiny import tiny_layer
     >>> lb = tiny_layer()[2]                    # layer 0 of a 2-layer, 2-head GPT-2 on 2 texts of 6 tokens
     >>> lb.index, tuple(lb.values.shape), tuple(lb.allowed.shape), lb.groups.tolist()
     (0, (2, 2, 6, 16), (2, 6, 6), [0, 1])
@@ -321,3 +319,46 @@ def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_B
     (2, 2, [6, 6], 5)
     """
     return layer_batches(adapter, batch, record(adapter, batch, head_only), tile_bytes)
+
+
+def tiny_layer(layer: int = 0, seed: int = 0) -> tuple[ModelAdapter, dict, LayerBatch]:
+    """The tiny model of :func:`attnspec.models.tiny.tiny_causal_lm`, its batch of 2 texts of 6 tokens and
+    attention layer ``layer`` recorded on it.
+
+    One forward pass of :func:`attnspec.models.tiny.tiny_causal_lm`'s batch through
+    :func:`collect` (default tile budget: the 6 query rows in one
+    tile); the layer batch holds the layer's values ``(B, H_kv, L, d_v) = (2, 2, 6, 16)``, its causal
+    allowed set ``(B, L, L)`` and its attention rows on demand.
+
+    Parameters
+    ----------
+    layer : int
+        Attention layer to return, 0 or 1.
+    seed : int
+        Seed of the model's weights and of the token ids (as in :func:`tiny_causal_lm`).
+
+    Returns
+    -------
+    adapter : ModelAdapter
+    batch : dict
+    layer_batch : LayerBatch
+
+    Raises
+    ------
+    ValueError
+        When ``layer`` is not 0 or 1.
+
+    Examples
+    --------
+    >>> ad, batch, lb = tiny_layer(1)
+    >>> lb.index, lb.site is ad.sites[1], lb.order, tuple(lb.values.shape), lb.tile_rows
+    (1, True, [0, 1], (2, 2, 6, 16), 6)
+    >>> bool(lb.allowed[0].equal(torch.ones(6, 6, dtype=torch.bool).tril()))   # causal
+    True
+    """
+    if layer not in (0, 1):
+        raise ValueError(f"layer must be 0 or 1 (the tiny model has 2 attention layers), got {layer!r}")
+    from ...models.tiny import tiny_causal_lm
+
+    adapter, batch = tiny_causal_lm(seed)
+    return adapter, batch, collect(adapter, batch)[layer]

@@ -100,7 +100,7 @@ def resolve_texts(texts: Sequence[str] | str | None, tokenizer: Any, kind: str, 
     if n_texts is not None and (not isinstance(n_texts, int) or isinstance(n_texts, bool) or n_texts < 1):
         raise ValueError(f"n_texts must be an integer >= 1 (or None for the default), got {n_texts!r}")
     if texts is None or (isinstance(texts, str) and texts == "builtin"):
-        from ..data import builtin_texts, packed_texts
+        from ...data import builtin_texts, packed_texts
         n = n_texts or DEFAULT_N_TEXTS.get(kind, 32)
         if pack if pack is not None else kind == "causal-lm":
             return packed_texts(tokenizer, n, max_length), "builtin"

@@ -159,7 +159,7 @@ class ForwardCache:
     >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
-    >>> from attnspec.diagnostics.steps.collect import layer_batches, record
+    >>> from attnspec.diagnostics.pipeline.collect import layer_batches, record
     >>> recs = record(ad, batch)
     >>> with ForwardCache() as cache:
     ...     kept = cache.put(tuple(batch["order"]), recs)

@@ -14,17 +14,17 @@ import torch
 
 from ...config import BETA_MAX, alpha_of_beta
 from ...models import AttentionSite
-from .. import dependence as dep
-from .. import dependence_verdict as dv
-from .. import selection as sel
-from ..bootstrap import N_BOOT, interval
-from ..intervals import TextWeights, cka_excess_replicates, head_intervals
-from ..removal import normalize_per_layer, spectral_shift
-from ..resources import _layer_pool
-from .fit import LayerFitSums, NullFitSums
-from .removal import RemovalSums
-from .removal_plan import EXACT_MODES
-from .spectra import LayerSpectra
+from ..statistics import dependence as dep
+from . import dependence_verdict as dv
+from ..statistics import selection as sel
+from ..statistics.bootstrap import N_BOOT, interval
+from .intervals import TextWeights, cka_excess_replicates, head_intervals
+from ..statistics.removal import normalize_per_layer, spectral_shift
+from ..pipeline.resources import _layer_pool
+from ..pipeline.fit import LayerFitSums, NullFitSums
+from ..pipeline.head_removal import RemovalSums
+from ..pipeline.removal_plan import EXACT_MODES
+from ..pipeline.spectra import LayerSpectra
 
 __all__ = ["TableOptions", "build_tables", "attention_kind"]
 
@@ -285,10 +285,10 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
 
     >>> import torch
     >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> from attnspec.diagnostics.bootstrap import weights
-    >>> from attnspec.diagnostics.steps.collect import collect
-    >>> from attnspec.diagnostics.steps.fit import LayerFitSums
-    >>> from attnspec.diagnostics.steps.spectra import layer_batch_spectra
+    >>> from attnspec.diagnostics.statistics.bootstrap import weights
+    >>> from attnspec.diagnostics.pipeline.collect import collect
+    >>> from attnspec.diagnostics.pipeline.fit import LayerFitSums
+    >>> from attnspec.diagnostics.pipeline.spectra import layer_batch_spectra
     >>> ad, batch = tiny_causal_lm()
     >>> lbs, W = collect(ad, batch), [s.w_out() for s in ad.sites]
     >>> sums = [LayerFitSums().update(lb, w, 0, 20) for lb, w in zip(lbs, W)]

@@ -12,16 +12,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["RemovalPlan", "check_removal_texts", "text_order", "sample_texts", "only_texts", "MODES", "EXACT_MODES", "SAMPLE_ABOVE_PARAMS",
-           "SCREENED_POSITIONS", "SAMPLED_TEXTS", "SAMPLED_VOCAB", "ADAPTIVE_MODES"]
+from ..options import ADAPTIVE_MODES
 
-#: Removal modes (``--removal``).
-MODES = ("exact", "sampled", "screened", "first-order", "none")
+__all__ = ["RemovalPlan", "check_removal_texts", "text_order", "sample_texts", "only_texts", "EXACT_MODES", "SAMPLE_ABOVE_PARAMS",
+           "SCREENED_POSITIONS", "SAMPLED_TEXTS", "SAMPLED_VOCAB"]
+
 #: The modes that remove heads exactly (their tables have the exact-removal columns).
 EXACT_MODES = ("exact", "sampled", "screened")
-#: The modes in which ``removal_texts='auto'`` grows the sample until the heads' ranking is predicted to agree
-#: with the whole corpus' (every head removed exactly on every text of the sample).
-ADAPTIVE_MODES = ("exact", "sampled")
 #: Above this many parameters ``removal="auto"`` samples (every head exactly, on a sample of the texts).
 SAMPLE_ABOVE_PARAMS = 150_000_000
 #: Predicted positions per text scored by exact removal in 'screened' mode unless given.

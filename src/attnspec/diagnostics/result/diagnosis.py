@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..jsonio import jsonable
+from ...jsonio import jsonable
 
 __all__ = ["Diagnosis"]
 
@@ -99,5 +99,5 @@ class Diagnosis:
 
     def report(self, path: str | Path) -> Path:
         """Write the self-contained HTML report (see :mod:`attnspec.report`)."""
-        from ..report import write_report
+        from ...report import write_report
         return write_report(self, path)

@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import selection as sel
-from .removal import spearman, spearman_table
-from .steps.fit import CorpusStats
-from .steps.removal_plan import EXACT_MODES, RemovalPlan
-from .steps.tables import TableOptions
+from ..statistics import selection as sel
+from ..statistics.removal import spearman, spearman_table
+from ..pipeline.fit import CorpusStats
+from ..pipeline.removal_plan import EXACT_MODES, RemovalPlan
+from .tables import TableOptions
 
 __all__ = ["build_summary", "removal_summary", "random_head_beta", "verdicts"]
 
@@ -192,7 +192,7 @@ def verdicts(opt: TableOptions) -> dict:
 
     Examples
     --------
-    >>> from attnspec.diagnostics.steps.tables import TableOptions
+    >>> from attnspec.diagnostics.result.tables import TableOptions
     >>> v = verdicts(TableOptions(n_boot=200))
     >>> v["interval_level"], v["nominal_false_positive_rate_selective"], v["selective_if"]
     (0.95, 0.025, 'selection_score_lo >= selection_threshold')
@@ -201,7 +201,7 @@ def verdicts(opt: TableOptions) -> dict:
     >>> verdicts(TableOptions(n_boot=0))["dependent_if"]
     'cka_excess - cka_excess_background >= dependence_margin'
     """
-    from .bootstrap import LEVEL
+    from ..statistics.bootstrap import LEVEL
     from .dependence_verdict import MARGINS
     b = bool(opt.n_boot)
     fpr = round((1 - LEVEL) / 2, 6) if b else None
@@ -264,8 +264,8 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
     --------
     >>> import pandas as pd
     >>> from attnspec.models.tiny import tiny_causal_lm
-    >>> from attnspec.diagnostics.steps.fit import CorpusStats
-    >>> from attnspec.diagnostics.steps.tables import TableOptions
+    >>> from attnspec.diagnostics.pipeline.fit import CorpusStats
+    >>> from attnspec.diagnostics.result.tables import TableOptions
     >>> ad, batch = tiny_causal_lm()
     >>> heads = pd.DataFrame({"selection": ["diffuse", "undetermined", "diffuse", "selective"],
     ...                       "selection_score": [0.1, 0.5, -0.2, 1.0]})
@@ -295,7 +295,7 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         "torch_threads": torch.get_num_threads(),
     }
     if source == "builtin":
-        from ..data import CORPUS_SOURCE
+        from ...data import CORPUS_SOURCE
         summary["corpus"] = CORPUS_SOURCE
     if model_loss is not None:
         summary["model_loss_per_token"] = round(float(model_loss), 4)

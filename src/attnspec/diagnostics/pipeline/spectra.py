@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import dependence as dep
-from .. import identification as ident
-from .. import spectral
-from ..bootstrap import weighted
-from ..noise import Draw, TextNoise
+from ..statistics import dependence as dep
+from ..statistics import identification as ident
+from ..statistics import spectral
+from ..statistics.bootstrap import weighted
+from ..statistics.noise import Draw, TextNoise
 from .collect import LayerBatch
 from .fit import null_tile_weights
 
@@ -92,8 +92,8 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     With the batch as the whole corpus, the influences add up to ``||C_gh||_F^2``:
 
     >>> import numpy as np, torch
-    >>> from attnspec.diagnostics.dependence import gram_blocks
-    >>> from attnspec.diagnostics.spectral import center
+    >>> from attnspec.diagnostics.statistics.dependence import gram_blocks
+    >>> from attnspec.diagnostics.statistics.spectral import center
     >>> M = center(torch.randn(3, 2, 5, 4, generator=torch.Generator().manual_seed(0)), torch.ones(3, 5, dtype=torch.bool))
     >>> C = gram_blocks(M)
     >>> IF = cka_influence(M, C)
@@ -146,8 +146,8 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     --------
     Each text of 6 tokens gives its top ``min(6 - 1, d_head)`` = 5 eigenvalues per spectrum:
 
-    >>> from attnspec.diagnostics.steps.fit import LayerFitSums, NullFitSums
-    >>> from attnspec.models.tiny import tiny_layer
+    >>> from attnspec.diagnostics.pipeline.fit import LayerFitSums, NullFitSums
+    >>> from attnspec.diagnostics.pipeline.collect import tiny_layer
     >>> ad, batch, lb = tiny_layer()             # layer 0 of a 2-layer GPT-2: 2 heads of width 16, d_out = 32
     >>> W = ad.sites[0].w_out(); sums = LayerFitSums().update(lb, W); f = sums.fit()
     >>> f0 = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
@@ -195,8 +195,8 @@ class LayerSpectra:
     The spectra of the tiny GPT-2's layer 0 on its batch of 2 texts, pooled once and twice:
 
     >>> import numpy as np
-    >>> from attnspec.diagnostics.steps import collect, fit
-    >>> from attnspec.models.tiny import tiny_layer
+    >>> from attnspec.diagnostics.pipeline import collect, fit
+    >>> from attnspec.diagnostics.pipeline.collect import tiny_layer
     >>> ad, batch, lb = tiny_layer(); W = ad.sites[0].w_out()
     >>> sums = fit.LayerFitSums().update(lb, W); f = sums.fit()
     >>> f0 = fit.NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()

@@ -3,7 +3,7 @@
 For every head ``h`` of layer ``i``:
 
 * ``removal_spec_shift`` (a): ``W1(spec Y, spec (Y - Y_h)) / m1(spec Y)``, the shift of the layer's
-  centered output spectrum (normalized as in :mod:`~attnspec.diagnostics.spectral`, both with the full
+  centered output spectrum (normalized as in :mod:`~attnspec.diagnostics.statistics.spectral`, both with the full
   layer's value-path power) when the head is removed. ``removal_spec_shift_ge``: the same shift for the
   layer's Gaussian equivalent (every head's attention replaced by its fitted surrogate, same inputs,
   values and ``W_O``) losing the same head, i.e. what the Gaussian-equivalent law of the ``H - 1``
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..spectra import moments, wasserstein1
+from ...spectra import moments, wasserstein1
 
 __all__ = ["spectral_shift", "normalize_per_layer", "spearman", "spearman_table"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..models import make_batches
+from ...models import make_batches
 
 __all__ = ["Shard", "make_shards", "merge_parts"]
 
@@ -48,7 +48,7 @@ def merge_parts(parts: list) -> Any:
 
     Examples
     --------
-    >>> from attnspec.diagnostics.steps.removal import RatioSums
+    >>> from attnspec.diagnostics.pipeline.head_removal import RatioSums
     >>> import numpy as np
     >>> parts = [[RatioSums().update(np.array([[[x]]]), np.ones(1))] for x in (0.2, 0.6)]
     >>> merge_parts(parts)[0].mean()

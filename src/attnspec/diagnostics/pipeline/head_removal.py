@@ -25,9 +25,10 @@ import torch
 
 from ...models import ModelAdapter
 from ...models.ablation import first_order, iter_removal_effects
-from ..bootstrap import N_BOOT, interval, weighted, weights
+from ..statistics.bootstrap import N_BOOT, interval, weighted, weights
 from .removal_agreement import PerTextEffects, texts_needed
-from .removal_plan import EXACT_MODES, MODES, SAMPLE_ABOVE_PARAMS, RemovalPlan
+from ..options import MODES
+from .removal_plan import EXACT_MODES, SAMPLE_ABOVE_PARAMS, RemovalPlan
 
 __all__ = ["RatioSums", "RemovalSums", "removal_step", "resolve_mode", "screen_heads"]
 
@@ -44,7 +45,7 @@ class RatioSums:
     One head, three texts of one scored position each, effects 0.2, 0.4, 0.6:
 
     >>> import numpy as np
-    >>> from attnspec.diagnostics.bootstrap import weights
+    >>> from attnspec.diagnostics.statistics.bootstrap import weights
     >>> e, n = np.array([[[0.2, 0.4, 0.6]]]), np.ones(3)          # (n_layers, H, B), (B,)
     >>> r = RatioSums().update(e, n, weights(0, [0, 1, 2], 50))
     >>> r.mean(), r.se().round(4)                                 # SE = std / sqrt(3)

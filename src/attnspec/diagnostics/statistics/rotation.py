@@ -113,9 +113,9 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     Each head's ``M_h^T M_h`` (so its spectrum) is kept, the contexts themselves move:
 
     >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
-    >>> from attnspec.diagnostics.spectral import center
+    >>> from attnspec.diagnostics.statistics.spectral import center
     >>> M = center(torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64), torch.ones(1, 4, dtype=torch.bool))
-    >>> from attnspec.diagnostics.noise import Draw, TextNoise
+    >>> from attnspec.diagnostics.statistics.noise import Draw, TextNoise
     >>> valid = torch.ones(1, 4, dtype=torch.bool)
     >>> R = free_rotation(M, valid, TextNoise(0, Draw.FREE_ROTATION, 0, [0], valid))
     >>> torch.allclose(R[0, 0].T @ R[0, 0], M[0, 0].T @ M[0, 0]), torch.allclose(R, M)

@@ -5,7 +5,7 @@ over tokens (``N x d_head``):
 
 * ``cka``: linear CKA (Kornblith et al. 2019), ``||M_g^T M_h||_F^2 / (||M_g^T M_g||_F ||M_h^T M_h||_F)``
   in [0, 1]: 1 when the two heads' token representations agree up to rotation and scale;
-* ``cka_null``: the same after :func:`~attnspec.diagnostics.spectral.free_rotation` (heads put in
+* ``cka_null``: the same after :func:`~attnspec.diagnostics.statistics.spectral.free_rotation` (heads put in
   generic position, independently per text): the value independent heads give at this size;
   ``cka_excess = cka - cka_null``;
 * ``output_corr``: ``<Y_g, Y_h>_F / (||Y_g|| ||Y_h||)`` of the heads' centered outputs in the

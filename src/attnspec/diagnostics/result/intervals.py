@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dependence as dep
-from . import identification as ident
-from . import selection as sel
-from .bootstrap import LEVEL, interval, weighted_mean, weighted_w1, weights
-from .steps.fit import LayerFitSums, NullFitSums
-from .steps.spectra import LayerSpectra
+from ..statistics import dependence as dep
+from ..statistics import identification as ident
+from ..statistics import selection as sel
+from ..statistics.bootstrap import LEVEL, interval, weighted_mean, weighted_w1, weights
+from ..pipeline.fit import LayerFitSums, NullFitSums
+from ..pipeline.spectra import LayerSpectra
 
 #: ``head_intervals`` (the interval columns of one layer, from the step accumulators) is called by
 #: :mod:`.steps.tables` only and is not public.
@@ -126,9 +126,9 @@ def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
     identity (null CKA 0 between heads), so the excess is the CKA itself:
 
     >>> import numpy as np, torch
-    >>> from attnspec.diagnostics.bootstrap import interval, weighted
-    >>> from attnspec.diagnostics.dependence import cka_matrix, gram_blocks
-    >>> from attnspec.diagnostics.steps.spectra import LayerSpectra, cka_influence
+    >>> from attnspec.diagnostics.statistics.bootstrap import interval, weighted
+    >>> from attnspec.diagnostics.statistics.dependence import cka_matrix, gram_blocks
+    >>> from attnspec.diagnostics.pipeline.spectra import LayerSpectra, cka_influence
     >>> rng = np.random.default_rng(0)
     >>> M = rng.standard_normal((40, 2, 8, 2))
     >>> M[:, 1] += M[:, 0]
@@ -184,7 +184,7 @@ def corrected_beta(sums: dict[str, np.ndarray], null_sums: dict[str, np.ndarray]
     centered after drawing, so their root mean square is ``sqrt(1 - 1/24)`` of the requested scale):
 
     >>> import numpy as np, torch
-    >>> from attnspec.diagnostics.identification import null_weights, score_sums
+    >>> from attnspec.diagnostics.statistics.identification import null_weights, score_sums
     >>> g = torch.Generator().manual_seed(0)
     >>> Q, K, Q0, K0 = torch.randn(4, 32, 4, 24, 16, generator=g, dtype=torch.float64)
     >>> allowed = torch.ones(32, 24, 24, dtype=torch.bool)
