@@ -26,9 +26,21 @@ row; ``~ e^{beta^2} / n_i`` while that is small), exchangeability and ``sum_j a_
 a Bernoulli ``k/n_i (1 - k/n_i)`` for a one-hot row (docs/theory.md). The bootstrap over texts captures
 it, and the correlation of the rows of one text, without a model of either.
 
-**Rules.** For each query ``i`` (real, not special, ``n_i >= 2``) and rule ``r`` a key set ``S_i^r``
-of allowed, real, non-special keys (special keys stay in ``n_i``, so the null expectation is unchanged;
-an attention sink on ``[CLS]`` or ``<bos>`` is the other statistic's business):
+**Sinks.** Trained heads park much of their attention on a few sink keys (``[CLS]``, ``<bos>``, the
+first token of a causal text) when they have nothing to do; that is the shared-target statistic's
+business, and the mass it takes varies from query to query. The statistic is therefore taken *among the
+real keys*: the excluded keys ``X`` are the special tokens and (default ``first_is_sink=True``) the
+first real token of each text, ``R_i = A_i - X`` the remaining allowed keys (``n_i = |R_i|``) and
+``m_i = sum_{j in R_i} a_ij`` the head's weight on them. ``m_i`` is a symmetric function of the scores of
+``R_i``, so given ``m_i`` the null's weights on ``R_i`` are still exchangeable and, for ``S_i`` within
+``R_i``,
+
+    E_null[ sum_{j in S_i} a_ij | m_i ] = m_i |S_i| / n_i,
+
+exact at every beta, whatever the sinks take.
+
+**Rules.** For each query ``i`` (real, not special, ``n_i >= 2``) and rule ``r`` a key set
+``S_i^r`` within ``R_i``:
 
 * ``offset d`` (positional, ``d`` in :data:`OFFSETS`, -8..8): ``S_i = {i + d}`` (``d = 0``: the token
   itself, identity heads);
@@ -38,12 +50,14 @@ an attention sink on ``[CLS]`` or ``<bos>`` is the other statistic's business):
 
 Per head and rule, summed over queries and texts:
 
-    O = sum_i sum_{j in S_i} a_ij,   E = sum_i |S_i| / n_i,   N = sum_i 1[S_i nonempty],
+    O = sum_i sum_{j in S_i} a_ij,   E = sum_i m_i |S_i| / n_i,   N = sum_i m_i 1[S_i nonempty],
 
 and the **excess fraction** ``x = (O - E) / (N - E)`` in ``(-E / (N - E), 1]``: the share of the attention
 the rule could explain beyond chance that the head actually puts there (1: every applicable query puts
-all its attention on the rule's keys; 0: the null head's level, whatever its beta). A previous-token head
-has ``x = 1`` at ``offset -1``; a random head at any temperature ``x ~ 0`` at every rule.
+all its weight on real keys on the rule's keys; 0: the null head's level, whatever its beta). A
+previous-token head has ``x = 1`` at ``offset -1``; a random head at any temperature ``x ~ 0`` at every
+rule. Queries weigh by ``m_i``: a query that leaves its real keys almost nothing counts almost nothing.
+Without sinks (``m_i = 1``) ``E = sum_i |S_i| / n_i`` and ``N`` counts the queries the rule applies to.
 
 **Score and verdict.** ``query_selection_score`` is ``x`` of the head's best rule, chosen on the full
 sample among the rules that apply to at least ``min_queries`` queries (default :data:`MIN_QUERIES`).
@@ -130,10 +144,10 @@ def _interval(reps: np.ndarray, level: float = _LEVEL) -> tuple[np.ndarray, np.n
 
 
 def _excess(O: np.ndarray, E: np.ndarray, N: np.ndarray) -> np.ndarray:
-    """``(O - E) / (N - E)`` with ``E, N`` broadcast over the head axis; NaN where ``N - E <= 0``."""
-    den = (N - E)[..., None, :]
+    """``(O - E) / (N - E)`` elementwise; NaN where ``N - E <= 0``."""
+    den = N - E
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 1e-12, (O - E[..., None, :]) / np.where(den > 1e-12, den, 1.0), np.nan)
+        return np.where(den > 1e-12, (O - E) / np.where(den > 1e-12, den, 1.0), np.nan)
 
 
 class QuerySelectionSums:
@@ -147,17 +161,20 @@ class QuerySelectionSums:
         Bootstrap replicates (0: none); :meth:`update` then takes ``(n_boot, B)`` weights.
     offsets : sequence of int
         Offsets of the positional rules (default :data:`OFFSETS`).
+    first_is_sink : bool
+        Exclude the first real token of each text from the keys, like the special tokens (module
+        docstring, *Sinks*).
 
     Attributes
     ----------
-    observed : numpy.ndarray, shape (H, R)
-        ``O`` per head and rule (rules: :attr:`rules`, the offsets then :data:`CONTENT_RULES`).
-    expected, count : numpy.ndarray, shape (R,)
-        ``E`` and ``N`` per rule (the same for every head: they depend on masks and tokens only).
+    observed, expected, capacity : numpy.ndarray, shape (H, R)
+        ``O``, ``E`` and ``N`` per head and rule (rules: :attr:`rules`, the offsets then :data:`CONTENT_RULES`).
+    count : numpy.ndarray, shape (R,)
+        Queries each rule applies to (the same for every head).
     n_queries : float
         Counted queries (real, non-special, at least two allowed keys).
-    boot_observed, boot_expected, boot_count : numpy.ndarray
-        The same sums on each replicate, ``(n_boot, H, R)``, ``(n_boot, R)``, ``(n_boot, R)``.
+    boot_observed, boot_expected, boot_capacity : numpy.ndarray, shape (n_boot, H, R)
+        The same sums on each replicate.
 
     Examples
     --------
@@ -187,15 +204,16 @@ class QuerySelectionSums:
     0.0
     """
 
-    def __init__(self, n_heads: int, n_boot: int = 0, offsets=OFFSETS):
+    def __init__(self, n_heads: int, n_boot: int = 0, offsets=OFFSETS, first_is_sink: bool = True):
         self.n_heads, self.n_boot = int(n_heads), int(n_boot)
+        self.first_is_sink = bool(first_is_sink)
         self.offsets = tuple(int(d) for d in offsets)
         R = len(self.offsets) + len(CONTENT_RULES)
-        self.observed = np.zeros((self.n_heads, R))
-        self.expected, self.count = np.zeros(R), np.zeros(R)
+        self.observed, self.expected, self.capacity = (np.zeros((self.n_heads, R)) for _ in range(3))
+        self.count = np.zeros(R)
         self.n_queries = 0.0
-        self.boot_observed = np.zeros((self.n_boot, self.n_heads, R))
-        self.boot_expected, self.boot_count = np.zeros((self.n_boot, R)), np.zeros((self.n_boot, R))
+        self.boot_observed, self.boot_expected, self.boot_capacity = (np.zeros((self.n_boot, self.n_heads, R))
+                                                                      for _ in range(3))
 
     @property
     def rules(self) -> list[str]:
@@ -222,7 +240,7 @@ class QuerySelectionSums:
         weights : numpy.ndarray, shape (n_boot, B), optional
             Poisson bootstrap weights of the batch's texts (required when ``n_boot > 0``).
         special : torch.Tensor of bool, shape (B, L), optional
-            Special tokens ([CLS], <bos>, ...): left out as queries and as rule keys (kept in ``n_i``).
+            Special tokens ([CLS], <bos>, ...): left out as queries and as keys (module docstring, *Sinks*).
 
         Returns
         -------
@@ -238,21 +256,27 @@ class QuerySelectionSums:
         dev = A.device
         valid = valid.to(dev).bool()
         key_ok = valid if special is None else valid & ~special.to(dev).bool()
+        if self.first_is_sink:                                                # the first real token of each text
+            key_ok = key_ok.clone()
+            key_ok[torch.arange(B, device=dev), valid.int().argmax(1)] = False
         al = allowed.to(dev).bool()
         i = torch.arange(start, start + r, device=dev)
-        n = al.sum(-1)                                                        # (B, r)
+        real_keys = al & key_ok[:, None, :]                                   # allowed real, non-special keys
+        n = real_keys.sum(-1)                                                 # n_i (B, r)
         q = key_ok[:, start:start + r] & (n >= 2)
-        target = al & key_ok[:, None, :] & q[:, :, None]                      # (B, r, L)
-        inv_n = torch.where(q, 1.0 / n.clamp_min(1).double(), torch.zeros((), dtype=torch.float64, device=dev))
+        target = real_keys & q[:, :, None]                                    # (B, r, L)
+        mass = torch.einsum("bhrl,brl->bhr", A, target.to(A.dtype)).double()  # m_i: weight on those keys
+        per_key = mass * torch.where(q, 1.0 / n.clamp_min(1).double(), 0.0)[:, None]     # m_i / n_i (B, H, r)
         # positional rules: one gathered key per (query, offset)
         d = torch.tensor(self.offsets, device=dev)
         j = i[:, None] + d[None, :]                                           # (r, D)
         jc = j.clamp(0, L - 1)
-        m = target.gather(-1, jc.expand(B, r, -1)) & ((j >= 0) & (j < L))     # (B, r, D)
+        m = (target.gather(-1, jc.expand(B, r, -1)) & ((j >= 0) & (j < L))).double()   # (B, r, D)
         Ag = A.gather(-1, jc.expand(B, H, r, -1))                             # (B, H, r, D)
         O = [(Ag.double() * m[:, None]).sum(2)]                               # (B, H, D)
-        E = [(m * inv_n[..., None]).sum(1)]                                   # (B, D)
-        N = [m.double().sum(1)]
+        E = [torch.einsum("bhr,brd->bhd", per_key, m)]
+        N = [torch.einsum("bhr,brd->bhd", mass, m)]
+        C = [m.sum(1)]                                                        # queries a rule applies to (B, D)
         if tokens is not None:                                                # content rules
             tok = tokens.to(dev)
             keys = torch.arange(L, device=dev)
@@ -262,17 +286,22 @@ class QuerySelectionSums:
             ind = (tok[:, start:start + r, None] == prev_tok[:, None, :]) & prev_ok[:, None, :] \
                 & ((keys[None, :] - 1) != i[:, None])
             S = torch.stack([same, ind], -1) & target[..., None]              # (B, r, L, 2)
+            size, applies = S.sum(2).double(), S.any(2).double()              # (B, r, 2)
             O.append(torch.bmm(A.reshape(B, H, r * L), S.reshape(B, r * L, 2).to(A.dtype)).double())
-            E.append((S.sum(2).double() * inv_n[..., None]).sum(1))
-            N.append(S.any(2).double().sum(1))
+            E.append(torch.einsum("bhr,brk->bhk", per_key, size))
+            N.append(torch.einsum("bhr,brk->bhk", mass, applies))
+            C.append(applies.sum(1))
         else:
-            O.append(torch.zeros(B, H, len(CONTENT_RULES), dtype=torch.float64, device=dev))
-            E.append(torch.zeros(B, len(CONTENT_RULES), dtype=torch.float64, device=dev))
-            N.append(torch.zeros(B, len(CONTENT_RULES), dtype=torch.float64, device=dev))
-        O, E, N = (torch.cat(x, -1).cpu().numpy() for x in (O, E, N))       # per text: (B, H, R), (B, R), (B, R)
+            k = len(CONTENT_RULES)
+            O += [torch.zeros(B, H, k, dtype=torch.float64, device=dev)]
+            E += [torch.zeros(B, H, k, dtype=torch.float64, device=dev)]
+            N += [torch.zeros(B, H, k, dtype=torch.float64, device=dev)]
+            C += [torch.zeros(B, k, dtype=torch.float64, device=dev)]
+        O, E, N, C = (torch.cat(x, -1).cpu().numpy() for x in (O, E, N, C))  # per text: (B, H, R) x 3, (B, R)
         self.observed += O.sum(0)
         self.expected += E.sum(0)
-        self.count += N.sum(0)
+        self.capacity += N.sum(0)
+        self.count += C.sum(0)
         self.n_queries += float(q.sum())
         if self.n_boot:
             if weights is None:
@@ -280,9 +309,8 @@ class QuerySelectionSums:
             w = np.asarray(weights, dtype=np.float64)
             if w.shape != (self.n_boot, B):
                 raise ValueError(f"weights must have shape {(self.n_boot, B)}, got {w.shape}")
-            self.boot_observed += np.einsum("kb,bhr->khr", w, O)
-            self.boot_expected += w @ E
-            self.boot_count += w @ N
+            for name, x in (("boot_observed", O), ("boot_expected", E), ("boot_capacity", N)):
+                getattr(self, name).__iadd__(np.einsum("kb,bhr->khr", w, x))
         return self
 
     def merge(self, other: "QuerySelectionSums") -> "QuerySelectionSums":
@@ -293,20 +321,22 @@ class QuerySelectionSums:
         ValueError
             When heads, replicates or offsets differ.
         """
-        if (self.n_heads, self.n_boot, self.offsets) != (other.n_heads, other.n_boot, other.offsets):
-            raise ValueError("cannot merge query-selection sums of different heads, replicates or offsets")
-        out = QuerySelectionSums(self.n_heads, self.n_boot, self.offsets)
-        for k in ("observed", "expected", "count", "n_queries", "boot_observed", "boot_expected", "boot_count"):
+        if (self.n_heads, self.n_boot, self.offsets, self.first_is_sink) != \
+                (other.n_heads, other.n_boot, other.offsets, other.first_is_sink):
+            raise ValueError("cannot merge query-selection sums of different heads, replicates, offsets or sinks")
+        out = QuerySelectionSums(self.n_heads, self.n_boot, self.offsets, self.first_is_sink)
+        for k in ("observed", "expected", "capacity", "count", "n_queries", "boot_observed", "boot_expected",
+                  "boot_capacity"):
             setattr(out, k, getattr(self, k) + getattr(other, k))
         return out
 
     def excess(self) -> np.ndarray:
         """The excess fraction ``(O - E) / (N - E)`` per head and rule, ``(H, R)`` (NaN where no query applies)."""
-        return _excess(self.observed, self.expected, self.count)
+        return _excess(self.observed, self.expected, self.capacity)
 
     def excess_replicates(self) -> np.ndarray:
         """The excess fraction on each replicate, ``(n_boot, H, R)``."""
-        return _excess(self.boot_observed, self.boot_expected, self.boot_count)
+        return _excess(self.boot_observed, self.boot_expected, self.boot_capacity)
 
     def best_rule(self, min_queries: float = MIN_QUERIES) -> np.ndarray:
         """Index of each head's best rule (largest excess among rules applying to ``>= min_queries``
