@@ -14,6 +14,8 @@ from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.models import load_model  # noqa: E402
 from attnspec.validation import PlantSpec, build_planted_model, calibration_texts  # noqa: E402
 from attnspec.validation.patterns import CLASS_TOKENS, allowed_pairs, target_mask  # noqa: E402
+from attnspec.validation.patterns import DEFAULT_PATTERNS, PATTERNS  # noqa: E402
+from attnspec.validation.probes import induction_scores, query_selection_from_attention  # noqa: E402
 from attnspec.validation.scoring import roc_auc  # noqa: E402
 
 SPEC = dict(n_layers=2, n_heads=8, head_dim=16, n_selective=3, n_pairs=1, n_important=2)
@@ -186,3 +188,42 @@ def test_gpt2_planted_model_is_causal_and_calibrated(planted_gpt2):
 def test_plant_spec_rejects_bad_values_naming_them(bad, name):
     with pytest.raises(ValueError, match=name):
         PlantSpec(**bad)
+
+
+# Induction heads: a two-layer circuit in GPT-2 (opt-in pattern), found by Olsson's probe and by the
+# per-query selection statistic.
+
+CALIBRATION = ["The cat sat on the mat and the cat slept on the mat.", "A dog ran home, then the dog ran back home.",
+               "One two three four, one two three four, again one two three four."]
+
+
+@pytest.fixture(scope="module")
+def planted_induction(tmp_path_factory):
+    spec = PlantSpec(n_layers=2, n_heads=6, head_dim=16, n_selective=2, n_pairs=0, n_important=0,
+                     patterns=("offset", "induction"), architecture="gpt2", betas=(1.0,))
+    return build_planted_model(spec, seed=0, directory=tmp_path_factory.mktemp("induction"), calibration=CALIBRATION)
+
+
+def test_induction_is_opt_in():
+    assert "induction" in PATTERNS and "induction" not in DEFAULT_PATTERNS
+    assert PlantSpec().patterns == DEFAULT_PATTERNS
+    with pytest.raises(ValueError, match="n_layers >= 2"):
+        PlantSpec(n_layers=1, patterns=("induction",), architecture="gpt2")
+
+
+def test_planted_induction_circuit(planted_induction):
+    h = planted_induction.heads
+    writer = h[(h.layer == 0) & (h.pattern == "offset")]
+    ind = h[(h.layer == 1) & (h.pattern == "induction")]
+    assert len(ind) == 1 and (writer.offset == -1).any()
+    assert float(ind.gain.iloc[0]) == pytest.approx(5.0, rel=0.05)
+    model, tok = load_model(planted_induction.path)
+    probe = induction_scores(model, tok, n_sequences=4, length=20, seed=0)
+    head = int(ind["head"].iloc[0])
+    assert int(np.argmax(probe[1])) == head and probe[1, head] > 5 * np.delete(probe[1], head).max()   # Olsson's probe finds it
+    seqs = [" ".join(["red green blue cat dog sun moon star tree river"] * 3)] * 2 + CALIBRATION
+    res = query_selection_from_attention(model, tok, seqs * 8, n_boot=100)
+    assert res["query_selection_rule"][1, head] == "induction"
+    assert res["query_selection"][1, head] == "selective"
+    others = [k for k in range(6) if k not in set(h[(h.layer == 1) & h.selective]["head"])]
+    assert not (res["query_selection"][1, others] == "selective").any()

@@ -16,7 +16,12 @@ Structured patterns of a selective head (query ``i``, key ``j``):
 * ``'class'``: every query attends to the class tokens (``[CLS]``, ``[SEP]``, ``.``, ``,``): the
   query reads the constant direction, the key the class direction;
 * ``'identity'``: attends to tokens equal to itself (the token itself and its repeats): query and key
-  read the same random ``head_dim``-dimensional subspace of the word embeddings.
+  read the same random ``head_dim``-dimensional subspace of the word embeddings;
+* ``'induction'`` (layers after the first): attends to the token *after* an earlier occurrence of its
+  own token (Olsson et al. 2022; in an encoder the occurrence may also come later): the query reads the
+  word subspace of ``'identity'``, the key reads the *previous-token subspace* ``prev``, into which a
+  previous-token head of the first layer writes the word subspace of the token before (a two-layer
+  circuit, as in trained models).
 """
 from __future__ import annotations
 
@@ -24,11 +29,13 @@ import math
 
 import torch
 
-__all__ = ["PATTERNS", "CLASS_TOKENS", "position_code", "structured_weights", "target_mask", "allowed_pairs",
+__all__ = ["PATTERNS", "DEFAULT_PATTERNS", "CLASS_TOKENS", "position_code", "structured_weights", "target_mask", "allowed_pairs",
            "score_scale", "target_gain"]
 
 #: Structured attention patterns of selective heads.
-PATTERNS = ("offset", "class", "identity")
+PATTERNS = ("offset", "class", "identity", "induction")
+#: The patterns planted by default (``'induction'`` is opt-in: it needs two layers and a writer head).
+DEFAULT_PATTERNS = ("offset", "class", "identity")
 #: Tokens of the 'class' pattern (attention sinks of trained BERTs).
 CLASS_TOKENS = ("[CLS]", "[SEP]", ".", ",")
 
@@ -78,14 +85,16 @@ def _rotation(head_dim: int, offset: int) -> torch.Tensor:
 
 
 def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Tensor,
-                       identity_basis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                       identity_basis: torch.Tensor, prev_basis: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Unit-gain query and key weights ``(head_dim, hidden)`` of one structured pattern.
 
     ``'offset'``: query ``R(omega offset) U^T``, key ``U^T`` with ``U = basis[:, :head_dim]`` and ``R`` the
     block rotation by ``omega_k * offset``, so that on the position code ``q_i . k_j = a^2 sum_k
     cos(omega_k (j - i - offset))`` (``a`` its amplitude); ``'class'``: query reads the constant direction
     ``basis[:, head_dim]``, key the class direction ``basis[:, head_dim + 1]`` (first row only, times
-    ``sqrt(head_dim)``); ``'identity'``: query and key both ``identity_basis^T``.
+    ``sqrt(head_dim)``); ``'identity'``: query and key both ``identity_basis^T``; ``'induction'``: query
+    ``identity_basis^T``, key ``prev_basis^T``.
 
     Parameters
     ----------
@@ -97,6 +106,8 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
         ``(hidden, head_dim + 2)`` float64: position code, constant, class directions.
     identity_basis : Tensor
         ``(hidden, head_dim)`` float64: the subspace of the word embeddings read by ``'identity'``.
+    prev_basis : Tensor, optional
+        ``(hidden, head_dim)`` float64: the previous-token subspace read by ``'induction'`` keys.
 
     Examples
     --------
@@ -111,7 +122,7 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
     [-0.5, -0.5, -0.5, 2.0, -0.5, -0.5, -0.5]
     >>> structured_weights("diagonal", 0, 4, basis, ident)
     Traceback (most recent call last):
-    ValueError: unknown pattern 'diagonal'; expected one of ('offset', 'class', 'identity')
+    ValueError: unknown pattern 'diagonal'; expected one of ('offset', 'class', 'identity', 'induction')
     """
     U = basis[:, :head_dim]
     if pattern == "offset":
@@ -122,6 +133,10 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
         return e1 @ basis[:, head_dim][None], e1 @ basis[:, head_dim + 1][None]
     if pattern == "identity":
         return identity_basis.T.clone(), identity_basis.T.clone()
+    if pattern == "induction":
+        if prev_basis is None:
+            raise ValueError("pattern 'induction' needs prev_basis")
+        return identity_basis.T.clone(), prev_basis.T.clone()
     raise ValueError(f"unknown pattern {pattern!r}; expected one of {PATTERNS}")
 
 
@@ -129,7 +144,8 @@ def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: t
     """``(B, L, L)`` bool: the keys ``j`` a head of this pattern should attend to from query ``i``.
 
     ``'offset'``: ``j = i + offset``; ``'class'``: ``input_ids[j]`` in ``class_ids``; ``'identity'``:
-    ``input_ids[j] == input_ids[i]`` (``j = i`` included).
+    ``input_ids[j] == input_ids[i]`` (``j = i`` included); ``'induction'``: ``input_ids[j - 1] ==
+    input_ids[i]`` with ``j - 1 != i``.
 
     Parameters
     ----------
@@ -150,6 +166,8 @@ def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: t
     [1, 0, 0, 0, 1]
     >>> target_mask("identity", 0, ids, cls)[0, 1].int().tolist()
     [0, 1, 0, 1, 0]
+    >>> target_mask("induction", 0, ids, cls)[0, 3].int().tolist()    # 7 at 1 and 3: the key after 1
+    [0, 0, 1, 0, 0]
     """
     B, L = input_ids.shape
     if pattern == "offset":
@@ -159,6 +177,10 @@ def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: t
         return torch.isin(input_ids, class_ids)[:, None, :].expand(B, L, L)
     if pattern == "identity":
         return input_ids[:, :, None] == input_ids[:, None, :]
+    if pattern == "induction":
+        i = torch.arange(L)
+        prev = torch.cat([input_ids[:, :1], input_ids[:, :-1]], 1)
+        return (input_ids[:, :, None] == prev[:, None, :]) & ((i[None, :] - 1) != i[:, None]) & (i[None, :] >= 1)
     raise ValueError(f"unknown pattern {pattern!r}; expected one of {PATTERNS}")
 
 

@@ -7,7 +7,8 @@ user's model. Each layer's heads get disjoint
 roles, drawn per seed:
 
 * **selective** (``n_selective`` per layer): a structured pattern (:data:`.patterns.PATTERNS`:
-  a fixed relative position, the class tokens, the token's own identity) added to the head's random
+  a fixed relative position, the class tokens, the token's own identity and, opt-in, induction) added
+  to the head's random
   logits with a calibrated *gain* ``strength * max_gain``: the mean logit at the pattern's target keys
   minus the mean logit at the other keys (a gain of 5 puts ``e^5 = 148`` times more weight on a target
   key than on an average other key);
@@ -21,6 +22,13 @@ roles, drawn per seed:
   attnspec's ``score_scale``) equals ``beta`` on a calibration corpus disjoint from the evaluation
   texts. For selective heads ``beta`` is the scale of the random part (the pattern adds to it); the
   second head of a dependent pair gets its partner's ``beta``.
+
+**Induction** (``'induction'`` in ``patterns``, at least two layers): the first selective head of layer
+0 becomes the circuit's *writer*, an offset -1 head whose values read the word subspace of
+``'identity'`` and whose output writes it, unscaled, into a reserved previous-token subspace (the other
+heads' outputs are projected off it); the first selective head of every later layer is an induction
+head (its query reads the word subspace, its key the previous-token subspace), the others draw from the
+remaining patterns. In ``heads`` the writer is an ``'offset'`` head with offset -1.
 
 ``strength = 0`` plants nothing but the temperatures: the roles are then labels without content, a
 check that a benchmark's AUC is not an artifact.
@@ -38,7 +46,7 @@ import pandas as pd
 import torch
 
 from .architectures import ARCHITECTURES
-from .patterns import CLASS_TOKENS, PATTERNS, allowed_pairs, position_code, score_scale, structured_weights, \
+from .patterns import CLASS_TOKENS, DEFAULT_PATTERNS, PATTERNS, allowed_pairs, position_code, score_scale, structured_weights, \
     target_gain, target_mask
 
 __all__ = ["PlantSpec", "PlantedModel", "build_planted_model", "calibration_texts", "minilm_tokenizer_dir",
@@ -70,7 +78,8 @@ class PlantSpec:
     n_selective, n_pairs, n_important : int
         Heads of each role per layer (a pair counts two heads); the rest are background heads.
     patterns : tuple of str
-        Patterns given to the selective heads of a layer, in a random order (cycled).
+        Patterns given to the selective heads of a layer, in a random order (cycled); default
+        :data:`.patterns.DEFAULT_PATTERNS` (``'induction'`` opt-in, see the module docstring).
     betas : tuple of float
         Planted inverse temperatures, drawn per head.
     max_gain : float
@@ -104,7 +113,7 @@ class PlantSpec:
     n_selective: int = 3
     n_pairs: int = 2
     n_important: int = 2
-    patterns: tuple[str, ...] = PATTERNS
+    patterns: tuple[str, ...] = DEFAULT_PATTERNS
     betas: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0)
     max_gain: float = 5.0
     min_out_scale: float = 0.1
@@ -131,6 +140,14 @@ class PlantSpec:
                              f"{self.min_out_scale}")
         if not self.patterns or (self.n_selective and not set(self.patterns) <= set(PATTERNS)):
             raise ValueError(f"patterns must be a non-empty subset of {PATTERNS}, got {self.patterns}")
+        if self.induction and (self.n_layers < 2 or self.n_selective < 1):
+            raise ValueError("pattern 'induction' needs n_layers >= 2 and n_selective >= 1 (a writer head in "
+                             f"layer 0), got {self.n_layers} layers, {self.n_selective} selective heads")
+
+    @property
+    def induction(self) -> bool:
+        """Whether induction heads are planted (``'induction'`` in ``patterns`` and selective heads)."""
+        return "induction" in self.patterns and self.n_selective > 0
 
     @property
     def hidden(self) -> int:
@@ -209,7 +226,7 @@ def calibration_texts(n: int = 64) -> list[str]:
 def _roles(spec: PlantSpec, rng: np.random.Generator) -> list[dict]:
     """Per layer: role, pattern, offset and planted beta of each head; dependent pairs; important heads."""
     out = []
-    for _ in range(spec.n_layers):
+    for layer in range(spec.n_layers):
         perm = [int(h) for h in rng.permutation(spec.n_heads)]
         k = spec.n_selective
         sel = perm[:k]
@@ -221,11 +238,18 @@ def _roles(spec: PlantSpec, rng: np.random.Generator) -> list[dict]:
         for a, b in pairs:
             role[[a, b]] = "dependent"
         order = [spec.patterns[i] for i in rng.permutation(len(spec.patterns))]
+        writer = -1
+        if spec.induction:          # the first selective head: layer 0's writer, later layers' induction head
+            rest = [p for p in order if p != "induction"] or ["offset"]
+            order = (["offset"] if layer == 0 else ["induction"]) + rest
+            writer = sel[0] if layer == 0 else -1
         pattern = {h: order[i % len(order)] for i, h in enumerate(sel)}
         offsets = CAUSAL_OFFSETS if ARCHITECTURES[spec.architecture].causal else OFFSETS
         offset = {h: int(rng.choice(offsets)) if pattern[h] == "offset" else 0 for h in sel}
+        if writer >= 0:
+            offset[writer] = -1
         out.append({"role": role, "pairs": pairs, "important": imp, "pattern": pattern, "offset": offset,
-                    "beta": rng.choice(np.asarray(spec.betas, float), size=spec.n_heads)})
+                    "beta": rng.choice(np.asarray(spec.betas, float), size=spec.n_heads), "writer": writer})
     return out
 
 
@@ -243,7 +267,8 @@ def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, allowed, enc,
     if not sel or spec.strength == 0:
         return gain
     pats = [(roles["pattern"][h], roles["offset"][h]) for h in sel]
-    unit = [structured_weights(p, o, spec.head_dim, geometry["basis"], geometry["identity"]) for p, o in pats]
+    unit = [structured_weights(p, o, spec.head_dim, geometry["basis"], geometry["identity"], geometry.get("prev"))
+            for p, o in pats]
     Sq, Sk = torch.stack([u[0] for u in unit]), torch.stack([u[1] for u in unit])
     targets = [target_mask(p, o, enc["input_ids"], geometry["class_ids"]) for p, o in pats]
     goal = spec.strength * spec.max_gain
@@ -278,7 +303,16 @@ def _plant_layer(model, layer: int, spec: PlantSpec, roles: dict, enc: dict, geo
     out_scale = np.full(H, 1.0 - spec.strength * (1.0 - spec.min_out_scale))
     out_scale[roles["important"]] = 1.0
     Wo = torch.randn(D, H, spec.head_dim, generator=gen, dtype=torch.float64) / math.sqrt(D)
-    arch.write_layer(model, layer, Wq, Wk, Wv, Wo * torch.from_numpy(out_scale)[None, :, None])
+    Wo = Wo * torch.from_numpy(out_scale)[None, :, None]
+    if "prev" in geometry:          # the previous-token subspace holds only what the writer puts there
+        P = geometry["prev"]
+        Wo = Wo - torch.einsum("ak,bk,bhd->ahd", P, P, Wo)
+        w = roles.get("writer", -1)
+        if w >= 0 and spec.strength > 0:
+            Wv[w] = geometry["identity"].T.clone()
+            Wo[:, w, :] = P
+            out_scale[w] = 1.0
+    arch.write_layer(model, layer, Wq, Wk, Wv, Wo)
     return {"beta": beta, "gain": gain, "out_scale": out_scale}
 
 
@@ -303,8 +337,8 @@ def _embeddings(model, spec: PlantSpec, tokenizer, gen: torch.Generator) -> dict
     """Write word, position and token-type embeddings (without token types, the constant direction goes
     into every word embedding); return the geometry the patterns read."""
     D, d = spec.hidden, spec.head_dim
-    Q = torch.linalg.qr(torch.randn(D, 2 * d + 2, generator=gen, dtype=torch.float64))[0]
-    basis, identity = Q[:, :d + 2], Q[:, d + 2:]
+    Q = torch.linalg.qr(torch.randn(D, (3 if spec.induction else 2) * d + 2, generator=gen, dtype=torch.float64))[0]
+    basis, identity = Q[:, :d + 2], Q[:, d + 2:2 * d + 2]
     class_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(CLASS_TOKENS)))
     word, position, token_type = ARCHITECTURES[spec.architecture].embeddings(model)
     with torch.no_grad():
@@ -318,8 +352,12 @@ def _embeddings(model, spec: PlantSpec, tokenizer, gen: torch.Generator) -> dict
         word.copy_(words)
         position.copy_(position_code(position.shape[0], d, spec.amplitude, basis))
     basis = torch.cat([basis[:, :d], basis[:, d + 1:d + 2], basis[:, d:d + 1]], 1)  # position, constant, class
-    return {"basis": basis, "identity": identity, "class_ids": class_ids,
-            "complement": torch.eye(D, dtype=torch.float64) - basis @ basis.T}
+    out = {"basis": basis, "identity": identity, "class_ids": class_ids,
+           "complement": torch.eye(D, dtype=torch.float64) - basis @ basis.T}
+    if spec.induction:
+        out["prev"] = Q[:, 2 * d + 2:]
+        out["complement"] = out["complement"] - out["prev"] @ out["prev"].T
+    return out
 
 
 def build_planted_model(spec: PlantSpec, seed: int, directory: str | Path,

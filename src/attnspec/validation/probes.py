@@ -12,7 +12,11 @@ for the diagnosis' per-query selection statistic (docs/validity.md):
   (query ``r_k`` in the second copy, key ``r_{k+1}`` in the first; ``k = length - 1`` reads the
   first token of the second copy). Seeded: the same seed gives the same sequences.
 
-Both take a transformers model (``output_attentions=True``) and switch it to the eager attention
+:func:`query_selection_from_attention` computes the diagnosis' per-query selection statistic
+(:mod:`attnspec.diagnostics.statistics.query_selection`) from the same eager weights, for benchmarks
+and tests that need it without running a diagnosis.
+
+The probes take a transformers model (``output_attentions=True``) and switch it to the eager attention
 kernel for the call (other kernels return no weights), restoring its kernel afterwards. They return
 ``(n_layers, n_heads)`` float64 arrays.
 """
@@ -25,7 +29,7 @@ import numpy as np
 import torch
 
 __all__ = ["previous_token_scores", "induction_scores", "attention_weights", "eager_attention",
-           "top_decile"]
+           "top_decile", "query_selection_from_attention"]
 
 
 @contextmanager
@@ -193,3 +197,56 @@ def top_decile(scores: np.ndarray) -> np.ndarray:
     k = max(1, int(round(0.1 * s.size)))
     cut = np.sort(s.ravel())[-k]
     return s >= cut
+
+
+def query_selection_from_attention(model, tokenizer, texts: Sequence[str], max_length: int = 128,
+                                   n_boot: int = 200, seed: int = 0, batch_size: int = 16,
+                                   causal: bool | None = None) -> dict[str, np.ndarray]:
+    """The per-query selection columns of every head from the model's eager attention on ``texts``.
+
+    Allowed keys: real tokens (and ``j <= i`` when ``causal``; default: read from the weights of the
+    first batch, causal when no head puts weight above the diagonal). Bootstrap weights: Poisson(1) per
+    text, seeded by ``(seed, text index)``. Fine for the full-attention models of the benchmarks; a
+    diagnosis reads the model's own masks (sliding windows included).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        :data:`~attnspec.diagnostics.statistics.query_selection.COLUMNS`, each ``(n_layers, H)``.
+
+    Examples
+    --------
+    >>> from attnspec.models import load_model
+    >>> model, tok = load_model("minilm")
+    >>> from attnspec.data import builtin_texts
+    >>> res = query_selection_from_attention(model, tok, builtin_texts(32), n_boot=50)
+    >>> res["query_selection_rule"][0, 2], res["query_selection"][0, 2]    # layer 0 head 2
+    ('offset -1', 'selective')
+    """
+    from ..diagnostics.statistics.query_selection import QuerySelectionSums
+    acc = None
+    side = getattr(tokenizer, "padding_side", "right")
+    tokenizer.padding_side = "right"
+    try:
+        for b0 in range(0, len(texts), batch_size):
+            enc = tokenizer(list(texts[b0:b0 + batch_size]), padding=True, truncation=True, max_length=max_length,
+                            return_tensors="pt", return_special_tokens_mask=True)
+            ids, valid = enc["input_ids"], enc["attention_mask"].bool()
+            atts = attention_weights(model, ids, enc["attention_mask"])
+            L = ids.shape[1]
+            if causal is None:
+                causal = bool(atts[0].triu(1).abs().max() < 1e-6)
+            allowed = valid[:, :, None] & valid[:, None, :]
+            if causal:
+                allowed = allowed & torch.ones(L, L, dtype=torch.bool).tril()
+            special = enc["special_tokens_mask"].bool() & valid
+            w = np.stack([np.random.default_rng([seed, b0 + t]).poisson(1.0, n_boot) for t in range(ids.shape[0])], 1) \
+                if n_boot else None
+            if acc is None:
+                acc = [QuerySelectionSums(a.shape[1], n_boot) for a in atts]
+            for a, A in zip(acc, atts):
+                a.update(A, slice(0, L), allowed, valid, ids, w, special)
+    finally:
+        tokenizer.padding_side = side
+    res = [a.result() for a in acc]
+    return {k: np.stack([r[k] for r in res]) for k in res[0]}
