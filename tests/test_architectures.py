@@ -26,6 +26,7 @@ from attnspec.models.ablation import removal_effects  # noqa: E402
 from attnspec.models.architecture_table import architectures_table, format_architectures  # noqa: E402
 from attnspec.models.architectures import ARCHITECTURES, REFUSED, ArchitectureError  # noqa: E402
 from attnspec.models.attention_calls import record_attention_calls  # noqa: E402
+from attnspec.report import write_report  # noqa: E402
 
 tr = transformers
 MINILM = Path(minilm_pkg.get_model_path())
@@ -413,7 +414,7 @@ def test_vision_diagnosis_on_generated_images(saved, name, tmp_path):
     assert inputs["special_tokens_mask"][:, :n_lead].all() and not inputs["special_tokens_mask"][:, n_lead:].any()
     d = attnspec.diagnose(model, inputs, bucket_size=4)
     assert len(d.heads) == 8 and not d.heads.select_dtypes("number").isna().any().any()
-    d.report(tmp_path / "report.html")
+    write_report(d, tmp_path / "report.html")
     assert (tmp_path / "report.html").stat().st_size > 1000
 
 

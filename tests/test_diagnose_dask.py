@@ -248,3 +248,48 @@ def test_public_api_and_cli_on_a_cluster(reference, cluster, tmp_path):
     num = [c for c in ref.select_dtypes("number").columns if c in heads and c != "dependence_partner"]
     assert len(num) > 20
     np.testing.assert_allclose(heads[num].to_numpy(float), ref[num].to_numpy(float), rtol=1e-9, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2_dir(tmp_path_factory):
+    """A seeded tiny GPT-2 (2 layers, 4 heads) with MiniLM's tokenizer, saved so that every worker loads it."""
+    import shutil
+
+    import transformers
+    from attnspec.models.packaged import minilm_dir
+    d = tmp_path_factory.mktemp("tiny-gpt2")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=30522, n_embd=32, n_layer=2, n_head=4, n_positions=128)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(d)
+    for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (minilm_dir() / f).exists():
+            shutil.copy(minilm_dir() / f, d / f)
+    return d
+
+
+#: One variant per option that changes a number of the result (every removal mode and its options, the texts,
+#: the labels, the intervals, the seed), each diagnosed by both executors.
+NUMBER_OPTIONS = [
+    dict(removal="exact", mean_ablation=True, seed=5, n_boot=30, threshold=0.3, min_tokens=4),
+    dict(removal="first-order", gradient=True, n_texts=8, max_length=24),
+    dict(removal="sampled", removal_texts=3, removal_vocab=50, removal_positions=4, n_texts=6),
+    dict(removal="screened", screen_top=1, screen_sample=1, removal_positions=3),
+    dict(removal="exact", removal_texts="auto", removal_target=0.99, n_texts=10),
+    dict(removal="none", gradient=False, pack=False, bucket_size=3, n_texts=7),
+]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("options", NUMBER_OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items())[:60])
+def test_local_and_dask_executors_agree_for_every_option_that_changes_a_number(options, tiny_gpt2_dir, client):
+    """The one step sequence through the local executor and through the Dask executor (2 workers, the model
+    loaded from its directory by each): every table to 1e-9, the removal summary equal."""
+    from attnspec.diagnostics import DiagnoseOptions
+    from attnspec.models import load_model as load
+    opts = DiagnoseOptions(**dict(dict(max_length=32, bucket_size=2, removal_bucket_size=2, min_tokens=0), **options))
+    model, tok = load(str(tiny_gpt2_dir))
+    here = diagnose(model, tok, "builtin", options=opts)
+    there = diagnose(str(tiny_gpt2_dir), None, "builtin", client=client, options=opts)
+    _assert_same_tables(here, there)
+    assert here.summary["removal"] == there.summary["removal"]
+    assert there.summary["cluster"]["tasks"]["fit"] >= 2          # the corpus was dealt out to several tasks

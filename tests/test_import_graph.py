@@ -89,3 +89,35 @@ def test_layers_depend_downward():
         for mod in [m for m in g if m == layer or m.startswith(layer + ".")]:
             bad = sorted(v for v in _reach(g, mod) if v.startswith(above))
             assert not bad, f"{mod} reaches {bad}"
+
+
+def _modules_under(graph, package):
+    return [m for m in graph if m == package or m.startswith(package + ".")]
+
+
+def test_diagnostics_depends_downward():
+    """Nothing of the diagnosis reaches the report, the figures, the CLI or the zoo, and the models reach nothing
+    of the diagnosis; inside it, statistics < options < pipeline < result < the entry points."""
+    g = _without_package_inits(_graph())
+    d = "attnspec.diagnostics"
+    for mod in _modules_under(g, d):
+        bad = sorted(v for v in _reach(g, mod) if v.startswith(("attnspec.report", "attnspec.figures", "attnspec.cli",
+                                                                "attnspec.zoo", "attnspec.sweeps", "attnspec.validation")))
+        assert not bad, f"{mod} reaches {bad}"
+    for mod in _modules_under(g, "attnspec.models"):
+        bad = sorted(v for v in _reach(g, mod) if v.startswith(d))
+        assert not bad, f"{mod} reaches {bad}"
+    above = {f"{d}.statistics": (f"{d}.options", f"{d}.pipeline", f"{d}.result", f"{d}.entry", f"{d}.distributed"),
+             f"{d}.options": (f"{d}.pipeline", f"{d}.result", f"{d}.entry", f"{d}.distributed"),
+             f"{d}.pipeline": (f"{d}.result", f"{d}.entry", f"{d}.distributed"),
+             f"{d}.result": (f"{d}.entry", f"{d}.distributed")}
+    for part, higher in above.items():
+        for mod in _modules_under(g, part):
+            bad = sorted(v for v in _reach(g, mod) if v.startswith(higher))
+            assert not bad, f"{mod} reaches {bad}"
+
+
+def test_no_module_name_twice_in_diagnostics():
+    names = [p.stem for p in (ROOT / "diagnostics").rglob("*.py") if p.name != "__init__.py"]
+    names += [p.name for p in (ROOT / "diagnostics").rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    assert len(names) > 20 and len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

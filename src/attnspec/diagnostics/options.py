@@ -303,7 +303,7 @@ def parse_flag(name: str, text: str) -> Any:
 
     Examples
     --------
-    >>> parse_flag("removal_texts", "auto"), parse_flag("removal_texts", "12"), parse_flag("removal_target", ".9")
+    >>> parse_flag("removal_texts", "auto"), parse_flag("removal_texts", "1.2e1"), parse_flag("removal_target", ".9")
     ('auto', 12, 0.9)
     >>> parse_flag("max_length", "1")
     Traceback (most recent call last):
@@ -315,9 +315,13 @@ def parse_flag(name: str, text: str) -> Any:
         v: Any = text
         if isinstance(c, Interval):
             try:
-                v = int(text) if c.kind is int else float(text)
+                v = float(text)
             except ValueError:
                 continue
+            if c.kind is int:            # '12', '12.0' and '1.2e1' read as 12
+                if not v.is_integer():
+                    continue
+                v = int(v)
         if c is not None and c.allows(v):
             return v
     raise ValueError(f"must be {describe(tuple(c for c in allowed if c is not None))}")

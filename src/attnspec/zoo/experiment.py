@@ -137,5 +137,6 @@ def _write_diagnosis(diag, directory: Path, report: bool = True) -> list[Path]:
     directory = Path(directory)
     paths = diag.to_csv(directory)
     if report:
-        paths.append(diag.report(directory / "report.html"))
+        from ..report import write_report
+        paths.append(write_report(diag, directory / "report.html"))
     return paths

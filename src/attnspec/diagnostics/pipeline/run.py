@@ -27,7 +27,7 @@ from . import tasks
 from .executor import priority
 from .fit import CorpusStats
 from .head_removal import RemovalSums, removal_step, resolve_mode
-from .removal_plan import RemovalPlan, check_removal_texts, only_texts
+from .removal_plan import RemovalPlan, only_texts
 from .shards import make_shards, merge_parts
 from .texts import resolve_texts
 
@@ -67,10 +67,9 @@ def _is_tokenizer(obj: Any) -> bool:
 
 
 def prepare(adapter, tokenizer_or_inputs: Any, texts: Any, opts: DiagnoseOptions) -> Prepared:
-    """Step 1: the removal mode (checked against ``removal_texts`` before any work), the texts resolved by the
-    library's text policy and length-bucketed, or the given inputs batched."""
+    """Step 1: the removal mode (``'auto'`` resolved by the model's size), the texts resolved by the library's
+    text policy and length-bucketed, or the given inputs batched."""
     mode = resolve_mode(opts.removal, adapter)
-    check_removal_texts(opts.removal_texts, mode, opts.removal_target)
     if _is_tokenizer(tokenizer_or_inputs):
         texts, source = resolve_texts(texts, tokenizer_or_inputs, adapter.kind, opts.n_texts, opts.max_length,
                                       opts.pack)

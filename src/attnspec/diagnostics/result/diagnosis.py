@@ -96,8 +96,3 @@ class Diagnosis:
         if path is not None:
             Path(path).write_text(text)
         return text
-
-    def report(self, path: str | Path) -> Path:
-        """Write the self-contained HTML report (see :mod:`attnspec.report`)."""
-        from ...report import write_report
-        return write_report(self, path)
