@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from attnspec.diagnostics.result.diagnosis import dependence_verdict as dv
+from attnspec.diagnostics.result import dependence_verdict as dv
 
 
 def _brute_background(e, shared):
