@@ -4,13 +4,18 @@ For each architecture (BERT encoder; GPT-2 causal LM with ``--architectures gpt2
 :func:`attnspec.validation.build_planted_model` builds a tiny random model (2 layers x 12 heads, head
 width 16) with planted selective heads (three patterns: a fixed
 relative position, the class tokens [CLS]/[SEP]/./, , the token's own identity), dependent head pairs
-(copied Q/K/V with noise), signal-carrying heads (the other heads' output projections scaled down) and
+(copied Q/K/V with noise) and, in GPT-2, induction heads (a two-layer circuit, the opt-in pattern
+``'induction'``; ``--no-induction`` leaves it out), signal-carrying heads (the other heads' output projections scaled down) and
 a planted inverse temperature for every head. The model is saved with ``save_pretrained``, loaded with
 :func:`attnspec.models.load_model` and diagnosed with :func:`attnspec.diagnose` on the first ``n`` texts
 of the built-in corpus (temperatures were calibrated on its last 64 texts), for each corpus size.
 
 Per architecture, planted property, strength and corpus size (seeds pooled): ROC AUC and the false-positive rate at
-90 % true-positive rate of each attnspec diagnostic and each baseline (entropy ratio, Voita confidence,
+90 % true-positive rate of each attnspec diagnostic (``selection_score`` for shared targets,
+``query_selection_score`` for per-query rules: computed here from the model's eager attention with
+:func:`attnspec.validation.probes.query_selection_from_attention` when the diagnosis does not report it)
+and each baseline (entropy ratio, Voita confidence, the previous-token and induction probes of
+:mod:`attnspec.validation.probes`,
 score scale, CKA without the null, a correlation of attention maps computed here from the model's eager
 attention weights, first-order importance, energy share), the TPR/FPR of attnspec's own 'selective'
 label, and the error of ``beta_hat``, ``beta_corrected`` and ``score_scale`` against the planted beta.
@@ -44,8 +49,9 @@ from attnspec.data import builtin_texts
 from attnspec.models import load_model
 from attnspec.validation import PlantSpec, build_planted_model
 from attnspec.validation.architectures import ARCHITECTURES
-from attnspec.validation.patterns import allowed_pairs
+from attnspec.validation.patterns import DEFAULT_PATTERNS, allowed_pairs
 from attnspec.validation.planted import calibration_texts, minilm_tokenizer_dir
+from attnspec.validation.probes import induction_scores, previous_token_scores, query_selection_from_attention
 from attnspec.validation.scoring import beta_errors, null_beta_hat, score_detectors
 
 BY = ["architecture", "strength", "n_texts"]
@@ -70,20 +76,37 @@ def attention_correlation(path: Path, texts: list[str], causal: bool) -> pd.Data
     return pd.concat(rows, ignore_index=True)
 
 
-def run_model(architecture: str, strength: float, seed: int, sizes: list[int]) -> tuple[list, list, float]:
+def _per_head(arrays: dict) -> pd.DataFrame:
+    """``{column: (n_layers, H) array}`` as one row per (layer, head)."""
+    L, H = next(iter(arrays.values())).shape
+    out = pd.DataFrame({"layer": np.repeat(np.arange(L), H), "head": np.tile(np.arange(H), L)})
+    for k, v in arrays.items():
+        out[k] = np.asarray(v).ravel()
+    return out
+
+
+def run_model(architecture: str, strength: float, seed: int, sizes: list[int],
+              induction: bool = True) -> tuple[list, list, float]:
     """Build one planted model, diagnose it at each corpus size; merged head and pair tables."""
     heads, pairs = [], []
     t0 = time.perf_counter()
     causal = ARCHITECTURES[architecture].causal
+    patterns = DEFAULT_PATTERNS + (("induction",) if induction and causal else ())
     with tempfile.TemporaryDirectory() as d:
-        pm = build_planted_model(PlantSpec(strength=strength, architecture=architecture), seed, d)
+        pm = build_planted_model(PlantSpec(strength=strength, architecture=architecture, patterns=patterns), seed, d)
         model, tok = load_model(pm.path)
+        probes = _per_head({"induction_probe": induction_scores(model, tok, n_sequences=8, length=50, seed=seed)})
         for n in sizes:
             texts = builtin_texts(n)
             dg = attnspec.diagnose(model, tok, texts, seed=seed)
             tag = {"architecture": architecture, "strength": strength, "seed": seed, "n_texts": n,
                    "n_tokens": dg.summary["n_tokens"]}
-            heads.append(dg.heads.merge(pm.heads, on=["layer", "head"]).assign(**tag))
+            h = dg.heads.merge(pm.heads, on=["layer", "head"]).merge(probes, on=["layer", "head"])
+            h = h.merge(_per_head({"previous_token_probe": previous_token_scores(model, tok, texts)}),
+                        on=["layer", "head"])
+            if "query_selection_score" not in h:
+                h = h.merge(_per_head(query_selection_from_attention(model, tok, texts, seed=seed)), on=["layer", "head"])
+            heads.append(h.assign(**tag))
             pr = dg.pairs.merge(pm.pairs, on=["layer", "head_a", "head_b"])
             pr["cka_over_background"] = pr["cka_excess_lo"] - pr["cka_excess_background"]
             pr = pr.merge(attention_correlation(pm.path, texts, causal), on=["layer", "head_a", "head_b"])
@@ -235,6 +258,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, default=6, help="planted models per strength (seeds 0..N-1)")
     ap.add_argument("--quick", action="store_true", help="reduced budget: strengths 0 1, texts 16 64, 2 seeds")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-induction", action="store_true", help="plant no induction heads in GPT-2")
     ap.add_argument("--out", type=Path, default=Path("out/bench_validity"))
     ap.add_argument("--coverage", type=int, default=0, metavar="N",
                     help="only the interval coverage check: N planted-beta repetitions per --coverage-betas value")
@@ -256,7 +280,7 @@ def main(argv=None) -> None:
     for arch in args.architectures:
         for s in args.strengths:
             for seed in range(args.seeds):
-                h, p, dt = run_model(arch, s, seed, args.texts)
+                h, p, dt = run_model(arch, s, seed, args.texts, induction=not args.no_induction)
                 heads += h
                 pairs += p
                 print(f"{arch} strength {s:g} seed {seed}: {dt:.1f} s", flush=True)

@@ -42,7 +42,8 @@ class Detector:
     >>> det.sign, det.label
     (-1.0, None)
     >>> [d.column for d in DETECTORS if d.prop == "selective"]
-    ['selection_score', 'entropy_ratio', 'confidence', 'score_scale']
+    ['selection_score', 'query_selection_score', 'entropy_ratio', 'confidence', 'score_scale',
+     'previous_token_probe', 'induction_probe']
     """
 
     prop: str
@@ -63,8 +64,10 @@ def _detectors(prop: str, table: str, ge=(), attnspec=(), baseline=()) -> tuple[
 #: Every detector scored by :func:`score_detectors` (attnspec's columns and the literature baselines).
 DETECTORS = (
     Detector("selective", "heads", "selection_score", 1.0, "GE", ("selection", "selective")),
+    Detector("selective", "heads", "query_selection_score", 1.0, "GE", ("query_selection", "selective")),
     Detector("selective", "heads", "entropy_ratio", -1.0, "baseline"),     # lower entropy: more selective
-    *_detectors("selective", "heads", baseline=("confidence", "score_scale")),
+    *_detectors("selective", "heads", baseline=("confidence", "score_scale", "previous_token_probe",
+                                                  "induction_probe")),
     Detector("dependent", "pairs", "cka_excess", 1.0, "GE", ("dependence", "dependent")),
     Detector("dependent", "pairs", "cka_over_background", 1.0, "GE"),      # the dependence verdict's statistic
     *_detectors("dependent", "pairs", baseline=("cka", "attention_corr")),
