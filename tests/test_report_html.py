@@ -33,9 +33,11 @@ def test_self_contained(report):
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
     assert "<script" not in text
     assert text.count("data:image/png;base64,") == 2            # the per-head intervals, the layer spectra
-    assert text.count('<figure class="hm">') == 11              # one heat map table per score
+    assert text.count('<figure class="hm">') == 12              # one heat map table per score
     assert 'title="layer 2, head 3: selection_score = ' in text  # exact values in tooltips
-    for word in ("selection_score", "Gaussian", "Voita", "Clark", "Michel"):
+    assert 'title="layer 1, head 0: query_selection_score = ' in text
+    for word in ("selection_score", "query_selection_score", "Per-query selection", "Shared-target selection",
+                 "Gaussian", "Voita", "Clark", "Michel"):
         assert word in text
 
 
@@ -46,9 +48,10 @@ def test_intervals_and_how_to_read(report):
     assert 'id="intervals"' in text
     for col in ("selection_score_lo", "selection_score_hi", "beta_hat_lo", "beta_null", "removal_effect_hi"):
         assert f"<th>{col}</th>" in text, col
-    assert "How to read this" in text and "AUC 1.00" in text and "AUC 0.25" in text
+    assert "How to read this" in text and "AUC 1.00" in text
     assert "Random-head <code>beta_hat</code> at these text lengths" in text
-    assert "undetermined: <b>" in text
+    assert "shared-target selection: selective <b>" in text and "per-query selection: selective <b>" in text
+    assert "<h3>Per-query selection</h3>" in text and "<th>query_selection_rule</th>" in text
 
 
 def _chromium():

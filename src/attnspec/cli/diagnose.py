@@ -313,7 +313,8 @@ def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:
     write_report(diag, out / "report.html")
     s = diag.summary
     print(f"{s['model']}: {len(diag.heads)} heads in {s['n_layers']} layers, {s['n_texts']} texts / {s['n_tokens']} tokens; "
-          f"{s['n_selective']} selective, {s['n_diffuse']} diffuse, {s['n_sparse']} sparse, {s.get('n_undetermined', 0)} undetermined; "
+          f"shared-target selection: {s['n_selective']} selective, {s['n_diffuse']} diffuse, {s['n_sparse']} sparse, "
+          f"{s.get('n_undetermined', 0)} undetermined; per-query selection: {s.get('n_query_selective', 0)} selective; "
           f"{s.get('n_dependent_heads', 0)} dependent heads; "
           f"load {t_load:.1f} s, diagnose {t_diag:.1f} s "
           f"({torch.get_num_threads()} threads)")

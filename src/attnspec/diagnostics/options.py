@@ -38,7 +38,14 @@ REMOVAL_CHOICES = MODES + ("auto",)
 
 
 class OptionError(ValueError):
-    """An option outside its allowed values; ``option`` names it (the message: ``NAME must be ALLOWED, got V``)."""
+    """An option outside its allowed values; ``option`` names it (the message: ``NAME must be ALLOWED, got V``).
+
+    Examples
+    --------
+    >>> err = OptionError("n_boot", "an integer >= 0", -1)
+    >>> str(err), err.option, isinstance(err, ValueError)
+    ('n_boot must be an integer >= 0, got -1', 'n_boot', True)
+    """
 
     def __init__(self, option: str, allowed: str, value: Any):
         self.option, self.allowed, self.value = option, allowed, value

@@ -112,13 +112,22 @@ HOW_TO_READ = [
      "-7 % / -25 % / -41 %), so compare it with beta_null (the same fit on a random head at the head's score scale "
      "and these lengths), not with score_scale. beta_corrected removes that bias: its interval covers the planted "
      "temperature 97, 97, 94 and 95 times in 100 at beta 0.5, 1, 2 and 3."),
-    ("Selection",
+    ("Shared-target selection",
      ("selection_score", "selection", "entropy_ratio", "confidence"),
      "selection_score detects heads whose attention goes to the same few keys for every query (shared targets: [CLS], [SEP], "
      "punctuation, attention sinks): AUC 1.00 on planted class-token heads. It does not detect per-query patterns "
-     "(previous/next token, the token's own repeats): AUC 0.25 and 0.09 there, where Voita confidence reaches 1.00 "
-     "and 0.97 and the entropy ratio 1.00 and 0.91. 'selective' requires the whole 95 % interval above log 2; "
-     "'undetermined' means the texts do not decide (add texts)."),
+     "(previous/next token, the token's own repeats): a head whose every query picks its own key is 'sparse' here "
+     "(hot, no shared target), and per-query selection is the verdict to read for it. 'selective' requires the "
+     "whole 95 % interval above log 2; 'undetermined' means the texts do not decide (add texts)."),
+    ("Per-query selection",
+     ("query_selection_score", "query_selection", "query_selection_kind", "query_selection_rule"),
+     "query_selection_score detects heads whose every query attends a key fixed by a rule: an offset (previous token, "
+     "the token itself, the next one) or the content (the same token, the token after an earlier occurrence of the "
+     "query's token: induction). It is the excess of the head's attention on the rule's keys over what the "
+     "Gaussian-equivalent null puts there, exactly |S|/n at every temperature, so a hot random head scores about 0: "
+     "AUC 1.00 on planted offset, identity and induction heads, no selective head among random ones. "
+     "'selective' requires the lower end of the 95 % interval at 0.1 or more. It does not see shared targets "
+     "(the sinks are left to selection_score) nor rules outside offsets -8..8 and the two content rules."),
     ("Dependence",
      ("cka_excess", "cka_excess_background", "dependence", "dependence_partner"),
      "cka_excess detects pairs of heads that compute the same thing (shared or copied Q/K/V): AUC 1.00 for pairs at "
@@ -240,9 +249,11 @@ def render_report(diag) -> str:
 <p class="kv"><span>family: <b>{esc(str(s.get('family')))}</b> ({esc(str(s.get('kind')))})</span>
 <span>{s.get('n_layers')} layers, {s.get('n_heads')} heads</span>
 <span>{s.get('n_texts')} texts, {s.get('n_tokens')} tokens (longest {s.get('max_tokens_per_text')})</span>
-<span>selective: <b>{s.get('n_selective')}</b>, diffuse: <b>{s.get('n_diffuse')}</b>, sparse: <b>{s.get('n_sparse')}</b>,
-undetermined: <b>{s.get('n_undetermined')}</b> (verdicts need {s.get('min_tokens_for_label')} tokens and a decisive
-95 % interval)</span>
+<span>shared-target selection: selective <b>{s.get('n_selective')}</b>, diffuse <b>{s.get('n_diffuse')}</b>,
+sparse <b>{s.get('n_sparse')}</b>, undetermined <b>{s.get('n_undetermined')}</b></span>
+<span>per-query selection: selective <b>{s.get('n_query_selective', 'n/a')}</b>, not selective
+<b>{s.get('n_query_not_selective', 'n/a')}</b>, undetermined <b>{s.get('n_query_undetermined', 'n/a')}</b>
+(verdicts need {s.get('min_tokens_for_label')} tokens and a decisive 95 % interval)</span>
 <span>dependent heads: <b>{s.get('n_dependent_heads', 'n/a')}</b>, dependent pairs: <b>{_n_dependent_pairs(diag)}</b>
 of {len(diag.pairs)}</span></p>
 <p>Texts: {esc(str(s.get('corpus', s.get('texts'))))}. Time: {esc(timing)}.</p>
@@ -262,7 +273,11 @@ beta_hat gives for a random head at that scale on these texts (beta_null).</p>
 equivalent (orange, filled) and of the free sum of its heads (green, dashed); both axes logarithmic.</p>
 <img id="spectra" alt="layer spectra" src="{spec}">
 <h2>Head removal: rank agreement (Spearman)</h2><ul>{sp or '<li>not computed</li>'}</ul>
-<h2>Most selective heads</h2>{_table(top[cols])}
+<h2>Most selective heads</h2>
+<p>Both kinds side by side: shared targets (every query the same few keys) and per-query rules (each query its own
+key, fixed by position or content).</p>
+<h3>Shared-target selection</h3>{_table(top[cols])}
+<h3>Per-query selection</h3>{_query_top(diag)}
 <h2>Most dependent pairs</h2>
 <p>The pairs whose CKA excess clears the layer background by most (verdict: <code>dependence</code>; rule in the
 note on intervals above).</p>{_dependent_pairs(diag)}
@@ -271,6 +286,18 @@ note on intervals above).</p>{_dependent_pairs(diag)}
 <p style="font-size:.8em;color:#777">attnspec report; normalizations in the docstrings of attnspec.diagnostics.*</p>
 </body></html>
 """
+
+
+def _query_top(diag) -> str:
+    """The ten heads of largest ``query_selection_score`` with their rule and verdict (empty without the columns)."""
+    h = diag.heads
+    if "query_selection_score" not in h:
+        return "<p>not computed</p>"
+    top = h.sort_values("query_selection_score", ascending=False).head(10)
+    cols = [c for c in ("layer", "head", "query_selection", "query_selection_kind", "query_selection_rule",
+                        "query_selection_score", "query_selection_score_lo", "query_selection_score_hi", "selection",
+                        "score_scale", "removal_effect") if c in top]
+    return _table(top[cols])
 
 
 def write_report(diag, path: str | Path) -> Path:

@@ -57,6 +57,9 @@ class LayerBatch:
     keys : Tensor ``(B, H_kv, L_k, d)``, optional
         Keys per key/value head (after RoPE), on the CPU, for the key null of the fit step; None when the
         attention weights were captured without them.
+    tokens : LongTensor ``(B, L)``, optional
+        Token ids of the queries and keys (the content rules of per-query selection); None for inputs
+        without tokens (images, EEG), cross-attention and an encoder-decoder's decoder.
 
     Examples
     --------
@@ -80,6 +83,7 @@ class LayerBatch:
     tile_rows: int
     dtype: torch.dtype = torch.float32
     keys: torch.Tensor | None = None
+    tokens: torch.Tensor | None = None
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -179,7 +183,8 @@ def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, ti
     return LayerBatch(i, site, batch["attention_mask"].bool(), batch["special"].bool(), batch["order"],
                       call.allowed, _real_values(call.values(dtype), batch["attention_mask"].bool()),
                       lambda rows: call.weights(rows, dtype),
-                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype, call.key.to(device="cpu", dtype=dtype))
+                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype, call.key.to(device="cpu", dtype=dtype),
+                      _tokens(site, batch))
 
 
 def _from_capture(i: int, site: AttentionSite, rec: dict, batch: dict, tile_bytes: int, dtype: torch.dtype) -> LayerBatch:
@@ -189,7 +194,17 @@ def _from_capture(i: int, site: AttentionSite, rec: dict, batch: dict, tile_byte
     allowed = site.allowed(batch["attention_mask"])
     return LayerBatch(i, site, valid, batch["special"].bool(), batch["order"], allowed,
                       _real_values(rec["values"].to(device="cpu", dtype=dtype), valid), lambda rows: A[:, :, rows],
-                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype)
+                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype, tokens=_tokens(site, batch))
+
+
+def _tokens(site: AttentionSite, batch: dict) -> torch.Tensor | None:
+    """The batch's token ids ``(B, L)`` on the CPU where queries and keys are those tokens (self-attention of a
+    single-stack model or of an encoder), else None."""
+    ids = batch.get("input_ids")
+    if (ids is None or getattr(site, "role", "self") != "self" or getattr(site, "stack", None) == "decoder"
+            or tuple(ids.shape) != tuple(batch["attention_mask"].shape)):
+        return None
+    return ids.to("cpu")
 
 
 def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:

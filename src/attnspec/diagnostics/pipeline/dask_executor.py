@@ -19,7 +19,7 @@ from . import dask_worker as wk
 from .dask_worker import ModelSpec
 from .executor import groups, split_by_cost
 
-__all__ = ["DaskExecutor", "removal_jobs"]
+__all__: list[str] = []        # internal: the pipeline's parts (the public API is attnspec.diagnose)
 
 #: Groups of batches per worker thread (more groups: finer load balance and a smaller loss when a
 #: worker dies; each group costs one task and one accumulator transfer).

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from . import tasks
 
-__all__ = ["LocalExecutor", "priority", "groups", "split_by_cost"]
+__all__: list[str] = []        # internal: the pipeline's parts (the public API is attnspec.diagnose)
 
 
 def priority(batches: Sequence[dict], n_heads: int = 1) -> int:

@@ -10,7 +10,10 @@ the fits depend only on the multiset of texts:
 * the value-path power ``sum_b ||P V_h W_O^h||_F^2`` and ``sum_b l_b d_out`` (:mod:`..spectral`);
 * the sum of each head's context over real tokens (mean ablation);
 * the head-pair Gram sum of the centered contexts (:func:`..dependence.gram_blocks`), which the spectra
-  step needs to accumulate each text's influence on the CKA (its bootstrap, :mod:`..intervals`).
+  step needs to accumulate each text's influence on the CKA (its bootstrap, :mod:`..intervals`);
+* per-query selection: each head's attention mass on the keys of each positional and content rule, its
+  expectation under the null and its capacity, with their bootstrap replicates
+  (:class:`..statistics.query_selection.QuerySelectionSums`), from the same tiles.
 
 The null heads are fitted the same way, pooled over all texts, once the heads' score scales are known
 (:class:`NullFitSums`; they need only the allowed sets, kept by :class:`MaskStore`).
@@ -29,6 +32,7 @@ from ..statistics import selection as sel
 from ..statistics import spectral
 from ..statistics.bootstrap import N_BOOT, weighted, weights
 from ..statistics.noise import Draw, TextNoise
+from ..statistics.query_selection import QuerySelectionSums
 from .resources import _layer_pool
 from .collect import LayerBatch
 
@@ -79,6 +83,7 @@ class LayerFitSums:
     n_tokens: float = 0.0
     boot_scores: dict | None = None
     gram: np.ndarray | float = 0.0
+    query: QuerySelectionSums | None = None
 
     def update(self, lb: LayerBatch, W: torch.Tensor, seed: int = 0, n_boot: int = N_BOOT) -> "LayerFitSums":
         """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)``; ``seed`` and ``n_boot``
@@ -91,12 +96,15 @@ class LayerFitSums:
         w = weights(seed, lb.order, n_boot)
         K = lb.grouped_keys()       # the key null of the temperature correction (identification.key_null_weights)
         noise = None if K is None else TextNoise(seed, Draw.KEY_NULL, lb.index, lb.order, lb.valid)
+        if self.query is None:
+            self.query = QuerySelectionSums(H, n_boot)
         for rows in lb.tiles():
             A, al, q = lb.weights_of(rows), lb.allowed[:, rows], lb.valid[:, rows]
             null = () if noise is None else (K, noise.rows(rows, (H,), (K.shape[-1],), dtype=lb.dtype))
             self.scores, self.boot_scores = _add_per_text(self.scores, self.boot_scores,
                                                           ident.score_sums(A, al, True, *null), w)
             self.baselines = _add(self.baselines, sel.baseline_sums(A, al, q, lb.special[:, rows]))
+            self.query.update(A, rows, al, lb.valid, lb.tokens, w, lb.special)
             C[:, :, rows] = A @ Vg
             real = (C[:, :, rows] * q[:, None, :, None]).transpose(0, 1)       # (H, B, r, d_v)
             ctx += real.reshape(H, -1, real.shape[-1]).double().sum(1).numpy()  # one reduced axis: 3x faster
@@ -116,7 +124,8 @@ class LayerFitSums:
         return LayerFitSums(_add(self.scores, other.scores), _add(self.baselines, other.baselines),
                             self.value_power + other.value_power, self.value_count + other.value_count,
                             self.context_sum + other.context_sum, self.n_tokens + other.n_tokens,
-                            _add(self.boot_scores, other.boot_scores), self.gram + other.gram)
+                            _add(self.boot_scores, other.boot_scores), self.gram + other.gram,
+                            self.query.merge(other.query))
 
     def fit(self) -> dict[str, np.ndarray]:
         """``score_scale``, ``beta_hat``, ``alpha_hat``, ``r2`` per head."""

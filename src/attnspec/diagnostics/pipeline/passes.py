@@ -25,7 +25,7 @@ from .head_removal import RemovalSums
 from .resources import _layer_pool, _trim_heap
 from .spectra import LayerSpectra, layer_batch_spectra
 
-__all__ = ["fit_pass", "spectra_pass", "first_order_pass", "exact_pass"]
+__all__: list[str] = []        # internal: the pipeline's parts (the public API is attnspec.diagnose)
 
 def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Callable[[int, Any], None],
                tile_bytes: int, desc: str, progress: bool, on_batch: Callable | None = None,

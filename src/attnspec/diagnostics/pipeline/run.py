@@ -31,7 +31,7 @@ from .removal_plan import RemovalPlan, only_texts
 from .shards import make_shards, merge_parts
 from .texts import resolve_texts
 
-__all__ = ["Prepared", "StepResults", "prepare", "run_steps"]
+__all__: list[str] = []        # internal: the pipeline's parts (the public API is attnspec.diagnose)
 
 
 @dataclass

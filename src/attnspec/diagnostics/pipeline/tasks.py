@@ -18,8 +18,7 @@ from .fit import null_sums
 from .passes import exact_pass, first_order_pass, fit_pass, spectra_pass
 from .shards import merge_parts
 
-__all__ = ["fit_task", "null_task", "spectra_task", "first_order_task", "exact_task", "merged_grams",
-           "run_cache", "drop_run_cache", "here"]
+__all__: list[str] = []        # internal: the pipeline's parts (the public API is attnspec.diagnose)
 
 _CACHES: dict = {}         # run id -> this process' ForwardCache of the batches it fitted
 _CACHE_LOCK = threading.Lock()

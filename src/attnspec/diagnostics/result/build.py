@@ -11,7 +11,7 @@ from .diagnosis import Diagnosis
 from .summary import build_summary, removal_summary
 from .tables import TableOptions, build_tables
 
-__all__ = ["build_diagnosis"]
+__all__: list[str] = []        # internal: the pipeline's parts (the public API is attnspec.diagnose)
 
 
 def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: str, model_name: str,

@@ -202,12 +202,15 @@ def verdicts(opt: TableOptions) -> dict:
     'cka_excess - cka_excess_background >= dependence_margin'
     """
     from ..statistics.bootstrap import LEVEL
+    from ..statistics.query_selection import MARGIN as QS_MARGIN
     from .dependence_verdict import MARGINS
     b = bool(opt.n_boot)
     fpr = round((1 - LEVEL) / 2, 6) if b else None
     return {"n_boot": opt.n_boot, "interval_level": LEVEL if b else None,
             "selective_if": "selection_score_lo >= selection_threshold" if b else "selection_score >= threshold",
             "diffuse_or_sparse_if": "selection_score_hi < selection_threshold" if b else "score < threshold",
+            "query_selective_if": f"query_selection_score{'_lo' if b else ''} >= query_selection_margin",
+            "query_selection_margin": QS_MARGIN,
             "nominal_false_positive_rate_selective": fpr,
             "dependent_if": f"cka_excess{'_lo' if b else ''} - cka_excess_background >= dependence_margin",
             "independent_if": f"cka_excess{'_hi' if b else ''} - cka_excess_background < dependence_margin",
@@ -217,6 +220,18 @@ def verdicts(opt: TableOptions) -> dict:
             "dependence_margin": dict(MARGINS),
             "nominal_false_positive_rate_dependent": fpr,
             "min_tokens_for_verdict": opt.min_tokens}
+
+
+def _query_counts(heads: pd.DataFrame) -> dict:
+    """Per-query selection beside the shared-target labels: ``n_query_selective`` (and not selective,
+    undetermined) and ``query_selective_by_rule`` (selective heads per best rule); empty without the columns."""
+    if "query_selection" not in heads:
+        return {}
+    out = {f"n_query_{k.replace(' ', '_')}": int((heads["query_selection"] == k).sum())
+           for k in ("selective", "not selective", "undetermined")}
+    sel_heads = heads[heads["query_selection"] == "selective"]
+    out["query_selective_by_rule"] = {str(k): int(v) for k, v in sel_heads["query_selection_rule"].value_counts().items()}
+    return out
 
 
 def _dependence_counts(heads: pd.DataFrame, pairs: pd.DataFrame | None) -> dict:
@@ -286,7 +301,7 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         "max_length": max_length, "bucket_size": bucket_size,
         "removal_effect": opt.effect_name if opt.removal in EXACT_MODES else None, "activation_reuse": bool(adapter.can_reuse),
         "selection_threshold": opt.threshold, "beta_max_diffuse": sel.BETA_MAX_DIFFUSE,
-        "min_tokens_for_label": opt.min_tokens, **counts, **_dependence_counts(heads, pairs),
+        "min_tokens_for_label": opt.min_tokens, **counts, **_query_counts(heads), **_dependence_counts(heads, pairs),
         "verdicts": verdicts(opt),
         "random_head_beta_hat": random_head_beta(heads),
         "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)},

@@ -112,6 +112,7 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
     shift_ge = spectral_shift(lge, [sp.without(h, ge=True) for h in range(H)])
     energy = np.diag(inner)
     offdiag = ~np.eye(H, dtype=bool)
+    qs = fs.query.result(min_tokens=opt.min_tokens)       # per-query selection (..statistics.query_selection)
     rows = []
     for h in range(H):
         d = sel.spectral_departure(sp.head("act", h), sp.head("ge", h))
@@ -130,6 +131,7 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
             "null_w1_rel": d0["w1_rel"], "selection_score": score,
             "selection": sel.label(score, s_h, opt.threshold, n_tokens=fs.n_tokens, min_tokens=opt.min_tokens,
                                    lo=float(iv["selection_score_lo"][h]), hi=float(iv["selection_score_hi"][h])),
+            **{k: (v[h] if v.dtype == object else float(v[h])) for k, v in qs.items()},
             **{k: float(v[h]) for k, v in iv.items()},
             **{k: float(v[h]) for k, v in bl.items()},
             "cka_mean": float(np.nanmean(cka[h, others])) if H > 1 else np.nan,
