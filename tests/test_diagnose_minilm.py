@@ -58,14 +58,14 @@ def test_minilm_has_selective_heads(minilm_diag):
     assert isinstance(d, Diagnosis)
     h = d.heads
     assert len(h) == 72 and len(d.layers) == 6
-    assert not h.select_dtypes("number").drop(columns="query_selection_offset").isna().any().any()
+    assert not h.select_dtypes("number").isna().any().any()
     assert (h["selection"] == "selective").sum() >= 5
     # the previous-token head of layer 0 (1.00 of every query's attention on the token before): per-query selective
     l0h2 = h[(h["layer"] == 0) & (h["head"] == 2)].iloc[0]
-    assert (l0h2["query_selection"], l0h2["query_selection_kind"], l0h2["query_selection_offset"]) == \
-        ("selective", "positional", -1.0)
+    assert (l0h2["query_selection"], l0h2["query_selection_kind"], l0h2["query_selection_rule"]) == \
+        ("selective", "positional", "offset -1")
     assert l0h2["query_selection_score_lo"] > 0.99 and l0h2["selection"] != "selective"
-    assert h["query_selection_offset"].isna().eq(h["query_selection_kind"] != "positional").all()
+    assert h["query_selection_rule"].str.startswith("offset").eq(h["query_selection_kind"] == "positional").all()
     assert set(h["selection"]) <= {"selective", "diffuse", "sparse", "undetermined"}
     assert (h.loc[h["selection"] == "sparse", "score_scale"] > 1.5).all()
     assert (h.loc[h["selection"] == "selective", "selection_score_lo"] >= math.log(2)).all()

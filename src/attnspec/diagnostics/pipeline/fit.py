@@ -3,14 +3,14 @@
 Every statistic of this step is a sum over texts (float64), so the accumulators merge by addition and
 the fits depend only on the multiset of texts:
 
-* score sums ``N, sum S^2, sum S y, sum y^2`` per head (:func:`..identification.score_sums`), giving
+* score sums ``N, sum S^2, sum S y, sum y^2`` per head (:func:`..statistics.identification.score_sums`), giving
   ``score_scale``, ``beta_hat``, ``alpha_hat``, ``R^2``; and the same sums under the Poisson bootstrap
-  weights of the texts (:mod:`..bootstrap`, ``(n_boot, H)`` each), giving the replicates of those fits;
-* entropy / confidence sums (:func:`..selection.baseline_sums`);
-* the value-path power ``sum_b ||P V_h W_O^h||_F^2`` and ``sum_b l_b d_out`` (:mod:`..spectral`);
+  weights of the texts (:mod:`..statistics.bootstrap`, ``(n_boot, H)`` each), giving the replicates of those fits;
+* entropy / confidence sums (:func:`..statistics.selection.baseline_sums`);
+* the value-path power ``sum_b ||P V_h W_O^h||_F^2`` and ``sum_b l_b d_out`` (:mod:`..statistics.spectral`);
 * the sum of each head's context over real tokens (mean ablation);
-* the head-pair Gram sum of the centered contexts (:func:`..dependence.gram_blocks`), which the spectra
-  step needs to accumulate each text's influence on the CKA (its bootstrap, :mod:`..intervals`);
+* the head-pair Gram sum of the centered contexts (:func:`..statistics.dependence.gram_blocks`), which the spectra
+  step needs to accumulate each text's influence on the CKA (its bootstrap, :mod:`..result.intervals`);
 * per-query selection: each head's attention mass on the keys of each positional and content rule, its
   expectation under the null and its capacity, with their bootstrap replicates
   (:class:`..statistics.query_selection.QuerySelectionSums`), from the same tiles.
@@ -147,7 +147,7 @@ class LayerFitSums:
 def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: int, H: int, d: int,
                       scale: np.ndarray, seed: int, tile_rows: int, dtype: torch.dtype = torch.float32):
     """Null-head weights of one layer batch, tile by tile: yields ``(rows, A0)`` with ``A0``
-    ``(B, H, r, L)`` (:func:`..identification.null_weights`; ``K`` drawn first, then ``Q`` row by row).
+    ``(B, H, r, L)`` (:func:`..statistics.identification.null_weights`; ``K`` drawn first, then ``Q`` row by row).
 
     Parameters
     ----------
@@ -155,7 +155,7 @@ def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: 
         The heads' allowed sets (the null heads attend within them).
     valid : torch.Tensor of bool, shape (B, L)
     order : sequence of int
-        The texts' positions (the draws are per text, :class:`..noise.TextNoise`).
+        The texts' positions (the draws are per text, :class:`..statistics.noise.TextNoise`).
     layer, H, d : int
         Layer index, heads, head width of ``Q, K``.
     scale : numpy.ndarray, shape (H,)

@@ -18,13 +18,22 @@ are processed; :meth:`ForwardCache.get` waits for it (a failed write is a batch 
 
 On an accelerator the forward pass is cheap next to the transfer, so :func:`wanted` turns the cache
 off there unless asked for.
+
+Debris: the directory holds an ``owner`` file (host name and process id). The command line removes the
+directory on SIGINT and SIGTERM (the exception unwinds through :meth:`ForwardCache.close`); after a
+SIGKILL or the OOM killer it stays, so the first cache a process creates removes the stale caches of
+the same parent directory (:func:`remove_stale`): those whose owner is a process of this host that no
+longer runs, and those older than :data:`STALE_AGE_S` whose owner cannot be checked (another host, or
+no owner file).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import shutil
+import socket
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -32,10 +41,72 @@ import torch
 
 from ...models.attention_calls import AttentionCall
 
-__all__ = ["ForwardCache", "MAX_BYTES", "wanted"]
+__all__ = ["ForwardCache", "MAX_BYTES", "wanted", "remove_stale", "STALE_AGE_S"]
 
 #: Default byte budget of one diagnosis' cache on disk.
 MAX_BYTES = 8 * 2 ** 30
+#: Prefix of a cache directory; the owner file inside it.
+PREFIX = "attnspec-forward-"
+OWNER = "owner"
+#: A cache whose owner cannot be checked is stale after this many seconds (longer than any diagnosis' run).
+STALE_AGE_S = 7 * 24 * 3600
+_CLEANED: set = set()          # parent directories already cleaned by this process
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:      # another user's live process
+        return True
+    return True
+
+
+def remove_stale(parent: str | None = None, max_age_s: float = STALE_AGE_S) -> list[str]:
+    """Remove the stale forward caches under ``parent`` (default: the temporary directory); the removed paths.
+
+    A cache is stale when its ``owner`` file names a process of this host that no longer runs, or when its
+    owner cannot be checked (another host, an unreadable or missing owner file) and it was last modified more
+    than ``max_age_s`` seconds ago. The caches of running processes are never touched.
+
+    Examples
+    --------
+    >>> import tempfile, os, pathlib
+    >>> parent = tempfile.mkdtemp()
+    >>> live = ForwardCache(directory=parent)                                 # this process' cache
+    >>> dead = pathlib.Path(parent, PREFIX + "dead"); dead.mkdir()
+    >>> _ = (dead / OWNER).write_text(f"{socket.gethostname()} 999999999")      # no such process
+    >>> remove_stale(parent) == [str(dead)], os.path.isdir(live.dir)
+    (True, True)
+    >>> live.close()
+    """
+    parent = parent or tempfile.gettempdir()
+    host, removed = socket.gethostname(), []
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith(PREFIX)]
+    except OSError:
+        return removed
+    now = time.time()
+    for e in entries:
+        try:
+            if not e.is_dir(follow_symlinks=False):
+                continue
+            try:
+                with open(os.path.join(e.path, OWNER), encoding="utf-8") as f:
+                    owner_host, pid = f.read().split()
+                checkable = owner_host == host
+                stale = checkable and not _alive(int(pid))
+            except (OSError, ValueError):
+                checkable, stale = False, False
+            if not checkable:
+                stale = now - e.stat(follow_symlinks=False).st_mtime > max_age_s
+            if stale:
+                shutil.rmtree(e.path, ignore_errors=True)
+                removed.append(e.path)
+        except OSError:
+            continue
+    return removed
 
 
 def wanted(adapter, reuse_forward: bool | None) -> bool:
@@ -173,7 +244,13 @@ class ForwardCache:
     """
 
     def __init__(self, max_bytes: int = MAX_BYTES, directory: str | None = None):
-        self.dir = tempfile.mkdtemp(prefix="attnspec-forward-", dir=directory)
+        parent = directory or tempfile.gettempdir()
+        if parent not in _CLEANED:         # once per process and parent: caches left by killed runs
+            _CLEANED.add(parent)
+            remove_stale(parent)
+        self.dir = tempfile.mkdtemp(prefix=PREFIX, dir=directory)
+        with open(os.path.join(self.dir, OWNER), "w", encoding="utf-8") as f:
+            f.write(f"{socket.gethostname()} {os.getpid()}")
         self.max_bytes = min(int(max_bytes), shutil.disk_usage(self.dir).free // 2)
         self.used = 0
         self.paths: dict = {}            # key -> (path, non-tensor entries per record, layout, write)

@@ -9,7 +9,7 @@ so it merges by addition, and the standard error is the texts-as-clusters (delta
 
 which accounts for the spread over texts and, within a text, over its (sampled) positions. Beside
 them it keeps ``sum w e`` and ``sum w n`` for the Poisson bootstrap weights ``w`` of the texts
-(:mod:`..bootstrap`, ``(n_boot, n_layers, H_max)``), whose ratios are the replicates of ``R_h``.
+(:mod:`..statistics.bootstrap`, ``(n_boot, n_layers, H_max)``), whose ratios are the replicates of ``R_h``.
 :class:`RemovalSums` holds the exact effects (zero and mean ablation), the first-order effects and the
 Michel importance of every head.
 """
@@ -97,7 +97,7 @@ class RatioSums:
             return np.where(m >= 2, np.sqrt(ss / (m * (m - 1))) / nbar, np.nan)
 
     def interval(self) -> tuple[np.ndarray, np.ndarray]:
-        """Bootstrap percentile interval of ``R_h`` (:func:`..bootstrap.interval`; NaN with fewer than two
+        """Bootstrap percentile interval of ``R_h`` (:func:`..statistics.bootstrap.interval`; NaN with fewer than two
         measured texts or no replicates)."""
         if np.ndim(self.be) == 0:
             shape = np.shape(self.mean())

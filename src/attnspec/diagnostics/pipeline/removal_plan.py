@@ -27,7 +27,7 @@ SCREENED_POSITIONS = 32
 #: more are added as needed) and words per position of the LM loss.
 SAMPLED_TEXTS = 6
 SAMPLED_VOCAB = 1024
-#: Seed purpose of the removal's text order (distinct from the draws of :mod:`..noise`, positions 11, screen 12).
+#: Seed purpose of the removal's text order (distinct from the draws of :mod:`..statistics.noise`, positions 11, screen 12).
 _TEXTS_PURPOSE = 13
 
 

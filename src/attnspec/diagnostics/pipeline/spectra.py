@@ -1,20 +1,20 @@
 """Step 3, spectra: per layer batch, the centered output spectra of each head, of its fitted Gaussian
 equivalent, of a null head and of the null head's equivalent; the layer's spectrum, its Gaussian
 equivalent's, the free sum of its heads, and the layer without each head (normalizations in
-:mod:`..spectral`).
+:mod:`..statistics.spectral`).
 
 The four contexts ``A V`` (head, equivalent, null, null equivalent) are built one query tile at a
 time; the spectra need only the contexts ``(B, H, L, d_head)``. Memory of one layer batch: about
 ``12 B H L d_head`` numbers (the head's and its equivalent's centered contexts, the null ones until
 their spectra are taken, the layer outputs, the free rotation in float64) and the removed-head Grams'
-budget (:data:`..spectral.REMOVED_GRAM_BYTES`), i.e. linear in ``L`` beyond one tile of weights.
+budget (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`), i.e. linear in ``L`` beyond one tile of weights.
 
 :class:`LayerSpectra` keeps the pooled eigenvalues (one array per batch and spectrum, texts in batch
 order) with each batch's text positions and lengths, and the head-pair Gram sums; merging concatenates
 and adds, so every distance computed from it depends only on the multiset of texts. :meth:`LayerSpectra.text_index` gives each pooled
-eigenvalue its text (for the bootstrap weights) (:mod:`..bootstrap`): a text of ``l_b`` real tokens contributes
+eigenvalue its text (for the bootstrap weights) (:mod:`..statistics.bootstrap`): a text of ``l_b`` real tokens contributes
 its top ``min(l_b - 1, d_head)`` eigenvalues to a head spectrum and ``min(l_b - 1, d_out)`` to a layer
-spectrum (:mod:`..spectral`).
+spectrum (:mod:`..statistics.spectral`).
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     M : torch.Tensor, shape (B, H, L, d_head)
         Centered contexts of the batch.
     gram : numpy.ndarray, shape (H d_head, H d_head)
-        Head-pair Gram sum over all texts (:func:`..dependence.gram_blocks`).
+        Head-pair Gram sum over all texts (:func:`..statistics.dependence.gram_blocks`).
     max_bytes : int
         Budget of one block's float64 product (>= 1; at least one text per block).
 
@@ -135,7 +135,7 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     ``gram`` of step 2 and the texts' bootstrap weights ``w`` (0.0 without them). Given step 2's ``gram``,
     the batch's own Gram of the contexts is not recomputed (``gram`` is 0.0 in the result): step 2
     already summed exactly these numbers (same contexts, same tiles, same centering), and the tables
-    read them from there (:func:`.tables.build_tables`).
+    read them from there (:func:`..result.tables.build_tables`).
 
     Returns
     -------

@@ -99,12 +99,12 @@ COLUMNS: dict[str, dict[str, str]] = {
             "and N the most the head could put there, all among the real keys (special tokens and each text's first "
             "token are sinks, left to selection), queries weighted by their mass m_i on real keys. 1: every query on "
             "its rule's key; about 0 for a random head at any temperature. The best rule is chosen on the whole "
-            "corpus among rules that apply to at least 100 queries."),
+            "corpus among rules that apply to at least 100 queries (fewer queries: among the rules that apply, and the "
+            "verdict is undetermined)."),
         "query_selection_score_lo": _LO.format("query_selection_score") + " The rule is held fixed.",
         "query_selection_score_hi": _HI.format("query_selection_score"),
         "query_selection_kind": "positional (an offset rule), content (same token or induction) or none (no rule applies).",
-        "query_selection_rule": "The best rule: 'offset d', 'same token' or 'induction' ('' when none applies).",
-        "query_selection_offset": "The offset d of a positional rule (query i attends key i + d); NaN otherwise.",
+        "query_selection_rule": "The best rule: 'offset d', 'same token' or 'induction' ('none' when none applies).",
         "query_selection": ("Verdict, a test against the 95 % interval of query_selection_score: selective (lower bound "
                             ">= 0.1, a tenth of the attention the rule could hold beyond chance), not selective (upper "
                             "bound below 0.1), or undetermined (the interval contains 0.1, fewer than min_tokens "

@@ -1,6 +1,6 @@
 """The ``dependence`` verdict: a test on each pair's ``cka_excess`` interval against the layer's background.
 
-``cka_excess = cka - cka_null`` (:mod:`.dependence`) is positive for almost every pair of a real layer: the
+``cka_excess = cka - cka_null`` (:mod:`..statistics.dependence`) is positive for almost every pair of a real layer: the
 null (each head's contexts Haar-rotated, independently per text) removes every alignment between heads,
 including what any two heads share because they read the same inputs. How much that is depends on the
 model, not on the pair: pairs of random heads of a tiny random BERT (2 layers x 4 heads of width 8) reach

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...atomicio import StagedFiles, write_text
 from ...jsonio import jsonable
 
 __all__ = ["Diagnosis"]
@@ -63,26 +64,30 @@ class Diagnosis:
         """:attr:`summary` as an indented JSON document (numpy values converted)."""
         return json.dumps(jsonable(self.summary), indent=2)
 
-    def _write_tables(self, directory: str | Path, suffix: str) -> list[Path]:
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        out = []
+    def write_tables(self, stage: StagedFiles, suffix: str) -> None:
+        """Write ``heads``, ``layers`` and ``pairs`` as ``<name>.<suffix>`` (csv or parquet) into the temporary
+        files of ``stage`` (:class:`attnspec.atomicio.StagedFiles`), renamed into place when it is committed."""
         for name in ("heads", "layers", "pairs"):
-            p = d / f"{name}.{suffix}"
-            getattr(getattr(self, name), f"to_{suffix}")(p, index=False)
-            out.append(p)
-        return out
+            getattr(getattr(self, name), f"to_{suffix}")(stage.path(f"{name}.{suffix}"), index=False)
 
     def to_csv(self, directory: str | Path) -> list[Path]:
-        """Write ``heads.csv``, ``layers.csv``, ``pairs.csv`` and ``summary.json`` into ``directory``."""
-        p = Path(directory) / "summary.json"
-        out = self._write_tables(directory, "csv")
-        p.write_text(self.summary_json())
-        return out + [p]
+        """Write ``heads.csv``, ``layers.csv``, ``pairs.csv`` and ``summary.json`` into ``directory``.
+
+        Each file is written to a temporary name in ``directory`` and renamed into place once all are written,
+        ``summary.json`` last (:class:`attnspec.atomicio.StagedFiles`): a failure leaves the directory as it was."""
+        with StagedFiles(directory, last="summary.json") as st:
+            self.write_tables(st, "csv")
+            st.path("summary.json").write_text(self.summary_json())
+            names = list(st.items)
+        return [Path(directory) / n for n in names]
 
     def to_parquet(self, directory: str | Path) -> list[Path]:
-        """Write ``heads.parquet``, ``layers.parquet``, ``pairs.parquet`` (needs pyarrow)."""
-        return self._write_tables(directory, "parquet")
+        """Write ``heads.parquet``, ``layers.parquet``, ``pairs.parquet`` (needs pyarrow), each through a
+        temporary file renamed into place."""
+        with StagedFiles(directory) as st:
+            self.write_tables(st, "parquet")
+            names = list(st.items)
+        return [Path(directory) / n for n in names]
 
     def to_json(self, path: str | Path | None = None) -> str:
         """Everything as one JSON document (records per table; spectra summarized by quantiles)."""
@@ -94,5 +99,5 @@ class Diagnosis:
                                      for k, d in self.spectra.items()}}
         text = json.dumps(jsonable(doc), indent=1)
         if path is not None:
-            Path(path).write_text(text)
+            write_text(path, text)
         return text

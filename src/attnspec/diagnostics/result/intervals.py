@@ -1,7 +1,7 @@
-"""Per-head bootstrap intervals of step 5 (:mod:`.bootstrap`: Poisson weights over texts, percentile
-intervals at :data:`.bootstrap.LEVEL`).
+"""Per-head bootstrap intervals of step 5 (:mod:`..statistics.bootstrap`: Poisson weights over texts, percentile
+intervals at :data:`..statistics.bootstrap.LEVEL`).
 
-* ``beta_hat``: the least-squares fit on each replicate's score sums (:meth:`.steps.fit.LayerFitSums.fit_replicates`).
+* ``beta_hat``: the least-squares fit on each replicate's score sums (:meth:`..pipeline.fit.LayerFitSums.fit_replicates`).
 * ``beta_null``: the same fit for the layer's null head at the head's score scale (random scores, same
   masks and text lengths): what ``beta_hat`` returns for a random head here. ``beta_hat`` of a random head
   falls below its score scale on short texts and at high temperature (the softmax normalization is not
@@ -12,7 +12,7 @@ intervals at :data:`.bootstrap.LEVEL`).
   averages the head's slope with that of its reflection (logits ``-S``), which cancels what the skewness of
   a head's logits adds to the slope (a head's preference for its own token, say). ``null`` is the same
   average for the head's *key null* (a random query against the head's own keys at the head's row
-  temperatures, :func:`.identification.key_null_weights`, ``beta_null_keys``) when the fit sums carry it,
+  temperatures, :func:`..statistics.identification.key_null_weights`, ``beta_null_keys``) when the fit sums carry it,
   else for the Gaussian null head. The key null keeps repeated and correlated keys: at score scale 2-3 on
   25-token texts a row with repeats saturates like a shorter row (planted heads at temperature 2:
   ``beta_hat`` 1.50, Gaussian null 1.56, key null 1.51).
@@ -30,13 +30,13 @@ intervals at :data:`.bootstrap.LEVEL`).
   instead of choosing one. It is wider than the ``beta_corrected`` interval by ``|delta|`` at most.
 * ``spec_w1_rel`` and ``selection_score``: W1 between the weighted pooled spectra of the head and of its
   Gaussian equivalent (and of the null head and its equivalent), each eigenvalue weighted by its text's
-  weight (:func:`.bootstrap.weighted_w1`), relative to the weighted mean of the reference. The fitted
+  weight (:func:`..statistics.bootstrap.weighted_w1`), relative to the weighted mean of the reference. The fitted
   equivalents are held fixed (the replicate re-weights the texts, it does not refit or redraw them).
 * ``removal_spec_shift``: the same for the layer's spectrum with and without the head.
 * ``cka_excess`` (heads and pairs): linearized bootstrap of the CKA. ``CKA_gh = F_gh / sqrt(F_gg F_hh)`` with
   ``F_gh = ||C_gh||_F^2`` and ``C = sum_b C^b`` the Gram sum over texts; to first order in the weights
   ``F_gh(w) = 2 sum_b w_b <C_gh, C^b_gh> - F_gh``, whose weighted sums the spectra step accumulates
-  (:func:`.steps.spectra.cka_influence`; exact ``C`` from step 2, so one extra pass is not needed). The null
+  (:func:`..pipeline.spectra.cka_influence`; exact ``C`` from step 2, so one extra pass is not needed). The null
   CKA (free rotations) is held fixed, like the fitted equivalents.
 """
 from __future__ import annotations
@@ -51,14 +51,14 @@ from ..pipeline.fit import LayerFitSums, NullFitSums
 from ..pipeline.spectra import LayerSpectra
 
 #: ``head_intervals`` (the interval columns of one layer, from the step accumulators) is called by
-#: :mod:`.steps.tables` only and is not public.
+#: :mod:`.tables` only and is not public.
 __all__ = ["TextWeights", "cka_excess_replicates", "corrected_beta", "temperature_interval"]
 
 
 class TextWeights:
     """The bootstrap weights of every text of a diagnosis, drawn once.
 
-    ``w[:, k]`` are the Poisson(1) weights (:func:`.bootstrap.weights`) of the ``k``-th distinct text
+    ``w[:, k]`` are the Poisson(1) weights (:func:`..statistics.bootstrap.weights`) of the ``k``-th distinct text
     id in increasing order; :meth:`column` maps text ids to those columns.
 
     Parameters
@@ -113,7 +113,7 @@ def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
     ----------
     sp : LayerSpectra
         The layer's spectra accumulator, with ``gram`` (``C``), ``gram_free`` and ``boot_cka``
-        (``(n_boot, H, H)`` weighted sums of :func:`.steps.spectra.cka_influence`).
+        (``(n_boot, H, H)`` weighted sums of :func:`..pipeline.spectra.cka_influence`).
 
     Returns
     -------
@@ -161,7 +161,7 @@ def corrected_beta(sums: dict[str, np.ndarray], null_sums: dict[str, np.ndarray]
     """``beta_corrected = beta_sym + score_scale - null``: the temperature, with the fit's finite-row bias removed.
 
     ``beta_sym`` is the head's slope averaged with its reflection's (logits ``-S``,
-    :func:`.identification.symmetric_slopes`), and ``null`` the same average for the key null
+    :func:`..statistics.identification.symmetric_slopes`), and ``null`` the same average for the key null
     (``beta_null_keys``) when ``sums`` carry it, else for the null head of ``null_sums`` (random Gaussian
     scores at the head's score scale), else there is no correction (None). Works on point sums ``(H,)``
     and on bootstrap replicates ``(n_boot, H)`` alike.
@@ -169,7 +169,7 @@ def corrected_beta(sums: dict[str, np.ndarray], null_sums: dict[str, np.ndarray]
     Parameters
     ----------
     sums : dict
-        The head's :func:`.identification.score_sums` (optionally with the key null's).
+        The head's :func:`..statistics.identification.score_sums` (optionally with the key null's).
     null_sums : dict, optional
         The null heads' score sums.
 

@@ -40,7 +40,7 @@ def removal_summary(heads: pd.DataFrame, plan: RemovalPlan, screen_code) -> dict
     heads : pandas.DataFrame
         The heads table (``layer``; ``removal_effect`` and ``removal_first_order`` when computed).
     plan : RemovalPlan
-        What removal measured (:class:`.steps.removal_plan.RemovalPlan`).
+        What removal measured (:class:`..pipeline.removal_plan.RemovalPlan`).
     screen_code : numpy.ndarray of int, shape (n_layers, max heads), optional
         For ``'screened'``: 2 = among the top heads, 1 = randomly sampled, 0 = first order only.
 

@@ -1,6 +1,6 @@
 """Step 5, tables: the heads, layers and pairs DataFrames from the merged accumulators.
 
-Every column is defined in :mod:`..columns`; :func:`build_tables` emits no other column.
+Every column is defined in :mod:`.columns`; :func:`build_tables` emits no other column.
 """
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ class TableOptions:
     Attributes
     ----------
     removal : str
-        Removal mode (:data:`.removal.MODES`): which removal columns exist.
+        Removal mode (:data:`..pipeline.head_removal.MODES`): which removal columns exist.
     mean_ablation, gradient : bool
         Add the mean-ablation columns; the first-order (Michel) importance.
     threshold, min_tokens : float, int
-        Selection threshold and token minimum of the labels (:func:`..selection.label`).
+        Selection threshold and token minimum of the labels (:func:`..statistics.selection.label`).
     effect_name : str
         Second name of the ``removal_effect`` column (e.g. ``'embedding_shift'``, ``'loss_increase'``).
     seed, n_boot : int
@@ -193,7 +193,7 @@ def _layer_dependence(site: AttentionSite, pair_rows: list[dict]) -> dict:
 
 def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner, sp: LayerSpectra, enough_tokens: bool,
                intervals: bool) -> list[dict]:
-    """The layer's pairs with their ``dependence`` verdict (:mod:`..dependence_verdict`)."""
+    """The layer's pairs with their ``dependence`` verdict (:mod:`.dependence_verdict`)."""
     groups = np.array([site.kv_group(h) for h in range(site.n_heads)])
     g, hh, ck, ck0, corr, shared = dep.pair_table_arrays(cka, cka0, inner, groups)
     reps = cka_excess_replicates(sp)
@@ -210,7 +210,7 @@ def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner, sp: LayerSpectra, 
 
 
 def _head_dependence(rows: list[dict], pair_rows: list[dict]) -> None:
-    """Adds each head's ``dependence`` and ``dependence_partner`` (:func:`..dependence_verdict.head_verdicts`)."""
+    """Adds each head's ``dependence`` and ``dependence_partner`` (:func:`.dependence_verdict.head_verdicts`)."""
     a = np.array([r["head_a"] for r in pair_rows], dtype=int)
     b = np.array([r["head_b"] for r in pair_rows], dtype=int)
     v = np.array([r["dependence"] for r in pair_rows], dtype=str)
@@ -257,14 +257,14 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
                  spectra: list[LayerSpectra], removal: RemovalSums, W: list, n_texts: int, L_max: int,
                  opt: TableOptions, null_sums: list[NullFitSums] | None = None
                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``(heads, layers, pairs)`` (columns in :mod:`..columns`); ``null_sums``: the null heads' fit sums
+    """``(heads, layers, pairs)`` (columns in :mod:`.columns`); ``null_sums``: the null heads' fit sums
     (``beta_null`` and its replicates).
 
     Parameters
     ----------
     sites : list of AttentionSite
     fit_sums, fits : list
-        Per layer: step 2's merged :class:`.fit.LayerFitSums` and their fits.
+        Per layer: step 2's merged :class:`..pipeline.fit.LayerFitSums` and their fits.
     spectra : list of LayerSpectra
         Per layer: step 3's merged spectra.
     removal : RemovalSums

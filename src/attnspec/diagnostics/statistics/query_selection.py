@@ -60,7 +60,8 @@ rule. Queries weigh by ``m_i``: a query that leaves its real keys almost nothing
 Without sinks (``m_i = 1``) ``E = sum_i |S_i| / n_i`` and ``N`` counts the queries the rule applies to.
 
 **Score and verdict.** ``query_selection_score`` is ``x`` of the head's best rule, chosen on the full
-sample among the rules that apply to at least ``min_queries`` queries (default :data:`MIN_QUERIES`).
+sample among the rules that apply to at least ``min_queries`` queries (default :data:`MIN_QUERIES`; when
+none does, among those that apply at all, and the verdict is then ``undetermined``).
 Its bootstrap replicates are those of the *same* rule (Poisson weights per text, the sums' replicates
 are weighted sums over texts, so they merge by addition), and the interval ``[lo, hi]`` is their 95 %
 percentile interval (the convention of :mod:`attnspec.diagnostics.statistics.bootstrap`: NaN with fewer than 10
@@ -77,8 +78,8 @@ its standard deviations; the margin is what keeps that from calling it selective
 standard deviation of ``x`` for a one-hot random head is below 0.02, so the maximum's lower bound stays
 below 0.1 (docs/validity.md gives the measured false-positive rates).
 
-``query_selection_kind`` is ``positional`` (``query_selection_offset`` the offset) or ``content``
-(``query_selection_rule`` the rule) for the best rule, ``none`` where no rule applies.
+``query_selection_kind`` is ``positional`` or ``content`` for the best rule, ``none`` where no rule applies;
+``query_selection_rule`` names it (``'offset -1'``, ``'same token'``, ``'induction'``, ``'none'``).
 """
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ MIN_TOKENS_FOR_LABEL = 400
 VERDICTS = ("selective", "not selective", "undetermined")
 #: The columns of :meth:`QuerySelectionSums.result`.
 COLUMNS = ("query_selection_score", "query_selection_score_lo", "query_selection_score_hi", "query_selection_kind",
-           "query_selection_rule", "query_selection_offset", "query_selection")
+           "query_selection_rule", "query_selection")
 _LEVEL = 0.95
 
 
@@ -196,8 +197,8 @@ class QuerySelectionSums:
     >>> res = qs.result()
     >>> res["query_selection"].tolist()
     ['selective', 'not selective']
-    >>> res["query_selection_kind"][0], res["query_selection_rule"][0], float(res["query_selection_offset"][0])
-    ('positional', 'offset -1', -1.0)
+    >>> res["query_selection_kind"][0], res["query_selection_rule"][0]
+    ('positional', 'offset -1')
     >>> float(res["query_selection_score"][0]), float(res["query_selection_score_lo"][0])
     (1.0, 1.0)
     >>> round(float(res["query_selection_score"][1]), 6)      # uniform: the null's mass (float32 rows)
@@ -347,7 +348,9 @@ class QuerySelectionSums:
 
     def replicates(self, min_queries: float = MIN_QUERIES) -> np.ndarray:
         """Bootstrap replicates of ``query_selection_score`` (the best rule of the full sample), ``(n_boot, H)``."""
-        best = self.best_rule(min_queries)
+        return self._replicates_of(self.best_rule(min_queries))
+
+    def _replicates_of(self, best: np.ndarray) -> np.ndarray:
         reps = self.excess_replicates()
         out = np.full((self.n_boot, self.n_heads), np.nan)
         for h, b in enumerate(best):
@@ -361,24 +364,24 @@ class QuerySelectionSums:
 
         ``query_selection_score`` (float), ``_lo`` / ``_hi`` (percentile interval at ``level``; the score
         itself without replicates), ``query_selection_kind`` (``'positional'``, ``'content'``, ``'none'``),
-        ``query_selection_rule`` (``'offset -1'``, ``'same token'``, ``'induction'``; ``''`` for none),
-        ``query_selection_offset`` (float, NaN unless positional) and ``query_selection`` (verdict).
+        ``query_selection_rule`` (``'offset -1'``, ``'same token'``, ``'induction'``; ``'none'`` when no rule
+        applies) and ``query_selection`` (verdict).
         """
-        best = self.best_rule(min_queries)
+        strict = self.best_rule(min_queries)
+        best = np.where(strict >= 0, strict, self.best_rule(1))   # too few queries: the best rule that applies
         x = self.excess()
         H = self.n_heads
         score = np.array([x[h, b] if b >= 0 else np.nan for h, b in enumerate(best)])
         if self.n_boot:
-            lo, hi = _interval(self.replicates(min_queries), level)
+            lo, hi = _interval(self._replicates_of(best), level)
         else:
             lo, hi = score.copy(), score.copy()
         names = self.rules
         D = len(self.offsets)
-        rule = np.array([names[b] if b >= 0 else "" for b in best], dtype=object)
+        rule = np.array([names[b] if b >= 0 else "none" for b in best], dtype=object)
         kind = np.array(["none" if b < 0 else ("positional" if b < D else "content") for b in best], dtype=object)
-        offset = np.array([float(self.offsets[b]) if 0 <= b < D else np.nan for b in best])
         lab = np.array([verdict(float(score[h]), float(lo[h]), float(hi[h]), margin, self.n_queries, min_tokens)
-                        for h in range(H)], dtype=object)
+                        if strict[h] >= 0 else "undetermined" for h in range(H)], dtype=object)
         return {"query_selection_score": score, "query_selection_score_lo": lo, "query_selection_score_hi": hi,
-                "query_selection_kind": kind, "query_selection_rule": rule, "query_selection_offset": offset,
+                "query_selection_kind": kind, "query_selection_rule": rule,
                 "query_selection": lab}
