@@ -191,7 +191,6 @@ def _site(arch: Architecture, layer: nn.Module, i: int, geo: dict, cfg: Any, cau
     if d_in % H:
         raise ArchitectureError(f"{arch.family}: output projection input width {d_in} is not a multiple of {H} heads")
     fused = _get_path(layer, arch.q) is v
-    gpt2_bias = getattr(att, "bias", None)
     if arch.capture.startswith("hooked:"):
         register(att, arch.capture.split(":", 1)[1])
     return AttentionSite(
@@ -200,9 +199,7 @@ def _site(arch: Architecture, layer: nn.Module, i: int, geo: dict, cfg: Any, cau
         causal=bool(getattr(att, "is_causal", causal_default)), window=_layer_window(att, cfg, i),
         weights_module=att, weights_pick=_pick_weights,
         values_module=None if fused else v, values_pick=lambda out, Hkv=Hkv: _heads_view(out, Hkv), block=layer,
-        w_out_fn=(lambda o=o: o.weight.detach()) if conv1d else None, mask_kwarg="attention_mask",
-        # older transformers: eager GPT-2 adds a padding-only mask and applies its `bias` buffer itself
-        causal_inside=isinstance(gpt2_bias, torch.Tensor) and gpt2_bias.dtype == torch.bool)
+        w_out_fn=(lambda o=o: o.weight.detach()) if conv1d else None)
 
 
 def _tail(arch: Architecture, model: nn.Module, base: nn.Module, cfg: Any) -> tuple[str, Callable | None]:
@@ -241,7 +238,7 @@ def _albert(model: nn.Module, arch: Architecture, base: nn.Module, groups: list,
         shared = site.module
         site.module = Application(shared, k)
         site.name = f"encoder.{name}.attention (application {k + 1} of {n})"
-        site.block, site.mask_kwarg, site.application, site.n_applications = None, None, k, n
+        site.block, site.application, site.n_applications = None, k, n
         apps.setdefault(shared, []).append(site.module)
         sites.append(site)
     for shared, stand_ins in apps.items():

@@ -6,17 +6,14 @@ parameters and buffers are never written (``tests/test_models_hooks.py`` checks 
 Shapes: ``A`` ``(B, H, L, L)``, ``V`` ``(B, H_kv, L, d_head)``, context ``C`` ``(B, L, H*d_head)``,
 allowed set ``(B, L, L)`` (bool).
 
-The allowed set of a site is read from the mask its attention module actually receives (a forward
-pre-hook on the module, argument ``site.mask_kwarg``), not from the attention weights, so it does not
-depend on the attention kernel: an additive float mask ``(B, 1, L, L)`` (allowed where finite, above
-half the dtype minimum), a boolean one (True = attend), a ``(B, L)`` padding mask (FlashAttention; the
-site's causal and window rules are added) or ``None`` (no mask: the site's causal and window rules
-only). It is the model's own causal, padding, sliding-window and per-layer pattern; rows of padded
-queries are kept as the model has them (consumers intersect with the real queries).
+The allowed set of a transformers site is the one of its recorded attention call
+(:mod:`.attention_calls`: read from the mask the attention function actually receives, whatever the
+kernel, so it is the model's own causal, padding, sliding-window and per-layer pattern), the same set
+the diagnosis reads; sites without recorded calls (custom modules, ``nn.MultiheadAttention``) have
+none here (their rule is :meth:`AttentionSite.allowed`).
 """
 from __future__ import annotations
 
-import inspect
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -24,8 +21,9 @@ from typing import Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from .attention_calls import allowed_from_mask, record_attention_calls
+from .attention_calls import record_attention_calls
 from .protocol import AttentionSite
+from .rule_mask import RuleMask
 
 __all__ = ["Capture", "capture", "ablate", "gate", "HeadEdit"]
 
@@ -48,36 +46,7 @@ class Capture:
     values: list = field(default_factory=list)
     contexts: list = field(default_factory=list)
     block_inputs: list = field(default_factory=list)  # (args, kwargs) per site
-    allowed: list = field(default_factory=list)  # (B, L, L) bool per site: the mask the module received, or None
-
-
-def _received_allowed(site: AttentionSite, mask, B: int, L: int) -> torch.Tensor | None:
-    """Boolean ``(B, L, L)`` allowed set from the mask ``site``'s attention module received (see the
-    module docstring); ``None`` when the mask is of a kind attnspec cannot read (e.g. a flex-attention
-    ``BlockMask``), so that callers fall back to :meth:`AttentionSite.allowed`."""
-    if mask is not None and not isinstance(mask, torch.Tensor):
-        return None
-    if mask is not None and mask.dim() == 3:
-        mask = mask[:, None]
-    structural = mask is None or mask.dim() == 2   # the site's own causal / window rules apply
-    if mask is not None and (mask.dim() not in (2, 4) or mask.shape[-1] != L or (not structural and mask.shape[-2] not in (1, L))):
-        return None   # e.g. keys from a cache: not a self-attention pass over the batch
-    ok = allowed_from_mask(mask, B, L, L, site.causal, site.window)
-    dist = torch.arange(L)[:, None] - torch.arange(L)[None, :]
-    if site.causal_inside:
-        ok &= (dist >= 0)[None]
-    if structural and site.window is not None and not site.causal:   # bidirectional window: |i - j| < window
-        ok &= (dist.abs() < site.window)[None]
-    return ok.to(torch.device("cpu"))
-
-
-def _mask_position(module, name: str) -> int | None:
-    """Position of argument ``name`` in ``module.forward`` (for masks passed positionally)."""
-    try:
-        params = list(inspect.signature(module.forward).parameters)
-    except (TypeError, ValueError):
-        return None
-    return params.index(name) if name in params else None
+    allowed: list = field(default_factory=list)  # (B, L, L) bool per site: its recorded call's, or None
 
 
 def _mha_context(site: AttentionSite, mod, args, kwargs):
@@ -94,29 +63,13 @@ def _mha_output(mod, ctx, output):
     return (out,) + tuple(output[1:]) if isinstance(output, tuple) else out
 
 
-def _mask_hook(cap: Capture, i: int, s: AttentionSite):
-    """Forward pre-hook storing in ``cap.allowed[i]`` the allowed set of the mask site ``s``'s module receives."""
-    pos = _mask_position(s.module, s.mask_kwarg)
-
-    def m_hook(mod, args, kwargs):
-        x = args[0] if args else kwargs.get("hidden_states")
-        if s.mask_kwarg in kwargs:
-            mask = kwargs[s.mask_kwarg]
-        elif pos is not None and len(args) > pos:
-            mask = args[pos]
-        else:
-            mask = None
-        cap.allowed[i] = None if x is None else _received_allowed(s, mask, x.shape[0], x.shape[1])
-    return m_hook
-
-
 @contextmanager
 def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: bool = True) -> Iterator[Capture]:
     """Record ``A``, ``V``, the contexts and the allowed sets at every site (and block inputs when ``blocks``).
 
-    ``cap.allowed[i]``: the boolean ``(B, L, L)`` allowed set read from the mask site ``i``'s module received
-    (module docstring), or ``None`` for sites without ``mask_kwarg``. With a kernel that does not return the
-    weights (SDPA, FlashAttention), ``cap.weights[i]`` is recomputed from the recorded call (:mod:`.attention_calls`).
+    ``cap.allowed[i]``: the boolean ``(B, L, L)`` allowed set of site ``i``'s recorded attention call (module
+    docstring), or ``None`` for sites without recorded calls. With a kernel that does not return the weights
+    (SDPA, FlashAttention), ``cap.weights[i]`` is recomputed from the recorded call (:mod:`.attention_calls`).
 
     Examples
     --------
@@ -139,17 +92,16 @@ def capture(sites: Sequence[AttentionSite], blocks: bool = False, keep_weights: 
         i = index.get(id(call.module))
         if i is None:
             return
+        cap.allowed[i] = call.allowed.dense() if isinstance(call.allowed, RuleMask) else call.allowed
         half = call.query.dtype in (torch.bfloat16, torch.float16)
         if keep_weights:
             cap.weights[i] = call.weights(dtype=torch.float32 if half else call.query.dtype)
         if id(call.module) in fused:   # values of fused q/k/v projections: from the call
             cap.values[i] = call.value
-    calls = record_attention_calls(on_call) if index and (keep_weights or fused) else nullcontext()
+    calls = record_attention_calls(on_call) if index else nullcontext()
     try:
         calls.__enter__()
         for i, s in enumerate(sites):
-            if s.mask_kwarg is not None:
-                handles.append(s.module.register_forward_pre_hook(_mask_hook(cap, i, s), with_kwargs=True))
             if s.recompute is not None:
                 def mha_hook(mod, args, kwargs, output, i=i, s=s):
                     A, V, ctx = _mha_context(s, mod, args, kwargs)

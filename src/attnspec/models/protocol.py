@@ -126,17 +126,9 @@ class AttentionSite:
         Sliding window (key ``j`` allowed only if ``i - j < window``, or ``|i - j| < window`` for
         bidirectional attention); ``None`` = full. For transformers models both come from the module
         and its config (``is_causal``, ``layer_types``, ``sliding_window``); they are metadata for
-        reports and the fallback of :meth:`allowed`: the diagnosis reads the mask the module actually
-        receives (``mask_kwarg``).
-    mask_kwarg : str or None
-        Name of the attention module's ``forward`` argument that carries the mask it applies
-        (``'attention_mask'`` for the transformers families): :func:`attnspec.models.capture` records it,
-        as a boolean ``(B, L, L)`` allowed set, in ``Capture.allowed``. ``None``: nothing recorded, the
-        allowed set is :meth:`allowed` (custom modules, ``nn.MultiheadAttention``).
-    causal_inside : bool
-        The module applies the causal rule itself on top of the mask it receives (GPT-2 eager
-        attention in older transformers, with a ``bias`` buffer): the recorded allowed set is then
-        intersected with the causal rule.
+        reports and the rule of :meth:`allowed`: for transformers models the diagnosis reads the allowed
+        set of the recorded attention call (:mod:`attnspec.models.attention_calls`: the mask the attention
+        function actually receives), as :func:`attnspec.models.capture` does.
     block : nn.Module or None
         The residual block that contains this layer, called as ``block(hidden, **kwargs)``; enables
         activation reuse in exact ablation. ``None`` falls back to full forward passes.
@@ -200,8 +192,6 @@ class AttentionSite:
     recompute: Callable | None = None
     w_out_fn: Callable | None = None
     kind: str = "hf"
-    mask_kwarg: str | None = None
-    causal_inside: bool = False
     application: int | None = None
     n_applications: int = 1
     stack: str | None = None
@@ -230,8 +220,9 @@ class AttentionSite:
 
     def allowed(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Boolean ``(B, L, L)`` from the site's metadata: query ``i`` may attend key ``j`` (both real
-        tokens, causal, window), intersected with :attr:`structure` when set. The diagnosis prefers the
-        recorded mask (``Capture.allowed``) when the site records one (``mask_kwarg``).
+        tokens, causal, window), intersected with :attr:`structure` when set. The allowed set of the sites without
+        recorded attention calls (custom modules, ``nn.MultiheadAttention``); transformers sites are read from
+        their recorded calls (:mod:`attnspec.models.attention_calls`).
 
         Parameters
         ----------
