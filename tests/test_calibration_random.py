@@ -2,7 +2,7 @@
 
 Tiny random BERT, RoBERTa, GPT-2 and Llama (2 layers x 4 heads, several seeds), diagnosed on 4, 16 and
 64 built-in texts with the default bootstrap (200 replicates): at most 5 % of all heads over all runs may
-be labelled ``selective`` or ``dependent`` (counted together: a head with both verdicts counts once; the
+be labelled ``selective`` (shared-target or per-query selection) or ``dependent`` (counted together: a head with both verdicts counts once; the
 rest diffuse, sparse or undetermined, and independent or undetermined). Before the labels became tests
 against the bootstrap interval, point scores alone labelled 14 of 96 heads selective at 25 tokens; and
 before the dependence verdict compared a pair with its layer's background, every pair of a random GPT-2 or
@@ -39,8 +39,9 @@ def tok():
 
 
 def _flagged(h) -> int:
-    """Heads labelled selective or dependent (once each)."""
-    return int(((h["selection"] == "selective") | (h["dependence"] == "dependent")).sum())
+    """Heads labelled selective (either kind) or dependent (once each)."""
+    return int(((h["selection"] == "selective") | (h["query_selection"] == "selective")
+                | (h["dependence"] == "dependent")).sum())
 
 
 def test_random_heads_are_not_selective_or_dependent(tok):
@@ -51,7 +52,7 @@ def test_random_heads_are_not_selective_or_dependent(tok):
             model = build(tok.vocab_size).eval()
             for n in N_TEXTS:
                 d = diagnose(model, tok, builtin_texts(n), removal=False, gradient=False, seed=seed)
-                for col in ("selection", "dependence"):
+                for col in ("selection", "query_selection", "dependence"):
                     for k, v in d.heads[col].value_counts().items():
                         labels[(family, k)] = labels.get((family, k), 0) + int(v)
                 heads += len(d.heads)
@@ -64,6 +65,8 @@ def test_random_heads_are_not_selective_or_dependent(tok):
                 assert (over_lo[p["dependence"] == "dependent"] >= tau[p["dependence"] == "dependent"]).all()
                 assert ((p["cka_excess_hi"] - p["cka_excess_background"] < tau)[p["dependence"] == "independent"]).all()
                 assert (h["selection_score_lo"] <= h["selection_score_hi"]).all()
+                assert (h["query_selection_score_lo"] <= h["query_selection_score_hi"]).all()
+                assert (h.loc[h["query_selection"] == "selective", "query_selection_score_lo"] >= 0.1).all()
                 assert h[["beta_hat_lo", "beta_hat_hi", "selection_score_lo"]].notna().all().all()
     assert heads == len(FAMILIES) * len(SEEDS) * len(N_TEXTS) * 8
     assert flagged <= 0.05 * heads, labels
