@@ -124,7 +124,10 @@ class LocalExecutor:
         return [self.submit(step, fn, *args) for _, args, _ in calls]
 
     def reduce(self, step: str, fn: Callable, handles: list) -> _Pending:
-        return _Pending(lambda *results: fn(list(results)), tuple(handles))
+        """``fn(results)`` at once (what it reduces is not kept past this call)."""
+        done = _Pending(fn, ([h.result() for h in handles],))
+        done.result()
+        return done
 
     def gather(self, handles: list, desc: str) -> list:
         return [h.result() for h in handles]

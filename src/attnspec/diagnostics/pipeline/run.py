@@ -88,8 +88,8 @@ def _fit(ex, groups: list, opts: DiagnoseOptions) -> tuple:
     merged Gram sums."""
     fit = ex.map("fit", tasks.fit_task, [(priority(g), (ex.run_id, g, opts, ex.task_progress), None)
                                          for g in groups])
-    grams = ex.reduce("grams", tasks.merged_grams, fit)
     parts = ex.gather(fit, "fit")
+    grams = ex.reduce("grams", tasks.merged_grams, fit)        # on a cluster: there, from the fit tasks' results
     fit_sums, corpus = merge_parts([p[0] for p in parts]), merge_parts([p[2] for p in parts])
     fits = [s.fit() for s in fit_sums]
     nulls = ex.map("null", tasks.null_task, [(priority(g), (f, fits, opts), None)      # where the masks are
