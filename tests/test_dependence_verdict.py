@@ -36,8 +36,8 @@ def test_verdict_rule_and_the_token_minimum():
     assert (lo[v == "dependent"] - b[v == "dependent"] >= 0.1).all()
     assert (hi[v == "independent"] - b[v == "independent"] < 0.1).all()
     assert set(dv.pair_verdicts(e, lo, hi, np.zeros(7, bool), 0.1, False, True)[1]) == {"undetermined"}
-    # without replicates the point excess decides: the pair at 0.20 is then independent (0.20 - 0.11 < 0.1)
-    assert dv.pair_verdicts(e, lo * np.nan, hi * np.nan, np.zeros(7, bool), 0.1, True, False)[1][3] == "independent"
+    # without intervals (no replicates, or too few texts) no pair is decided, whatever its point excess
+    assert set(dv.pair_verdicts(e, lo, hi, np.zeros(7, bool), 0.1, True, False)[1]) == {"undetermined"}
     # with replicates, a pair whose interval is missing stays undetermined
     lo[0] = np.nan
     assert dv.pair_verdicts(e, lo, hi, np.zeros(7, bool), 0.1, True, True)[1][0] == "undetermined"

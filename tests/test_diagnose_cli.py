@@ -85,7 +85,8 @@ def vit_dir(tmp_path_factory):
 
 def test_cli_diagnoses_a_vision_transformer_on_images(vit_dir, tmp_path):
     """A ViT directory (no tokenizer) with the built-in images and with a directory of PNGs: 8 head rows each,
-    no NaN; --texts and a missing image directory are refused."""
+    no NaN but the intervals (5 and 6 images: fewer than the 8 texts an interval needs, every verdict
+    undetermined); --texts and a missing image directory are refused."""
     import numpy as np
     import pandas as pd
     from PIL import Image
@@ -99,7 +100,10 @@ def test_cli_diagnoses_a_vision_transformer_on_images(vit_dir, tmp_path):
         assert main(["diagnose", "--model", str(vit_dir), "--images", images, "--n-texts", "6", "--out", str(out),
                      "--quiet"]) == 0
         heads = pd.read_csv(out / "heads.csv")
-        assert len(heads) == 8 and not heads.select_dtypes("number").isna().any().any()
+        num = heads.select_dtypes("number")
+        ends = [c for c in num if c.endswith(("_lo", "_hi"))]
+        assert len(heads) == 8 and not num.drop(columns=ends).isna().any().any() and num[ends].isna().all().all()
+        assert set(heads["selection"]) == set(heads["query_selection"]) == {"undetermined"}
     assert json.loads((out / "summary.json").read_text())["n_texts"] == 5
     assert main(["diagnose", "--model", str(vit_dir), "--images", str(tmp_path / "none"), "--out", str(tmp_path / "x")]) == 2
     assert main(["diagnose", "--model", str(vit_dir), "--texts", str(imgs / "0.png"), "--out", str(tmp_path / "y")]) == 2

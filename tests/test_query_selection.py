@@ -111,10 +111,12 @@ def test_sink_mass_does_not_count_against_the_rule():
     A[:, 0, torch.arange(1, L), torch.arange(0, L - 1)] += 0.1
     A[:, 0, 0, 0], A[:, 0, 1, 0] = 1.0, 1.0
     valid = torch.ones(B, L, dtype=torch.bool)
-    qs = QuerySelectionSums(1, 0).update(A, slice(0, L), al, valid, None, None, None)
+    w = np.random.default_rng(0).poisson(1.0, (50, B)).astype(float)      # bootstrap weights of the texts
+    qs = QuerySelectionSums(1, 50).update(A, slice(0, L), al, valid, None, w, None)
     res = qs.result()
     assert res["query_selection_rule"][0] == "offset -1" and res["query_selection_score"][0] > 0.99
     assert res["query_selection"][0] == "selective"
+    assert qs.result(intervals=False)["query_selection"][0] == "undetermined"   # no interval, no verdict
     assert np.isnan(qs.excess()[0, -2:]).all()                  # no tokens: no content rule
 
 

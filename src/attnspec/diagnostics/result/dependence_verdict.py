@@ -14,7 +14,8 @@ and trained MiniLM's median pair 0.09 (layer 3: 0.27). So the verdict compares a
   pair from raising its own background);
 * **dependent**: ``cka_excess_lo - b_p >= tau``; **independent**: ``cka_excess_hi - b_p < tau``; else
   **undetermined** (also below the token minimum, without a background, or without an interval where
-  the diagnosis has replicates). Without replicates (``n_boot = 0``) the point ``cka_excess`` is used.
+  the diagnosis has replicates). Without intervals (``n_boot = 0``, or fewer texts than
+  :data:`..statistics.bootstrap.MIN_TEXTS_FOR_INTERVALS`) every pair is ``undetermined``.
 
 The margin ``tau`` (:data:`MARGINS`) is 0.10 for bidirectional attention and 0.60 for causal attention,
 where the running mean gives pairs of cool heads a large shared component that the median does not
@@ -113,7 +114,7 @@ def pair_verdicts(excess, lo, hi, shared, tau: float, enough_tokens: bool, inter
     enough_tokens : bool
         The corpus reaches the token minimum (else every pair is undetermined).
     intervals : bool
-        The diagnosis has bootstrap replicates (else the point excess decides).
+        The diagnosis has bootstrap intervals (else every pair is undetermined).
 
     Returns
     -------
@@ -139,10 +140,10 @@ def pair_verdicts(excess, lo, hi, shared, tau: float, enough_tokens: bool, inter
     if not (np.isfinite(tau) and tau >= 0):
         raise ValueError(f"tau must be a finite number >= 0, got {tau}")
     e = np.asarray(excess, float)
-    lo, hi = (np.asarray(lo, float), np.asarray(hi, float)) if intervals else (e, e)
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     b = background(e, shared)
     verdict = np.full(e.size, "undetermined", dtype=object)
-    if enough_tokens:
+    if enough_tokens and intervals:
         ok = np.isfinite(b) & np.isfinite(e)
         with np.errstate(invalid="ignore"):
             verdict[ok & (lo - b >= tau)] = "dependent"

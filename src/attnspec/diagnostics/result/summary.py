@@ -8,6 +8,7 @@ import pandas as pd
 import torch
 
 from ..statistics import selection as sel
+from ..statistics.bootstrap import N_BOOT
 from ..statistics.removal import spearman, spearman_table
 from ..pipeline.fit import CorpusStats
 from ..pipeline.removal_plan import EXACT_MODES, RemovalPlan
@@ -27,6 +28,8 @@ _NOTE_GQA = ("grouped-query attention: query heads of a group share keys and val
              "model without sharing.")
 _NOTE_FEW = ("{n} real tokens is below the minimum of {m} for a selection label: every head is 'undetermined' "
              "in selection and in dependence (scores are still reported; more texts give labels).")
+_NOTE_NO_INTERVALS = ("no intervals: {why}; every interval is NaN and every verdict 'undetermined' (selection, "
+                      "query_selection, dependence); the scores are still reported.")
 
 
 
@@ -113,8 +116,14 @@ def loss_note(loss: float | None, vocab: int | None) -> str | None:
     return _NOTE_LOSS.format(loss=loss, V=int(vocab), logV=float(np.log(vocab)))
 
 
-def _notes(sites, corpus: CorpusStats, min_tokens: int, adapter=None) -> list[str]:
+def _notes(sites, corpus: CorpusStats, min_tokens: int, adapter=None, n_boot: int = N_BOOT) -> list[str]:
     notes = []
+    if not n_boot:
+        from ..statistics.bootstrap import MIN_REPLICATES, MIN_TEXTS_FOR_INTERVALS
+        why = (f"{corpus.n_texts} text(s), fewer than the {MIN_TEXTS_FOR_INTERVALS} a bootstrap over texts needs"
+               if corpus.n_texts < MIN_TEXTS_FOR_INTERVALS
+               else f"n_boot below {MIN_REPLICATES} (the fewest replicates of a percentile interval)")
+        notes.append(_NOTE_NO_INTERVALS.format(why=why))
     if adapter is not None and adapter.kind == "encoder" and getattr(adapter, "decoder", False):
         notes.append(_NOTE_BASE.format(name=type(adapter.model).__name__))
     notes.extend(getattr(adapter, "notes", ()))   # the adapter's own statement (encoder-decoders: decoder input, removal)
@@ -188,7 +197,8 @@ def verdicts(opt: TableOptions) -> dict:
         ``n_boot``, ``interval_level``, the rules ``selective_if``, ``diffuse_or_sparse_if``, ``dependent_if``,
         ``independent_if``, ``head_dependent_if``, the margins ``dependence_margin`` (by attention mask), the
         nominal false-positive rates ``nominal_false_positive_rate_selective`` and ``_dependent``,
-        ``min_tokens_for_verdict``. Without replicates the rules use the point scores.
+        ``min_tokens_for_verdict``. Without intervals (``n_boot`` 0: none asked for, or too few texts) every
+        rule reads ``never``: every verdict is ``undetermined``.
 
     Examples
     --------
@@ -199,21 +209,26 @@ def verdicts(opt: TableOptions) -> dict:
     >>> v["dependent_if"], v["dependence_margin"]
     ('cka_excess_lo - cka_excess_background >= dependence_margin', {'bidirectional': 0.1, 'causal': 0.6})
     >>> verdicts(TableOptions(n_boot=0))["dependent_if"]
-    'cka_excess - cka_excess_background >= dependence_margin'
+    'never (no intervals: every verdict undetermined)'
     """
     from ..statistics.bootstrap import LEVEL
     from ..statistics.query_selection import MARGIN as QS_MARGIN
     from .dependence_verdict import MARGINS
     b = bool(opt.n_boot)
     fpr = round((1 - LEVEL) / 2, 6) if b else None
+    never = "never (no intervals: every verdict undetermined)"
+
+    def rule(text: str) -> str:
+        return text if b else never
     return {"n_boot": opt.n_boot, "interval_level": LEVEL if b else None,
-            "selective_if": "selection_score_lo >= selection_threshold" if b else "selection_score >= threshold",
-            "diffuse_or_sparse_if": "selection_score_hi < selection_threshold" if b else "score < threshold",
-            "query_selective_if": f"query_selection_score{'_lo' if b else ''} >= query_selection_margin",
+            "selective_if": rule("selection_score_lo >= selection_threshold"),
+            "diffuse_or_sparse_if": rule("selection_score_hi < selection_threshold"),
+            "query_selective_if": rule("query_selection_score_lo >= query_selection_margin"),
+            "query_not_selective_if": rule("query_selection_score_hi < query_selection_margin"),
             "query_selection_margin": QS_MARGIN,
             "nominal_false_positive_rate_selective": fpr,
-            "dependent_if": f"cka_excess{'_lo' if b else ''} - cka_excess_background >= dependence_margin",
-            "independent_if": f"cka_excess{'_hi' if b else ''} - cka_excess_background < dependence_margin",
+            "dependent_if": rule("cka_excess_lo - cka_excess_background >= dependence_margin"),
+            "independent_if": rule("cka_excess_hi - cka_excess_background < dependence_margin"),
             "head_dependent_if": "one of the head's pairs is dependent (dependence_partner: the partner)",
             "dependence_background": ("cka_excess_background: median cka_excess of the layer's other pairs that do "
                                       "not share a key/value head"),
@@ -305,7 +320,7 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         "verdicts": verdicts(opt),
         "random_head_beta_hat": random_head_beta(heads),
         "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)},
-        "spearman": spearman_table(heads), "notes": _notes(sites, corpus, opt.min_tokens, adapter),
+        "spearman": spearman_table(heads), "notes": _notes(sites, corpus, opt.min_tokens, adapter, opt.n_boot),
         "seed": seed, "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "torch_threads": torch.get_num_threads(),
     }

@@ -44,7 +44,8 @@ class TableOptions:
     effect_name : str
         Second name of the ``removal_effect`` column (e.g. ``'embedding_shift'``, ``'loss_increase'``).
     seed, n_boot : int
-        Key of the texts' bootstrap weights and number of replicates (0: no intervals).
+        Key of the texts' bootstrap weights and number of replicates (0: no intervals, every verdict
+        undetermined).
 
     Examples
     --------
@@ -112,7 +113,7 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
     shift_ge = spectral_shift(lge, [sp.without(h, ge=True) for h in range(H)])
     energy = np.diag(inner)
     offdiag = ~np.eye(H, dtype=bool)
-    qs = fs.query.result(min_tokens=opt.min_tokens)       # per-query selection (..statistics.query_selection)
+    qs = fs.query.result(min_tokens=opt.min_tokens, intervals=opt.n_boot > 0)   # ..statistics.query_selection
     rows = []
     for h in range(H):
         d = sel.spectral_departure(sp.head("act", h), sp.head("ge", h))
@@ -229,16 +230,20 @@ def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -
     fo = opt.removal in ("screened", "first-order")
     if exact:
         cols["removal_effect"] = cols[opt.effect_name] = removal.exact.mean()
+        ends = removal.exact.interval() if opt.n_boot else (np.full(np.shape(removal.exact.mean()), np.nan),) * 2
         cols["removal_effect_se"] = removal.exact.se()
-        cols["removal_effect_lo"], cols["removal_effect_hi"] = removal.exact.interval()
+        cols["removal_effect_lo"], cols["removal_effect_hi"] = ends
         if opt.mean_ablation:
             cols["removal_effect_mean"] = removal.exact_mean.mean()
             cols["removal_effect_mean_se"] = removal.exact_mean.se()
-            cols["removal_effect_mean_lo"], cols["removal_effect_mean_hi"] = removal.exact_mean.interval()
+            cols["removal_effect_mean_lo"], cols["removal_effect_mean_hi"] = (
+                removal.exact_mean.interval() if opt.n_boot else ends)
     if fo:
         cols["removal_first_order"] = removal.first_order.mean()
         cols["removal_first_order_se"] = removal.first_order.se()
-        cols["removal_first_order_lo"], cols["removal_first_order_hi"] = removal.first_order.interval()
+        cols["removal_first_order_lo"], cols["removal_first_order_hi"] = (
+            removal.first_order.interval() if opt.n_boot
+            else (np.full(np.shape(cols["removal_first_order"]), np.nan),) * 2)
         measured = removal.exact.measured if exact else np.zeros(cols["removal_first_order"].shape, bool)
         cols["removal_estimate"] = np.where(measured, removal.exact.mean(), cols["removal_first_order"])
         for end in ("lo", "hi"):

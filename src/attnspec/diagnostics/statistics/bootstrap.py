@@ -30,6 +30,14 @@ __all__ = ["N_BOOT", "LEVEL", "weights", "weighted", "interval", "weighted_w1", 
 
 #: Default number of bootstrap replicates.
 N_BOOT = 200
+#: Fewest texts behind an interval: with fewer, a diagnosis reports no interval and every verdict is
+#: ``undetermined``. A Poisson bootstrap over n texts resamples n units: one text gives zero-width intervals, and
+#: MiniLM's dependent heads fall from 57 (1 text) and 46 (2) to 25 (6) and 16-20 (8 to 24 texts), the level of
+#: the whole corpus (docs/validity.md).
+MIN_TEXTS_FOR_INTERVALS = 8
+#: Fewest finite replicates behind a percentile interval (:func:`interval`; fewer: NaN). A diagnosis asked for
+#: fewer replicates (``n_boot`` 1 to 9) reports no interval, as with ``n_boot = 0``.
+MIN_REPLICATES = 10
 #: Two-sided level of the reported intervals (``_lo``/``_hi`` columns).
 LEVEL = 0.95
 
@@ -139,7 +147,7 @@ def interval(reps: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.nda
         return np.full(shape, np.nan), np.full(shape, np.nan)
     a = (1 - level) / 2
     finite = np.isfinite(reps)
-    ok = finite.sum(0) >= 10
+    ok = finite.sum(0) >= MIN_REPLICATES
     full = ok & finite.all(0)       # the usual case: plain quantiles, ten times faster than nanquantile's
     part = ok & ~full
     lo, hi = np.full(shape, np.nan), np.full(shape, np.nan)

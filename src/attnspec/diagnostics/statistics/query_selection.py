@@ -65,7 +65,8 @@ none does, among those that apply at all, and the verdict is then ``undetermined
 Its bootstrap replicates are those of the *same* rule (Poisson weights per text, the sums' replicates
 are weighted sums over texts, so they merge by addition), and the interval ``[lo, hi]`` is their 95 %
 percentile interval (the convention of :mod:`attnspec.diagnostics.statistics.bootstrap`: NaN with fewer than 10
-finite replicates; without replicates ``lo = hi = score``). Column ``query_selection``:
+finite replicates; without replicates, or with ``intervals=False``, NaN, and the verdict ``undetermined``).
+Column ``query_selection``:
 
 * ``selective``: ``lo >= margin`` (default :data:`MARGIN` = 0.1: at least a tenth of the attention the
   rule could hold beyond chance, and the lower bound says so);
@@ -120,10 +121,8 @@ def verdict(score: float, lo: float, hi: float, margin: float = MARGIN, n_querie
     >>> verdict(0.9, 0.85, 0.95, n_queries=100)
     'undetermined'
     """
-    if n_queries < min_tokens or not math.isfinite(score):
+    if n_queries < min_tokens or not (math.isfinite(score) and math.isfinite(lo) and math.isfinite(hi)):
         return "undetermined"
-    lo = score if not math.isfinite(lo) else lo
-    hi = score if not math.isfinite(hi) else hi
     if lo >= margin:
         return "selective"
     if hi < margin:
@@ -359,11 +358,12 @@ class QuerySelectionSums:
         return out
 
     def result(self, margin: float = MARGIN, min_queries: float = MIN_QUERIES,
-               min_tokens: int = MIN_TOKENS_FOR_LABEL, level: float = _LEVEL) -> dict[str, np.ndarray]:
+               min_tokens: int = MIN_TOKENS_FOR_LABEL, level: float = _LEVEL, intervals: bool = True
+               ) -> dict[str, np.ndarray]:
         """The columns :data:`COLUMNS` per head (module docstring), each an array of shape ``(H,)``.
 
-        ``query_selection_score`` (float), ``_lo`` / ``_hi`` (percentile interval at ``level``; the score
-        itself without replicates), ``query_selection_kind`` (``'positional'``, ``'content'``, ``'none'``),
+        ``query_selection_score`` (float), ``_lo`` / ``_hi`` (percentile interval at ``level``; NaN without
+        replicates or with ``intervals=False``: too few texts), ``query_selection_kind`` (``'positional'``, ``'content'``, ``'none'``),
         ``query_selection_rule`` (``'offset -1'``, ``'same token'``, ``'induction'``; ``'none'`` when no rule
         applies) and ``query_selection`` (verdict).
         """
@@ -372,10 +372,10 @@ class QuerySelectionSums:
         x = self.excess()
         H = self.n_heads
         score = np.array([x[h, b] if b >= 0 else np.nan for h, b in enumerate(best)])
-        if self.n_boot:
+        if self.n_boot and intervals:
             lo, hi = _interval(self._replicates_of(best), level)
-        else:
-            lo, hi = score.copy(), score.copy()
+        else:                                 # no interval: every verdict undetermined
+            lo, hi = np.full(H, np.nan), np.full(H, np.nan)
         names = self.rules
         D = len(self.offsets)
         rule = np.array([names[b] if b >= 0 else "none" for b in best], dtype=object)

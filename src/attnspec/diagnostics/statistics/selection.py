@@ -37,7 +37,8 @@ specific tokens consistently). Each label is a test against the bootstrap interv
   of 96 heads "selective" on 25 tokens, 8 of 96 on 104, 1 of 96 on 197 and none on 383 to 1,636 tokens.
   Below the minimum no label is given (the scores are still reported).
 
-Without replicates (``n_boot = 0``) ``lo = hi = score`` and the labels are the plain threshold rules.
+Without an interval (``lo``/``hi`` NaN: no replicates, or too few texts) the label is ``undetermined``; called
+without ``lo``/``hi`` at all, :func:`label` applies the plain threshold rules to the score.
 
 **Baselines** (named as in the literature, padding excluded):
 
@@ -84,7 +85,7 @@ def label(score: float, score_scale: float, threshold: float = DIFFUSE_THRESHOLD
     n_tokens, min_tokens : float, int
         Real tokens behind the statistics and the fewest that allow a label (default 400).
     lo, hi : float, optional
-        The score's interval (default, or not finite: the score itself).
+        The score's interval (not given: the score itself; not finite: no interval, ``'undetermined'``).
 
     Returns
     -------
@@ -103,8 +104,10 @@ def label(score: float, score_scale: float, threshold: float = DIFFUSE_THRESHOLD
     """
     if n_tokens < min_tokens or not math.isfinite(score):
         return "undetermined"
-    lo = score if lo is None or not math.isfinite(lo) else lo
-    hi = score if hi is None or not math.isfinite(hi) else hi
+    lo = score if lo is None else lo
+    hi = score if hi is None else hi
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "undetermined"
     if lo >= threshold:
         return "selective"
     if hi < threshold:
