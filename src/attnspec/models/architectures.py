@@ -29,7 +29,8 @@ from torch import nn
 
 from .loading import ModelLoadError
 
-__all__ = ["Architecture", "Refusal", "ArchitectureError", "ARCHITECTURES", "REFUSED", "detect", "resolve"]
+__all__ = ["Architecture", "Refusal", "ArchitectureError", "ARCHITECTURES", "REFUSED", "detect", "resolve",
+           "refusal_of_config"]
 
 
 class ArchitectureError(ModelLoadError):
@@ -302,6 +303,34 @@ def _missing_stacks(arch: Architecture, model: nn.Module) -> str | None:
 
 def _refusal(model_type: str | None) -> Refusal | None:
     return next((r for r in REFUSED if model_type in r.model_types), None)
+
+
+def refusal_of_config(config: dict) -> str | None:
+    """Why a model with this ``config.json`` (a dict, read without transformers) is refused, or ``None``.
+
+    The same rules as :func:`detect` and :func:`resolve` apply to ``model_type`` (and a ``text_config``'s),
+    so the command line can refuse a family before the model loads.
+
+    Examples
+    --------
+    >>> refusal_of_config({"model_type": "bloom"})[:40]
+    "model_type 'bloom' is of the alibi famil"
+    >>> refusal_of_config({"model_type": "bert"}) is None
+    True
+    """
+    if not isinstance(config, dict):
+        return None
+    tables = [config] + [config[k] for k in ("text_config",) if isinstance(config.get(k), dict)]
+    for cfg in tables:
+        mtype = cfg.get("model_type")
+        ref = _refusal(mtype) if isinstance(mtype, str) else None
+        if ref is not None:
+            return (f"model_type {mtype!r} is of the {ref.family} family ({ref.examples}), which attnspec refuses: "
+                    f"{ref.reason}. See attnspec diagnose --list-architectures.")
+        if mtype == "falcon" and cfg.get("alibi"):
+            return ("Falcon with ALiBi (config.alibi=true) is refused: ALiBi biases are added inside the module and "
+                    "not recorded yet")
+    return None
 
 
 def detect(model: nn.Module) -> Architecture | None:

@@ -49,6 +49,18 @@ over unknown tokens), and so is a tokenizer whose vocabulary holds less than ``M
 (50 %) of the model's ``config.vocab_size`` (configs often pad the embedding table a little beyond
 the tokenizer, never by half). A tokenizer that fails to load raises too: there is no tokenizer-less
 load (models without one, e.g. custom modules fed tensors, are passed to ``diagnose`` as objects).
+
+Every load is verified (:func:`_verify_loaded`): each ``*.safetensors`` file must have a complete header
+whose tensors cover the file (a truncated or corrupt file is refused by name before transformers reads
+it), a ``.gguf`` file must parse with its tensors inside the file, and every parameter of the
+instantiated model must have been read from the file with its shape: a parameter the file lacks (a
+config.json naming another family than the weights, a deleted tensor) or a shape that differs is
+refused, naming the first few missing, unexpected and mismatched tensors. Parameters that are not
+stored are fine when transformers ties them to stored ones (a tied LM head) or they are non-persistent
+buffers (``position_ids``, rotary frequencies); a missing ``pooler`` (BERT-style ``pooler.dense``, never
+read by the diagnosis) is also accepted. Tensors of the file that the model does not use (another
+task's head) are accepted. Finally every floating-point parameter and buffer must be finite after the
+conversion to ``dtype``: a NaN or an infinity is refused, naming the tensor.
 """
 from __future__ import annotations
 
@@ -173,6 +185,116 @@ def _placement(device: str, dtype: str, device_map: str | None, attn_implementat
     return kw
 
 
+#: Names shown per kind when a load is refused.
+_SHOWN = 4
+
+
+def _first(names, n: int = _SHOWN, sep: str = ", ") -> str:
+    names = sorted(map(str, names))
+    more = f" and {len(names) - n} more" if len(names) > n else ""
+    return sep.join(names[:n]) + more
+
+
+def _not_needed(key: str) -> bool:
+    """A parameter that may legitimately be absent from the file: a BERT-style pooler (never read by the
+    diagnosis; checkpoints of masked-LM heads do not store it)."""
+    return key.startswith("pooler.") or ".pooler." in key
+
+
+def _check_loading_info(info: dict, where: Path) -> None:
+    """Refuse a load that left parameters at their random initialization or with another shape."""
+    missing = [k for k in info.get("missing_keys", ()) if not _not_needed(k)]
+    mismatched = list(info.get("mismatched_keys", ()))
+    errors = [str(e) for e in info.get("error_msgs", ()) if str(e).strip()]
+    if not (missing or mismatched or errors):
+        return
+    unexpected = sorted(info.get("unexpected_keys", ()))
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} parameter(s) of the model are not in the file ({_first(missing)})")
+    if mismatched:
+        shown = [f"{k}: {tuple(a)} in the model, {tuple(b)} in the file" for k, a, b in mismatched]
+        parts.append(f"{len(mismatched)} tensor(s) have another shape ({_first(shown, 2, '; ')})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} tensor(s) of the file are not used by the model ({_first(unexpected)})")
+    if errors:
+        parts.append(errors[0].splitlines()[0])
+    raise ModelLoadError(f"{where}: the weights do not match the model that config.json describes: "
+                         f"{'; '.join(parts)}. Those parameters would keep their random initialization; check that "
+                         "config.json belongs to these weights.")
+
+
+def _check_finite(model, where: Path) -> None:
+    """Refuse a model with a NaN or infinite floating-point parameter or buffer (named), in chunks of 16 M
+    elements (no copy of a whole large tensor)."""
+    import torch
+    bad = []
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if not t.is_floating_point() or t.device.type == "meta" or t.numel() == 0:
+            continue
+        flat = t.detach().reshape(-1)
+        if not all(bool(torch.isfinite(c).all()) for c in flat.split(1 << 24)):
+            n_nan = int(torch.isnan(flat).sum())
+            n_inf = int(torch.isinf(flat).sum())
+            bad.append(f"{name} ({n_nan} NaN, {n_inf} inf)")
+            if len(bad) > _SHOWN:
+                break
+    if bad:
+        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        raise ModelLoadError(f"{where}: the model holds non-finite weights in {dtype}: {_first(bad)}; "
+                             "a diagnosis of it would be meaningless (check the file, or load it in float32 if "
+                             "values overflow a smaller dtype)")
+
+
+def _check_safetensors_files(path: Path) -> None:
+    """Each ``*.safetensors`` file of ``path`` opens with a complete header whose tensors cover the file."""
+    from safetensors import safe_open
+    for f in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(f), framework="pt") as h:
+                h.keys()
+        except Exception as e:  # noqa: BLE001 - SafetensorError (a Rust exception) or OSError: the file is bad
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ModelLoadError(f"{f}: not a complete safetensors file ({msg}); the file is truncated or "
+                                 "corrupt: copy or download it again") from None
+
+
+def _check_gguf_file(file: Path) -> None:
+    """``file`` parses as GGUF with every tensor inside the file (a truncated file is refused by name)."""
+    try:
+        size = file.stat().st_size
+        with file.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as e:
+        raise ModelLoadError(f"{file}: cannot be read ({e.strerror or e})") from None
+    if magic != b"GGUF":
+        raise ModelLoadError(f"{file}: not a GGUF file ({size} bytes, the first four are {magic!r}, not b'GGUF')")
+    try:
+        from gguf import GGUFReader
+    except ImportError as e:
+        raise ModelLoadError(f"{file}: reading GGUF files needs the pip package gguf") from e
+    try:
+        reader = GGUFReader(str(file))
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    except Exception as e:  # noqa: BLE001 - struct.error, ValueError (reshape), IndexError: a cut or garbled file
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelLoadError(f"{file}: not a complete GGUF file ({size} bytes; {msg}): the file is truncated or "
+                             "corrupt") from None
+    if end > size or not reader.tensors:
+        raise ModelLoadError(f"{file}: not a complete GGUF file ({size} bytes, its tensors need {end}): the file "
+                             "is truncated or corrupt")
+
+
+def _from_pretrained(cls, path: Path, where: Path, **kw):
+    """``cls.from_pretrained(path, **kw)`` verified: every parameter read with its shape (else
+    :class:`ModelLoadError` naming them), every weight finite."""
+    model, info = cls.from_pretrained(path, local_files_only=True, trust_remote_code=False, output_loading_info=True,
+                                      ignore_mismatched_sizes=True, **kw)
+    _check_loading_info(info, where)
+    _check_finite(model, where)
+    return model
+
+
 def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = None):
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path} is not a model directory: no config.json. Expected {_EXPECTED}.")
@@ -198,9 +320,9 @@ def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = N
             a.endswith("ForConditionalGeneration") for a in archs):
         cls = tr.AutoModelForSeq2SeqLM     # T5, BART with their LM head: removal measured on the LM loss
     kw = {"dtype": "float32"} if placement is None else placement
+    _check_safetensors_files(path)
     if vision:   # images, not texts: no tokenizer (inputs from attnspec.models.image_inputs)
-        return _finish(cls.from_pretrained(path, use_safetensors=True, local_files_only=True, trust_remote_code=False,
-                                           **kw), None)
+        return _finish(_from_pretrained(cls, path, path, use_safetensors=True, **kw), None)
     try:
         tok = tr.AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - any tokenizer failure is a load failure, with its cause
@@ -208,7 +330,7 @@ def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = N
         raise ModelLoadError(f"{path}: the tokenizer does not load ({msg}); the diagnosis needs the model's own "
                              "tokenizer next to config.json.") from e
     _check_tokenizer(tok, config, path)
-    model = cls.from_pretrained(path, use_safetensors=True, local_files_only=True, trust_remote_code=False, **kw)
+    model = _from_pretrained(cls, path, path, use_safetensors=True, **kw)
     return _finish(model, tok)
 
 
@@ -216,10 +338,10 @@ def _load_gguf(file: Path, placement: dict | None = None):
     """A GGUF file dequantized by transformers, in float32 on the CPU unless ``placement`` says otherwise."""
     if (file.parent / "config.json").is_file() or (file.parent / "tokenizer_config.json").is_file():
         _refuse_remote_code(file.parent)
+    _check_gguf_file(file)
     tr = _hf()
     kw = {"dtype": "float32"} if placement is None else placement
-    model = tr.AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True,
-                                                    trust_remote_code=False, **kw)
+    model = _from_pretrained(tr.AutoModelForCausalLM, file.parent, file, gguf_file=file.name, **kw)
     tok = tr.AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True,
                                            trust_remote_code=False)
     _check_tokenizer(tok, model.config, file)
