@@ -8,6 +8,10 @@ User errors (bad flags, unreadable or malformed files, configurations outside th
 ranges, a model the loaders refuse) end with exit status 2 and one line on stderr,
 ``attnspec <command>: error: <flag> <value>: <allowed>``; anything else is a bug and keeps its
 traceback. ``ATTNSPEC_DEBUG=1`` shows the traceback of user errors too.
+
+SIGINT (Ctrl-C) and SIGTERM (``timeout``, SLURM, ``docker stop``) end a command with one line,
+``attnspec <command>: interrupted by SIGTERM ...``, and exit status 130 or 143, after the temporary files
+of the run (the forward cache) are removed on the way out; a further signal during that cleanup is ignored.
 """
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ import importlib
 import os
 import pkgutil
 import re
+import signal
 import sys
+import threading
 
 from .. import __version__
 from ..config import ConfigError
@@ -81,6 +87,39 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+class Terminated(BaseException):
+    """Raised in the main thread by SIGTERM (like KeyboardInterrupt for SIGINT): unwinds the command so that its
+    ``finally`` blocks remove temporary files."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum, frame):
+    """The first SIGINT/SIGTERM: further ones are ignored while the command unwinds and removes its files."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+def _run(args) -> int:
+    """``args.func(args)`` with SIGTERM raising :class:`Terminated` (main thread only); handlers restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        return int(args.func(args) or 0)
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _on_signal)
+    if old[signal.SIGINT] is signal.default_int_handler:     # not when the shell ignores SIGINT (cmd &)
+        signal.signal(signal.SIGINT, _on_signal)
+    try:
+        return int(args.func(args) or 0)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); the exit status (2 for user errors).
 
@@ -99,7 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        return _run(args)
+    except KeyboardInterrupt:
+        print(f"attnspec {args.command}: interrupted by SIGINT; temporary files removed", file=sys.stderr)
+        return 130
+    except Terminated as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"attnspec {args.command}: interrupted by {name}; temporary files removed", file=sys.stderr)
+        return 128 + stop.signum
     except _user_errors() as err:  # evaluated when raised: the classes of the modules imported by then
         if os.environ.get("ATTNSPEC_DEBUG"):
             raise

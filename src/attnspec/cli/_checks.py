@@ -17,7 +17,7 @@ from ._errors import CLIError
 
 __all__ = ["CLIError", "SIMULATE_BETA_MAX", "LAW_BETA_MAX", "DEFAULT_TIME_LIMIT", "int_range", "positive_int",
            "nonneg_int", "float_range", "int_list", "check_output_dir", "check_output_file", "check_input_file",
-           "read_text_lines", "check_sqlite_file"]
+           "read_text_lines", "check_sqlite_file", "output_dir", "n_cores", "check_cores"]
 
 #: Largest beta for Monte-Carlo alone (``simulate`` without ``--with-law``, sweeps without the law):
 #: the surrogate's fourth moment grows like ``e^{4 beta^2}`` and overflows float64 from beta ~ 13.5
@@ -204,6 +204,55 @@ def int_list(lo: int | None = 1, hi: int | None = None, what: str = "integers") 
         return tuple(vals)  # type: ignore[arg-type]
     convert.__name__ = "list"
     return convert
+
+
+def output_dir(text: str) -> Path:
+    """argparse ``type=`` of an output directory: a non-empty path (``--out ""`` would be the current directory).
+
+    Examples
+    --------
+    >>> output_dir("out/run1").as_posix()
+    'out/run1'
+    >>> output_dir("  ")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: '  ': must be a directory path, not empty (use . for the current directory)
+    """
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a directory path, not empty (use . for the current "
+                                         "directory)")
+    return Path(text)
+
+
+def n_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the platform has one).
+
+    Examples
+    --------
+    >>> n_cores() >= 1
+    True
+    """
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def check_cores(flag: str, n: int | None, what: str, hint: str = "") -> None:
+    """Refuse ``n`` above the cores of this machine (:func:`n_cores`), before anything starts.
+
+    Examples
+    --------
+    >>> check_cores("--threads", 1, "torch threads")
+    >>> check_cores("--threads", 10 ** 6, "torch threads")
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --threads 1000000: at most ... (the cores of this machine: more torch threads than cores ...
+    """
+    if n is None:
+        return
+    cores = n_cores()
+    if n > cores:
+        raise CLIError(flag, n, f"at most {cores} (the cores of this machine: more {what} than cores only compete for "
+                                f"them{hint})")
 
 
 # ---------------------------------------------------------------------------------------------- files

@@ -125,10 +125,24 @@ def check_model(flag: str, name: str) -> dict:
         elif tok_files and not (any((path / f).is_file() for f in tok_files) or any(path.glob("*.tiktoken"))):
             raise CLIError(flag, path, f"has no tokenizer files (none of {', '.join(tok_files)}): copy the model's "
                                        "own tokenizer next to config.json")
+        _refuse_family(flag, path / "config.json")
         info.update(kind="dir", config=path / "config.json")
     if info["config"] is not None:
         info["max_positions"] = _max_positions(info["config"])
     return info
+
+
+def _refuse_family(flag: str, config: Path) -> None:
+    """A family the adapters refuse (DeBERTa v1, BLOOM, XLNet, ...), read from config.json: refused here, before
+    the model loads (:func:`attnspec.models.architectures.refusal_of_config`)."""
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return           # the loader names an unreadable config.json
+    from ..models.architectures import refusal_of_config
+    why = refusal_of_config(data)
+    if why:
+        raise CLIError(flag, config.parent, why)
 
 
 def _model_type(config: Path) -> str | None:

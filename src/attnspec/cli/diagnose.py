@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._checks import CLIError, check_output_dir, positive_int, read_text_lines
+from ._checks import CLIError, check_cores, check_output_dir, output_dir, positive_int, read_text_lines
 from ._options import HelpFormatter
 from ._registry import EEG_SUFFIXES, check_eeg_file, check_model, image_files, zoo_model_and_inputs
 
@@ -14,6 +14,18 @@ ORDER = 30
 
 #: Default number of trials for attnspec.zoo checkpoints (texts: attnspec.diagnostics.pipeline.texts.DEFAULT_N_TEXTS).
 DEFAULT_ZOO_TRIALS = 32
+#: Largest --n-boot: each replicate keeps about N_BOOT_BYTES_PER_HEAD per head (measured on a tiny model: 4 kB per
+#: replicate for 4 heads), so 10,000 replicates of a 144-head model hold about 1.5 GB.
+N_BOOT_MAX = 10_000
+N_BOOT_BYTES_PER_HEAD = 1_000
+#: Seconds to wait for a --scheduler to answer the Dask handshake, then for its first worker.
+SCHEDULER_TIMEOUT_S = 10
+WORKER_TIMEOUT_S = 60
+#: Every file `attnspec diagnose` writes into --out (files of an earlier run not written again are removed).
+OUTPUT_FILES = ("heads.csv", "layers.csv", "pairs.csv", "heads.parquet", "layers.parquet", "pairs.parquet",
+                "report.html", "summary.json")
+#: Families whose activations overflow float16 (the diagnosis would see inf/NaN attention inputs).
+FLOAT16_OVERFLOW = ("gemma3", "gemma3_text", "gemma2")
 
 
 def register(subparsers) -> None:
@@ -46,21 +58,25 @@ def register(subparsers) -> None:
                         "trials (default: the checkpoint's held-out simulated trials)")
     p.add_argument("--pack", action="store_true",
                    help="join built-in sentences into texts of --max-length tokens (default for causal LMs)")
-    p.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch threads, >= 1 (default: torch's choice)")
+    p.add_argument("--out", required=True, type=output_dir,
+                   help="output directory (created if missing; files of an earlier run there are replaced)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads, 1 up to the cores of this machine (default: torch's choice)")
     p.add_argument("--bucket-size", type=_option("bucket_size"), default=16, help="texts per length bucket, >= 1")
     _add_removal_options(p)
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")
     p.add_argument("--n-boot", type=_option("n_boot"), default=200,
-                   help="Poisson bootstrap replicates over texts for the 95%% intervals and the verdict tests, >= 0 "
-                        "(default 200; 0: no intervals, every label undetermined)")
+                   help="Poisson bootstrap replicates over texts for the 95%% intervals and the verdict tests, "
+                        f"0..{N_BOOT_MAX} (default 200; 0: no intervals, every label undetermined; each replicate "
+                        "keeps about 1 kB per head)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=positive_int, default=None,
-                       help="run on a local Dask cluster of this many worker processes (1 thread each), >= 1; "
-                            "docs/cluster.md")
+                       help="run on a local Dask cluster of this many worker processes (1 thread each), 1 up to "
+                            "the cores of this machine (more: start a cluster and use --scheduler); docs/cluster.md")
     where.add_argument("--scheduler", default=None,
                        help="run on an existing Dask cluster at this scheduler address (e.g. tcp://10.0.0.5:8786); "
-                            "every worker must be able to load --model")
+                            "every worker must be able to load --model. Refused when no Dask scheduler answers "
+                            f"within {SCHEDULER_TIMEOUT_S} s or it has no worker within {WORKER_TIMEOUT_S} s")
     p.add_argument("--no-gradient", action="store_true", help="skip Michel et al. gradient importance")
     p.add_argument("--mean-ablation", action="store_true", help="also remove heads by mean ablation")
     p.add_argument("--seed", type=_option("seed"), default=0, help="seed of every random draw of the diagnosis, >= 0")
@@ -161,7 +177,89 @@ def check_args(args: argparse.Namespace) -> tuple[dict, list[str] | None]:
             raise CLIError("--n-texts", args.n_texts, f"exceeds the {available} texts of the built-in corpus; "
                                                       f"allowed 1..{available}")
     check_output_dir("--out", args.out)
+    _check_before_loading(args, info)
     return info, texts
+
+
+def _config_json(info: dict) -> dict:
+    import json
+    cfg = info.get("config")
+    if cfg is None:
+        return {}
+    try:
+        data = json.loads(Path(cfg).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _n_heads(config: dict) -> int | None:
+    """Attention heads of the whole model by its config.json (layers x heads), None when it does not say."""
+    for table in (config, config.get("text_config") or {}):
+        if not isinstance(table, dict):
+            continue
+        layers = next((table[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(table.get(k), int)),
+                      None)
+        heads = next((table[k] for k in ("num_attention_heads", "n_head", "num_heads") if isinstance(table.get(k), int)),
+                     None)
+        if layers and heads:
+            return layers * heads
+    return None
+
+
+def _check_before_loading(args: argparse.Namespace, info: dict) -> None:
+    """Resources, device, dtype and model family: every check the flags and config.json allow before loading."""
+    from ._cost import available_memory, fmt_bytes
+    config = _config_json(info)
+    check_cores("--threads", args.threads, "torch threads")
+    if args.workers is not None:
+        check_cores("--workers", args.workers, "worker processes",
+                    "; for more workers start a Dask cluster and pass its address to --scheduler")
+    heads = _n_heads(config)
+    n_boot = args.n_boot or 0
+    need = n_boot * (heads or 0) * N_BOOT_BYTES_PER_HEAD
+    what = (f"; {n_boot} replicates of this model's {heads} heads would hold about {fmt_bytes(need)}" if heads else "")
+    if n_boot > N_BOOT_MAX:
+        raise CLIError("--n-boot", n_boot, f"at most {N_BOOT_MAX} (each replicate keeps about "
+                                           f"{fmt_bytes(N_BOOT_BYTES_PER_HEAD)} per head{what})")
+    if need > available_memory() // 2:
+        raise CLIError("--n-boot", n_boot, f"needs more than half the available memory ({fmt_bytes(available_memory())})"
+                                           f"{what}; use fewer replicates")
+    if info["kind"] == "zoo":
+        _check_zoo_inputs(args)
+        return
+    if args.device in ("cuda", "mps"):
+        import torch
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise CLIError("--device", "cuda", "no CUDA device is available here; use --device cpu or auto")
+        mps = getattr(torch.backends, "mps", None)
+        if args.device == "mps" and not (mps is not None and mps.is_available()):
+            raise CLIError("--device", "mps", "no MPS device is available here; use --device cpu or auto")
+    family = config.get("model_type") or (config.get("text_config") or {}).get("model_type")
+    if args.model in ("gemma3-270m", "gemma3"):
+        family = "gemma3_text"
+    if args.dtype == "float16" and family in FLOAT16_OVERFLOW:
+        raise CLIError("--dtype", "float16", f"the activations of {family} models exceed float16's range (65504) and "
+                                             "the attention inputs overflow to inf; use --dtype bfloat16 (float32's "
+                                             "range) or float32")
+
+
+def _check_zoo_inputs(args: argparse.Namespace) -> None:
+    """A zoo checkpoint diagnosed on its simulated trials needs the simulation's metadata (else --inputs)."""
+    import json
+    if args.inputs is not None:
+        return
+    path = Path(args.model).expanduser()
+    doc_file = path if path.is_file() else path / "attnspec_zoo.json"
+    try:
+        doc = json.loads(doc_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CLIError("--model", args.model, f"{doc_file.name} is not a readable JSON file ({e})") from None
+    meta = doc.get("meta") if isinstance(doc, dict) else None
+    if not isinstance(meta, dict) or "sim" not in meta:
+        raise CLIError("--inputs", None, f"{args.model} has no simulation metadata (meta['sim']) to regenerate its "
+                                         "held-out trials: give the EEG recording to diagnose with --inputs FILE "
+                                         "(.fif, .fif.gz, .edf or .gdf)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -184,7 +282,9 @@ def run(args: argparse.Namespace) -> int:
         model, X = zoo_model_and_inputs(args.model, args.n_texts or DEFAULT_ZOO_TRIALS, args.inputs)
         t_load = time.perf_counter() - t0
         t1 = time.perf_counter()
-        diag = diagnose(model, X, options=options_of(args, n_texts=None, max_length=128, bucket_size=16, pack=None))
+        with _numerics(args):
+            diag = diagnose(model, X, options=options_of(args, n_texts=None, max_length=128, bucket_size=16,
+                                                         pack=None))
         diag.summary["inputs"] = str(args.inputs) if args.inputs else "held-out simulated trials"
         return _write(diag, args, time.perf_counter() - t1, t_load)
 
@@ -197,15 +297,17 @@ def run(args: argparse.Namespace) -> int:
     adapter = adapt(model)
     if tok is None:   # a vision transformer: images as inputs
         t1 = time.perf_counter()
-        diag = diagnose(adapter, _images(args, model), options=options_of(args, n_texts=None, max_length=128,
-                                                                           pack=None))
+        images = _images(args, model)
+        with _numerics(args):
+            diag = diagnose(adapter, images, options=options_of(args, n_texts=None, max_length=128, pack=None))
         diag.summary["images"] = args.images or "builtin"
         return _write(diag, args, time.perf_counter() - t1, t_load)
     causal = adapter.kind == "causal-lm"
     # the one text policy of the library: built-in corpus (packed for causal LMs or --pack) or the file's lines
     texts = "builtin" if user_texts is None else user_texts
     t1 = time.perf_counter()
-    diag = diagnose(adapter, tok, texts, options=options_of(args))
+    with _numerics(args):
+        diag = diagnose(adapter, tok, texts, options=options_of(args))
     t_diag = time.perf_counter() - t1
     if user_texts is None:
         from ..data import CORPUS_SOURCE
@@ -223,7 +325,6 @@ def _images(args: argparse.Namespace, model) -> dict:
     model's image size and normalized with its preprocessor's mean/std (0.5 when it has none)."""
     import json
 
-    import numpy as np
     import torch
 
     from ..models import generated_images, image_inputs
@@ -232,27 +333,123 @@ def _images(args: argparse.Namespace, model) -> dict:
     n = args.n_texts or DEFAULT_N_IMAGES
     if args.images in (None, "builtin"):
         return image_inputs(model, generated_images(n, size, getattr(cfg, "num_channels", 3), seed=args.seed))
-    from PIL import Image
     files = image_files("--images", args.images)[:n]
     pre = Path(args.model) / "preprocessor_config.json"
     meta = json.loads(pre.read_text()) if pre.is_file() else {}
     mean = torch.tensor(meta.get("image_mean", [0.5] * 3))[:, None, None]
     std = torch.tensor(meta.get("image_std", [0.5] * 3))[:, None, None]
-    px = [torch.from_numpy(np.asarray(Image.open(f).convert("RGB").resize((size, size), Image.BILINEAR),
-                                      dtype=np.float32) / 255.0).permute(2, 0, 1) for f in files]
+    px = [torch.from_numpy(_read_image(f, size)).permute(2, 0, 1) for f in files]
     return image_inputs(model, (torch.stack(px) - mean) / std)
+
+
+def _read_image(file: Path, size: int):
+    """One image as float32 RGB in [0, 1], resized to ``size`` x ``size``; a file PIL cannot read (truncated,
+    not an image, a decompression bomb) is a :class:`CLIError` naming it."""
+    import numpy as np
+    from PIL import Image
+    try:
+        with Image.open(file) as im:
+            rgb = im.convert("RGB").resize((size, size), Image.BILINEAR)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise CLIError("--images", file, f"cannot be read as an image ({str(e) or type(e).__name__})") from None
+    return np.asarray(rgb, dtype=np.float32) / 255.0
+
+
+class _numerics:
+    """Context of a diagnosis: an eigendecomposition that fails on non-finite attention inputs (an overflow in a
+    reduced dtype) is a user error naming --dtype, not a traceback."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        import numpy as np
+        import torch
+        if exc is None or not isinstance(exc, (torch.linalg.LinAlgError, np.linalg.LinAlgError)):
+            return False
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        if self.args.dtype != "float32":
+            raise CLIError("--dtype", self.args.dtype, f"the model's attention inputs are not finite in "
+                                                       f"{self.args.dtype} ({first}): its activations overflow; use "
+                                                       "--dtype float32 (or bfloat16)") from None
+        raise CLIError("--model", self.args.model, f"the model's attention inputs are not finite ({first}); check "
+                                                   "its weights") from None
 
 
 def _run_on_cluster(args: argparse.Namespace, user_texts: list[str] | None) -> int:
     """The diagnosis on Dask: workers load the model; the client merges and writes the report."""
     from ..diagnostics.distributed import diagnose_on_cluster
     t1 = time.perf_counter()
-    diag = diagnose_on_cluster(
-        args.model, "builtin" if user_texts is None else user_texts, args.scheduler,
-        n_workers=None if args.scheduler else args.workers,
-        load_kwargs=dict(device=args.device, dtype=args.dtype, device_map=args.device_map),
-        torch_threads=args.threads, options=options_of(args))
+    client = _connect(args.scheduler) if args.scheduler else None
+    try:
+        with _numerics(args):
+            diag = diagnose_on_cluster(
+                args.model, "builtin" if user_texts is None else user_texts, client,
+                n_workers=None if args.scheduler else args.workers,
+                load_kwargs=dict(device=args.device, dtype=args.dtype, device_map=args.device_map),
+                torch_threads=args.threads, options=options_of(args))
+    finally:
+        if client is not None:
+            client.close()
     return _write(diag, args, time.perf_counter() - t1, 0.0)
+
+
+def _probe(address: str) -> None:
+    """A ``tcp://`` scheduler (or ``host:port``) must accept a connection and greet first, as a Dask server does (its
+    handshake is sent on accept): a server that says nothing for :data:`SCHEDULER_TIMEOUT_S` (an HTTP server waits
+    for a request; the Dask client would wait forever) or closes the connection is refused."""
+    import socket
+    from urllib.parse import urlsplit
+    if "://" in address and not address.startswith("tcp://"):
+        return                      # tls://, ucx://, inproc://: left to the Dask client's own timeout
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or not port:
+        raise CLIError("--scheduler", address, "must be a Dask scheduler address such as tcp://10.0.0.5:8786")
+    try:
+        with socket.create_connection((host, port), timeout=SCHEDULER_TIMEOUT_S) as sock:
+            sock.settimeout(SCHEDULER_TIMEOUT_S)
+            first = sock.recv(8)
+    except socket.timeout:
+        first = None
+    except OSError as e:
+        raise CLIError("--scheduler", address, f"cannot connect ({e.strerror or e}); give the address of a running "
+                                               "Dask scheduler, e.g. tcp://10.0.0.5:8786") from None
+    if not first or first[:4] in (b"HTTP", b"SSH-"):
+        raise CLIError("--scheduler", address, f"no Dask scheduler answered there within {SCHEDULER_TIMEOUT_S} s (the "
+                                               "server there does not speak the Dask protocol); give the address of "
+                                               "a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
+
+
+def _connect(address: str):
+    """A client of the Dask scheduler at ``address`` with one worker at least, or a :class:`CLIError` after
+    :data:`SCHEDULER_TIMEOUT_S` (no answer, or not a Dask scheduler) or :data:`WORKER_TIMEOUT_S` (no worker)."""
+    import logging
+
+    _probe(address)
+    from distributed import Client
+    for name in ("distributed", "distributed.client", "distributed.comm"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        client = Client(address, timeout=SCHEDULER_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError, TypeError) as e:
+        why = (str(e).splitlines() or [""])[0][:200] or type(e).__name__
+        raise CLIError("--scheduler", address, f"no Dask scheduler answered there within {SCHEDULER_TIMEOUT_S} s "
+                                               f"({why}); give the address of a running Dask scheduler, e.g. "
+                                               "tcp://10.0.0.5:8786") from None
+    try:
+        client.wait_for_workers(1, timeout=WORKER_TIMEOUT_S)
+    except (OSError, TimeoutError) as e:
+        client.close()
+        raise CLIError("--scheduler", address, f"the scheduler has no worker after {WORKER_TIMEOUT_S} s "
+                                               f"({type(e).__name__}); start workers with dask worker {address}") from None
+    return client
 
 
 def _removal(args: argparse.Namespace) -> str:
@@ -303,14 +500,20 @@ def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:
     """Tables, JSON summary and report into ``--out``; one line of results on stdout."""
     import torch
 
+    from ..atomicio import StagedFiles
+    from ..report import render_report
+
     diag.summary["load_s"] = round(t_load, 2)
     diag.summary["diagnose_s"] = round(t_diag, 2)
     out = Path(args.out)
-    diag.to_csv(out)
-    if args.parquet:
-        diag.to_parquet(out)
-    from ..report import write_report
-    write_report(diag, out / "report.html")
+    # every file to a temporary name in --out, renamed into place once all are written, summary.json last; files
+    # of an earlier run not written now (heads.parquet without --parquet) are removed
+    with StagedFiles(out, last="summary.json", stale=OUTPUT_FILES) as st:
+        diag.write_tables(st, "csv")
+        if args.parquet:
+            diag.write_tables(st, "parquet")
+        st.path("report.html").write_text(render_report(diag), encoding="utf-8")
+        st.path("summary.json").write_text(diag.summary_json(), encoding="utf-8")
     s = diag.summary
     print(f"{s['model']}: {len(diag.heads)} heads in {s['n_layers']} layers, {s['n_texts']} texts / {s['n_tokens']} tokens; "
           f"shared-target selection: {s['n_selective']} selective, {s['n_diffuse']} diffuse, {s['n_sparse']} sparse, "

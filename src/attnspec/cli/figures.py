@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._checks import check_output_dir, nonneg_int
+from ._checks import check_output_dir, nonneg_int, output_dir
 from ._options import HelpFormatter, write_json
 
 ORDER = 40
@@ -25,7 +25,7 @@ def register(sub) -> None:
     p.add_argument("--set", dest="figure_set", choices=("theory", "structure"), default="theory",
                    help="theory: the figures above; structure: head allocation vs widths and across-head sharing vs "
                         "within-head dependence, from sweeps stored in OUT/structure.sqlite (re-runs recompute nothing)")
-    p.add_argument("--out", type=Path, default=Path("out/figures"), help="output directory (created if missing)")
+    p.add_argument("--out", type=output_dir, default=Path("out/figures"), help="output directory (created if missing)")
     p.add_argument("--quick", action="store_true", help="small d (250, 500) and few betas: a fast smoke run")
     p.add_argument("--seed", type=nonneg_int, default=0, help="Monte-Carlo seed, >= 0")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")

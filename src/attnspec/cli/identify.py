@@ -103,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
     if "beta" not in args.free and base.beta > LAW_BETA_MAX:
         raise CLIError("--beta", f"{base.beta:g}", f"must be in [0, {LAW_BETA_MAX:g}] (the law solver's range) when "
                                                    "beta is not estimated")
+    from ._cost import check_simulation_cost
+    # the parametric bootstrap simulates spectra of the observed size: its memory is checked before anything runs
+    check_simulation_cost(base, max(1, eigs.size // base.seq_len), None, models=(args.model,),
+                          where=f"INPUT ({eigs.size} eigenvalues) ")
     from ..identify import identify
 
     res = identify(eigs, base, free=args.free, heads=args.heads_candidates, n_boot=args.boot, level=args.level,

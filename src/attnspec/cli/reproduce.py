@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._checks import check_output_dir, float_range, int_range, nonneg_int
+from ._checks import check_output_dir, float_range, int_range, nonneg_int, output_dir
 from ._options import HelpFormatter
 
 ORDER = 45
@@ -29,7 +29,7 @@ def register(sub) -> None:
                     "Marchenko-Pastur law of the same variance (docs/theory.md, 'The Gaussian equivalent').",
         formatter_class=HelpFormatter)
     p.add_argument("study", choices=STUDY_NAMES, help="the figure to reproduce")
-    p.add_argument("--out", type=Path, default=Path("out/reproduce"), help="output directory (created if missing)")
+    p.add_argument("--out", type=output_dir, default=Path("out/reproduce"), help="output directory (created if missing)")
     p.add_argument("--draws", type=int_range(1, 1000), default=10, help="independent draws, pooled")
     p.add_argument("--beta", type=float_range(0.05, 4.0), default=1.0, help="inverse temperature, in [0.05, 4]")
     p.add_argument("--inputs", choices=("orthonormal", "gaussian"), default="orthonormal",

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config import CENTERINGS, INPUTS, TARGETS, VALUES, ConfigError, MHSAConfig
 from ._checks import (DEFAULT_TIME_LIMIT, LAW_BETA_MAX, SIMULATE_BETA_MAX, CLIError, check_input_file,
-                      check_output_file, check_sqlite_file, float_range, int_list, nonneg_int, positive_int)
+                      check_output_file, check_sqlite_file, float_range, int_list, n_cores, nonneg_int, positive_int)
 from ._cost import check_simulation_cost
 from ._options import HelpFormatter, add_config_arguments, config_from_args
 
@@ -83,6 +83,9 @@ def _axis(text: str) -> tuple[str, list]:
                 raise ValueError(f"{vals!r}: START:STOP:NUM needs two numbers and an integer NUM >= 1") from None
             if num < 1 or not (math.isfinite(start) and math.isfinite(stop)):
                 raise ValueError(f"{vals!r}: START:STOP:NUM needs finite START, STOP and NUM >= 1")
+            from ..sweeps.spec import MAX_POINTS
+            if num > MAX_POINTS:
+                raise ValueError(f"{vals!r}: NUM {num:,} exceeds the {MAX_POINTS:,} points one sweep may hold")
             values = [float(x) for x in np.round(np.linspace(start, stop, num), 12)]
         else:
             values = [_value(v.strip()) for v in vals.split(",") if v.strip()]
@@ -188,12 +191,23 @@ def _read_spec(path: Path) -> dict:
 
 
 def build_points(args: argparse.Namespace):
-    from ..sweeps import expand_grid, points_from_spec
+    from ..sweeps.spec import MAX_POINTS, expand_grid, grid_size, points_from_spec, spec_size
 
     if args.spec is not None:
         if args.grid:
             raise CLIError("--grid", None, "give the grid either in the specification file or with --grid, not both")
         spec = _read_spec(args.spec)
+        count, flag, value = spec_size(spec), "SPEC", args.spec
+    else:
+        spec = None
+        count, flag, value = grid_size(dict(args.grid), args.seeds), "--grid", None
+    if count > MAX_POINTS:
+        raise CLIError(flag, value, f"the sweep has {count:,} points, more than the {MAX_POINTS:,} one sweep may hold "
+                                    "(each is built, keyed and checked before anything runs); split the grid into "
+                                    "several sweeps (the same --db takes them all)")
+    if args.dry_run:
+        print(f"sweep: {count:,} points; checking them and the store ...", flush=True)
+    if spec is not None:
         try:
             name, points = points_from_spec(spec)
         except (ConfigError, ValueError, TypeError, KeyError) as e:
@@ -233,6 +247,10 @@ def check_points(points, args: argparse.Namespace, axes: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_sqlite_file("--db", args.db)   # before anything imports Dask or opens the store
+    if not args.scheduler and args.workers > max(2, n_cores()):
+        raise CLIError("--workers", args.workers, f"at most {max(2, n_cores())} (the cores of this machine, 2 at least: "
+                                                  "more worker processes only compete for them); for more workers "
+                                                  "start a Dask cluster and pass its address to --scheduler")
     for flag in ("parquet", "csv", "plot"):
         check_output_file(f"--{flag}", getattr(args, flag))
     evaluator = _evaluator(args.evaluator)

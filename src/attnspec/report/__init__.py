@@ -301,7 +301,9 @@ def _query_top(diag) -> str:
 
 
 def write_report(diag, path: str | Path) -> Path:
-    """Write :func:`render_report` to ``path`` (UTF-8), creating its folder.
+    """Write :func:`render_report` to ``path`` (UTF-8), creating its folder: through a temporary file in that
+    folder renamed into place (:func:`attnspec.atomicio.write_text`), so the report is never half-written and a
+    symlink at ``path`` is replaced, not written through.
 
     Parameters
     ----------
@@ -324,7 +326,5 @@ def write_report(diag, path: str | Path) -> Path:
     >>> out.name, out.read_text(encoding="utf-8") == render_report(diag)
     ('tiny.html', True)
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(diag), encoding="utf-8")
-    return path
+    from ..atomicio import write_text
+    return write_text(path, render_report(diag))

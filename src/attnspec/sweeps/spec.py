@@ -28,7 +28,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..config import MHSAConfig
 
-__all__ = ["EVALUATIONS", "SweepPoint", "apply_axis", "expand_grid", "points_from_spec", "KEY_SCHEMA"]
+__all__ = ["EVALUATIONS", "SweepPoint", "apply_axis", "expand_grid", "points_from_spec", "KEY_SCHEMA", "MAX_POINTS",
+           "grid_size", "spec_size"]
+
+#: Most points one sweep may hold: each point costs about 0.6 kB of memory and 0.1 ms to build and key before
+#: anything runs (measured: 10^5 points, ~60 MB and ~15 s of checks) and one row in the store; a larger grid is
+#: refused before it is built (split it into several sweeps).
+MAX_POINTS = 100_000
 
 EVALUATIONS = ("law", "softmax", "surrogate")
 #: Version of the key format; bump it if the meaning of a stored result changes incompatibly.
@@ -136,6 +142,46 @@ def apply_axis(config: MHSAConfig, name: str, value: Any) -> MHSAConfig:
     return config.replace(**{name: value})
 
 
+def grid_size(axes: Mapping[str, Sequence[Any]] | None, seeds: Iterable[int] = (0,)) -> int:
+    """Points of the grid ``axes`` times ``seeds`` (a ``seed`` axis replaces ``seeds``), counted without building it.
+
+    Examples
+    --------
+    >>> grid_size({"heads": [1, 2], "beta": [0.5, 1.0]}, seeds=(0, 1)), grid_size({"seed": [0, 1, 2]}, seeds=(0, 1))
+    (8, 3)
+    """
+    axes = dict(axes or {})
+    n = 1 if "seed" in axes else len(list(seeds))
+    for values in axes.values():
+        n *= len(values) if isinstance(values, (list, tuple)) else 1
+    return n
+
+
+def spec_size(spec: Mapping[str, Any]) -> int:
+    """Points of a sweep specification (:func:`points_from_spec`), counted without building them.
+
+    Examples
+    --------
+    >>> spec_size({"sweep": {"seeds": [0, 1]}, "grid": {"beta": [0.5, 1.0, 2.0]}, "points": [{"beta": 3.0}]})
+    8
+    """
+    sweep = spec.get("sweep", {}) if isinstance(spec.get("sweep", {}), Mapping) else {}
+    seeds = sweep.get("seeds", [0])
+    seeds = seeds if isinstance(seeds, (list, tuple)) else [seeds]
+    grid = spec.get("grid", {}) if isinstance(spec.get("grid", {}), Mapping) else {}
+    points = spec.get("points", []) if isinstance(spec.get("points", []), list) else []
+    n = grid_size(grid, seeds) if (grid or not points) else 0
+    return n + sum(grid_size({k: [v] for k, v in c.items()} if isinstance(c, Mapping) else {}, seeds)
+                   for c in points)
+
+
+def _check_size(n: int) -> None:
+    if n > MAX_POINTS:
+        raise ValueError(f"the sweep has {n:,} points, more than the {MAX_POINTS:,} one sweep may hold (each is built, "
+                         "keyed and checked before anything runs); split the grid into several sweeps (the same store "
+                         "takes them all)")
+
+
 def expand_grid(base: MHSAConfig, axes: Mapping[str, Sequence[Any]] | None = None, *, seeds: Iterable[int] = (0,),
                 draws: int = 1, evaluations: Sequence[str] = EVALUATIONS,
                 tags: Mapping[str, Any] | None = None) -> list[SweepPoint]:
@@ -151,6 +197,8 @@ def expand_grid(base: MHSAConfig, axes: Mapping[str, Sequence[Any]] | None = Non
     (8, [(1, 0.5), (1, 1.0), (2, 0.5), (2, 1.0)])
     """
     axes = dict(axes or {})
+    seeds = list(seeds)
+    _check_size(grid_size(axes, seeds))
     names = list(axes)
     points = []
     for combo in itertools.product(*(list(axes[n]) for n in names)):
@@ -204,6 +252,7 @@ def points_from_spec(spec: Mapping[str, Any]) -> tuple[str, list[SweepPoint]]:
     ('demo', [(32,), (16, 16), (8, 8, 8, 8)])
     """
     sweep = dict(spec.get("sweep", {}))
+    _check_size(spec_size(spec))
     if "base" not in spec:
         raise ValueError("a sweep specification needs a [base] table (an MHSA configuration)")
     base = MHSAConfig.from_dict(spec["base"])
