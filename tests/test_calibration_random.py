@@ -2,8 +2,9 @@
 
 Tiny random BERT, RoBERTa, GPT-2 and Llama (2 layers x 4 heads, several seeds), diagnosed on 4, 16 and
 64 built-in texts with the default bootstrap (200 replicates): at most 5 % of all heads over all runs may
-be labelled ``selective`` (shared-target or per-query selection) or ``dependent`` (counted together: a head with both verdicts counts once; the
-rest diffuse, sparse or undetermined, and independent or undetermined). Before the labels became tests
+be labelled ``selective`` (shared-target or per-query selection) or ``dependent`` (counted together: a head
+with both verdicts counts once; the rest diffuse, sparse or undetermined, and independent or undetermined;
+with 4 texts, fewer than an interval needs, every verdict is undetermined). Before the labels became tests
 against the bootstrap interval, point scores alone labelled 14 of 96 heads selective at 25 tokens; and
 before the dependence verdict compared a pair with its layer's background, every pair of a random GPT-2 or
 Llama had a ``cka_excess`` lower bound above 0.7 (their heads are running means of the same inputs). The

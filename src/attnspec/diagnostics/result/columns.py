@@ -110,6 +110,8 @@ COLUMNS: dict[str, dict[str, str]] = {
                             "bound below 0.1), or undetermined (the interval contains 0.1, fewer than min_tokens "
                             "counted queries, or no rule applies to 100 queries)."),
         "diffuse": "selection == 'diffuse'.",
+        "dead": ("The head's output is zero (a pruned head: its W_O or V slice is zero). Its spectral columns and "
+                 "their intervals are 0, selection is undetermined, and its removal effect is 0."),
         "entropy": "Clark et al. (2019): mean over real query tokens of the attention entropy.",
         "entropy_uniform": "Mean of log(number of attended tokens): the entropy of uniform attention.",
         "entropy_ratio": "Mean of entropy / log(number of attended tokens) (1 = uniform).",

@@ -153,6 +153,8 @@ def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
     d = np.sqrt(np.where(diag > 0, diag, np.nan))          # a replicate far from w = 1 can leave the linear range
     with np.errstate(invalid="ignore", divide="ignore"):
         cka = reps / (d[:, :, None] * d[:, None, :])
+    zero = np.diag(F) <= 0                   # a head with zero contexts (a dead head) shares nothing: 0, as cka_matrix
+    cka[:, zero, :], cka[:, :, zero] = 0.0, 0.0
     return cka - dep.cka_matrix(sp.gram_free, H)[None]
 
 

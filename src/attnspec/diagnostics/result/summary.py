@@ -237,6 +237,13 @@ def verdicts(opt: TableOptions) -> dict:
             "min_tokens_for_verdict": opt.min_tokens}
 
 
+def _dead(heads: pd.DataFrame) -> list:
+    """``[[layer, head], ...]`` of the heads with zero output (column ``dead``)."""
+    if "dead" not in heads:
+        return []
+    return [[int(r.layer), int(r.head)] for r in heads.loc[heads["dead"], ["layer", "head"]].itertuples()]
+
+
 def _query_counts(heads: pd.DataFrame) -> dict:
     """Per-query selection beside the shared-target labels: ``n_query_selective`` (and not selective,
     undetermined) and ``query_selective_by_rule`` (selective heads per best rule); empty without the columns."""
@@ -321,12 +328,17 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         "random_head_beta_hat": random_head_beta(heads),
         "selection_score_quantiles": {str(q): float(heads["selection_score"].quantile(q)) for q in (0.1, 0.5, 0.9)},
         "spearman": spearman_table(heads), "notes": _notes(sites, corpus, opt.min_tokens, adapter, opt.n_boot),
+        "dead_heads": _dead(heads),
         "seed": seed, "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "torch_threads": torch.get_num_threads(),
     }
     if source == "builtin":
         from ...data import CORPUS_SOURCE
         summary["corpus"] = CORPUS_SOURCE
+    if summary["dead_heads"]:
+        summary["notes"].append(
+            "dead heads (zero output: a pruned W_O or V slice), as [layer, head]: "
+            f"{summary['dead_heads']}; their spectral columns are 0, selection undetermined, removal effect 0")
     if model_loss is not None:
         summary["model_loss_per_token"] = round(float(model_loss), 4)
         cfg = getattr(adapter.model, "config", None)

@@ -114,6 +114,7 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
     energy = np.diag(inner)
     offdiag = ~np.eye(H, dtype=bool)
     qs = fs.query.result(min_tokens=opt.min_tokens, intervals=opt.n_boot > 0)   # ..statistics.query_selection
+    dead = fs.head_power() <= 0          # zero output (a pruned W_O or V slice): ..statistics.spectral.head_eigs
     rows = []
     for h in range(H):
         d = sel.spectral_departure(sp.head("act", h), sp.head("ge", h))
@@ -144,6 +145,13 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
         }
         row["diffuse"] = row["selection"] == "diffuse"
         row["cka_excess"] = row["cka_mean"] - row["cka_null_mean"]
+        row["dead"] = bool(dead[h])
+        if dead[h]:          # zero output: nothing departs, nothing to resample (intervals 0, verdicts undetermined)
+            for k in ("spec_w1_rel", "selection_score", "cka_excess"):
+                for end in ("_lo", "_hi"):
+                    if k + end in row and not math.isfinite(row[k + end]):
+                        row[k + end] = 0.0
+            row["selection"] = "undetermined"
         rows.append(row)
     return rows
 

@@ -81,7 +81,7 @@ def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        ``(H, H)`` symmetric.
+        ``(H, H)`` symmetric; 0 in the rows and columns of a head whose contexts are all zero (a dead head).
 
     Examples
     --------
@@ -101,8 +101,9 @@ def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:
     blocks = C.reshape(H, dh, H, dh)
     fro2 = np.einsum("gahb,gahb->gh", blocks, blocks)
     d = np.sqrt(np.diag(fro2))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return fro2 / np.outer(d, d)
+    dd = np.outer(d, d)
+    with np.errstate(invalid="ignore", divide="ignore"):      # a head with zero contexts shares nothing: 0
+        return np.where(dd > 0, fro2 / np.where(dd > 0, dd, 1.0), 0.0)
 
 
 def output_inner(C: np.ndarray, W: np.ndarray, H: int) -> np.ndarray:

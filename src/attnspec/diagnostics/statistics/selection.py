@@ -204,7 +204,8 @@ def spectral_departure(actual: np.ndarray, reference: np.ndarray) -> dict[str, f
     -------
     dict
         ``w1``: Wasserstein-1 distance of the two empirical laws; ``w1_rel``: ``w1 / m1(reference)``
-        (dimensionless, NaN when the reference's mean is not positive); ``ks``: Kolmogorov-Smirnov distance;
+        (dimensionless; 0 when both spectra are 0, a dead head's; NaN when only the reference's mean is not
+        positive); ``ks``: Kolmogorov-Smirnov distance;
         ``n_outliers``: eigenvalues of ``actual`` above the reference's largest; ``m1``, ``m1_ref``: the mean
         eigenvalues. An empty input gives NaN distances and 0 outliers.
 
@@ -225,7 +226,8 @@ def spectral_departure(actual: np.ndarray, reference: np.ndarray) -> dict[str, f
     w1 = wasserstein1(actual, reference)
     m1r = float(moments(reference, 1)[0])
     edge = float(reference.max())
-    return {"w1": w1, "w1_rel": w1 / m1r if m1r > 0 else np.nan, "ks": ks_distance(actual, reference),
+    rel = w1 / m1r if m1r > 0 else (0.0 if w1 == 0 else np.nan)
+    return {"w1": w1, "w1_rel": rel, "ks": ks_distance(actual, reference),
             "n_outliers": int(split_outliers(actual, edge)[1].size), "m1": float(moments(actual, 1)[0]),
             "m1_ref": m1r}
 

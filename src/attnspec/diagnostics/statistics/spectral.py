@@ -186,7 +186,7 @@ def head_eigs(M: torch.Tensor, Ksqrt: torch.Tensor, lengths: np.ndarray, scale: 
     lengths : numpy.ndarray of int, shape (B,)
         Real tokens ``l_b`` of each text.
     scale : numpy.ndarray, shape (H,)
-        Value-path power ``c_h`` of each head.
+        Value-path power ``c_h`` of each head (0: a dead head, its output and its eigenvalues are 0).
     d_out : int
         Output width.
 
@@ -211,7 +211,8 @@ def head_eigs(M: torch.Tensor, Ksqrt: torch.Tensor, lengths: np.ndarray, scale: 
     ev = gram_eigenvalues(Z, symmetric_eigenvalues)                                # (B, H, L) ascending
     B, H, L = ev.shape
     r = np.minimum(lengths - 1, M.shape[-1])
-    fac = lengths[:, None] / (d_out * scale[None, :])       # (B, H)
+    dead = np.asarray(scale) <= 0                          # zero output (pruned W_O or V slice): eigenvalues 0
+    fac = np.where(dead[None, :], 0.0, lengths[:, None] / (d_out * np.where(dead, 1.0, scale)[None, :]))   # (B, H)
     ev = ev * fac[..., None]
     return [_top(ev[:, h], r) for h in range(H)]
 
