@@ -78,3 +78,9 @@ def test_the_command_line_refuses_auto_texts_with_screened_removal_before_loadin
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--removal-texts auto" in err and "'auto' applies to removal 'exact' or 'sampled'" in err
     assert "loading" not in capsys.readouterr().err
+
+
+def test_the_help_states_the_declared_bound_of_n_boot(capsys):
+    from attnspec.diagnostics.options import MAX_N_BOOT
+    assert main(["diagnose", "--help"]) == 0
+    assert f"0..{MAX_N_BOOT}" in capsys.readouterr().out.replace("\n", " ").replace("  ", "")

@@ -340,7 +340,7 @@ def test_new_cache_cleans_stale_ones_and_names_its_owner(tmp_path, monkeypatch):
 @pytest.mark.parametrize("flags,needles", [
     (["--workers", "100000"], ["--workers 100000: at most", "--scheduler"]),
     (["--threads", "100000"], ["--threads 100000: at most"]),
-    (["--n-boot", "10000000"], ["--n-boot 10000000: at most 10000", "per head", "4 heads would hold"]),
+    (["--n-boot", "10000000"], ["--n-boot", "10000000: must be an integer in [0, 10000]"]),
 ])
 def test_resource_bounds_before_loading(models, flags, needles, tmp_path, capsys, monkeypatch):
     import attnspec.models as M

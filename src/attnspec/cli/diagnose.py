@@ -14,9 +14,8 @@ ORDER = 30
 
 #: Default number of trials for attnspec.zoo checkpoints (texts: attnspec.diagnostics.pipeline.texts.DEFAULT_N_TEXTS).
 DEFAULT_ZOO_TRIALS = 32
-#: Largest --n-boot: each replicate keeps about N_BOOT_BYTES_PER_HEAD per head (measured on a tiny model: 4 kB per
-#: replicate for 4 heads), so 10,000 replicates of a 144-head model hold about 1.5 GB.
-N_BOOT_MAX = 10_000
+#: Memory of one bootstrap replicate per head (measured on a tiny model: 4 kB per replicate for 4 heads); the
+#: largest --n-boot is declared with the option (attnspec.diagnostics.options.MAX_N_BOOT).
 N_BOOT_BYTES_PER_HEAD = 1_000
 #: Seconds to wait for a --scheduler to answer the Dask handshake, then for its first worker.
 SCHEDULER_TIMEOUT_S = 10
@@ -67,8 +66,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")
     p.add_argument("--n-boot", type=_option("n_boot"), default=200,
                    help="Poisson bootstrap replicates over texts for the 95%% intervals and the verdict tests, "
-                        f"0..{N_BOOT_MAX} (default 200; 0: no intervals, every label undetermined; each replicate "
-                        "keeps about 1 kB per head)")
+                        "0..10000 (default 200; 0 to 9, or fewer than 8 texts: no intervals, every verdict "
+                        "undetermined; each replicate keeps about 1 kB per head)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=positive_int, default=None,
                        help="run on a local Dask cluster of this many worker processes (1 thread each), 1 up to "
@@ -219,9 +218,6 @@ def _check_before_loading(args: argparse.Namespace, info: dict) -> None:
     n_boot = args.n_boot or 0
     need = n_boot * (heads or 0) * N_BOOT_BYTES_PER_HEAD
     what = (f"; {n_boot} replicates of this model's {heads} heads would hold about {fmt_bytes(need)}" if heads else "")
-    if n_boot > N_BOOT_MAX:
-        raise CLIError("--n-boot", n_boot, f"at most {N_BOOT_MAX} (each replicate keeps about "
-                                           f"{fmt_bytes(N_BOOT_BYTES_PER_HEAD)} per head{what})")
     if need > available_memory() // 2:
         raise CLIError("--n-boot", n_boot, f"needs more than half the available memory ({fmt_bytes(available_memory())})"
                                            f"{what}; use fewer replicates")

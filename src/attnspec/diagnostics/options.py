@@ -28,6 +28,8 @@ __all__ = ["DiagnoseOptions", "OptionError", "Interval", "OneOf", "Boolean", "in
 
 #: Default budget of one tile of attention weights (bytes, float32).
 DEFAULT_TILE_BYTES = 4 * 2 ** 20
+#: Most bootstrap replicates (each keeps about 1 kB per head: 10,000 replicates of a 144-head model hold 1.5 GB).
+MAX_N_BOOT = 10_000
 #: Removal modes (``--removal``, :mod:`.pipeline.head_removal`).
 MODES = ("exact", "sampled", "screened", "first-order", "none")
 #: The modes in which ``removal_texts='auto'`` grows the sample until the heads' ranking is predicted to agree
@@ -211,7 +213,8 @@ class DiagnoseOptions:
     threshold: float = _option(DIFFUSE_THRESHOLD, Interval(float, 0), doc="selection-score threshold of the "
                                "labels (default log 2)")
     min_tokens: int = _option(MIN_TOKENS_FOR_LABEL, Interval(int, 0), doc="fewest real tokens for a label")
-    n_boot: int = _option(N_BOOT, Interval(int, 0), doc="Poisson-bootstrap replicates over texts (0: no intervals)")
+    n_boot: int = _option(N_BOOT, Interval(int, 0, MAX_N_BOOT), doc="Poisson-bootstrap replicates over texts (0 to 9: "
+                          "no intervals, every verdict undetermined; each replicate keeps about 1 kB per head)")
     seed: int = _option(0, Interval(int, 0), doc="seed of every random draw (noise, null heads, rotations, "
                         "probes, bootstrap)")
     # --- head removal
