@@ -153,7 +153,7 @@ def test_cli_heads_table(saved, name, tmp_path):
     d, model, _, _ = saved(name)
     ad = adapt(model)
     out = tmp_path / "out"
-    rc = main(["diagnose", "--model", str(d), "--n-texts", "4", "--max-length", "24", "--bucket-size", "4",
+    rc = main(["diagnose", "--model", str(d), "--n-texts", "8", "--max-length", "24", "--bucket-size", "4",
                "--out", str(out), "--quiet", "--threads", "1"])
     assert rc == 0
     heads = pd.read_csv(out / "heads.csv")

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...models import make_batches
 from ..options import DiagnoseOptions
+from ..statistics.bootstrap import N_BOOT
 from . import tasks
 from .executor import priority
 from .fit import CorpusStats
@@ -59,7 +60,7 @@ class StepResults:
     removal_plan: RemovalPlan
     screen_code: Any = None       # screened mode: (n_layers, H_max) 2 top, 1 sampled, 0 first order only
     null_sums: list | None = None  # the null heads' fit sums (their bootstrap replicates)
-    n_boot: int = 200
+    n_boot: int = N_BOOT
 
 
 def _is_tokenizer(obj: Any) -> bool:
