@@ -11,7 +11,8 @@ Layers, each depending only on those above it:
 * :mod:`attnspec.report`, :mod:`attnspec.cli` — reports and the command line.
 
 The most used entry points are importable from here: ``MHSAConfig``, ``simulate``, ``solve_law``, ``Law``,
-``diagnose``, ``DiagnoseOptions``, ``Diagnosis`` and ``CustomAttention`` (the protocol a custom model implements to be diagnosed;
+``diagnose``, ``DiagnoseOptions``, ``Diagnosis``, ``compare`` (a callable module: ``attnspec.compare(a, b)``),
+``track`` and ``CustomAttention`` (the protocol a custom model implements to be diagnosed;
 loaded lazily, so ``import attnspec`` does not import torch).
 """
 from importlib import import_module
@@ -29,11 +30,14 @@ _LAZY = {
     "Diagnosis": "attnspec.diagnostics",
     "DiagnoseOptions": "attnspec.diagnostics",
     "CustomAttention": "attnspec.models.custom",
+    "compare": "attnspec.compare",
+    "track": "attnspec.compare",
 }
 __all__ = ["ConfigError", "MHSAConfig", "__version__", *_LAZY]
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
+        module = import_module(_LAZY[name])
+        return module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
     raise AttributeError(f"module 'attnspec' has no attribute {name!r}")

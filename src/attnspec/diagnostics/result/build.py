@@ -3,12 +3,17 @@ the ``heads``, ``layers`` and ``pairs`` tables (:mod:`.tables`), the summary (:m
 layer spectra. A task like the others (first argument the model's adapter): a cluster builds it on a worker."""
 from __future__ import annotations
 
+import dataclasses
 import time
+
+import numpy as np
 
 from ..options import DiagnoseOptions
 from ..statistics.bootstrap import MIN_REPLICATES, MIN_TEXTS_FOR_INTERVALS
 from ..pipeline.run import StepResults
+from ..pipeline.removal_plan import EXACT_MODES
 from .diagnosis import Diagnosis
+from .intervals import TextWeights, head_replicates, removal_replicates
 from .summary import build_summary, removal_summary
 from .tables import TableOptions, build_tables
 
@@ -36,7 +41,44 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     summary["removal"] = removal_summary(heads, res.removal_plan, res.screen_code)
     spectra = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"),
                    "free_sum": sp.of_layer("free")} for i, sp in enumerate(res.spectra)}
-    return Diagnosis(heads=heads, layers=layers, pairs=pairs, spectra=spectra, summary=summary)
+    reps, meta = (_replicates(res, opt, heads) if opt.n_boot else ({}, {}))
+    return Diagnosis(heads=heads, layers=layers, pairs=pairs, spectra=spectra, summary=summary, replicates=reps,
+                     replicate_meta=meta)
+
+
+def _replicates(res: StepResults, opt: TableOptions, heads) -> tuple[dict, dict]:
+    """The per-head bootstrap replicates of the diagnostic columns (:data:`.intervals.REPLICATE_COLUMNS`), each
+    ``(n_boot, n_heads)`` float32 in the row order of ``heads``, and what identifies their weights and texts (seed,
+    text ids, the real tokens of each text in the order of the ids, corpus size): the material of a paired
+    comparison (:mod:`attnspec.compare`)."""
+    ids = np.concatenate(res.spectra[0].order) if res.spectra and res.spectra[0].order else np.zeros(0, np.int64)
+    tw = TextWeights(opt.seed, ids, opt.n_boot)
+    per_layer = [head_replicates(fs, ns, sp if np.ndim(sp.gram) == 2 else dataclasses.replace(sp, gram=fs.gram), tw)
+                 for fs, ns, sp in zip(res.fit_sums, res.null_sums or [None] * len(res.fit_sums), res.spectra)]
+    layer_of, head_of = heads["layer"].to_numpy(int), heads["head"].to_numpy(int)
+    out: dict[str, np.ndarray] = {}
+    names = [n for n in per_layer[0]] if per_layer else []
+    for name in names:
+        if all(name in r for r in per_layer):
+            out[name] = np.concatenate([r[name] for r in per_layer], axis=1)
+    mode = res.removal_plan.mode
+    rem = removal_replicates(res.removal, exact=mode in EXACT_MODES, first_order=mode in ("screened", "first-order"))
+    for name, x in rem.items():
+        out[name] = x[:, layer_of, head_of]
+    if "dead" in heads:          # zero output: the table's 0 (nothing departs), not NaN
+        dead = heads["dead"].to_numpy(bool)
+        for name in ("spec_w1_rel", "selection_score", "cka_excess"):
+            if name in out:
+                out[name][:, dead] = np.where(np.isfinite(out[name][:, dead]), out[name][:, dead], 0.0)
+    reps = {k: np.asarray(v, dtype=np.float32) for k, v in out.items() if v.shape == (opt.n_boot, len(heads))}
+    sp0 = res.spectra[0] if res.spectra else None
+    lengths = np.concatenate([np.asarray(n, np.int64) for n in sp0.lengths]) if sp0 is not None and sp0.lengths \
+        else np.zeros(0, np.int64)
+    meta = {"seed": int(opt.seed), "n_boot": int(opt.n_boot), "text_ids": tw.ids,
+            "text_lengths": lengths[np.argsort(ids, kind="stable")] if lengths.size == ids.size else lengths,
+            "n_texts": int(res.corpus.n_texts),
+            "n_tokens": int(res.corpus.n_tokens), "max_tokens": int(res.corpus.max_tokens)}
+    return reps, meta
 
 
 def _intervals(res: StepResults) -> bool:

@@ -13,6 +13,24 @@ from ...jsonio import jsonable
 
 __all__ = ["Diagnosis"]
 
+#: The replicates file beside the tables (:meth:`Diagnosis.to_csv`, ``attnspec diagnose --out``).
+REPLICATES = "replicates.npz"
+#: Point columns stored with the replicates: they must equal the tables' for the file to be read back (a
+#: ``replicates.npz`` left by an earlier run into the same folder is ignored).
+_CHECK = ("score_scale", "n_tokens")
+
+
+def _belongs(arrays: dict, heads: pd.DataFrame) -> bool:
+    """Whether the arrays of a ``replicates.npz`` were written with ``heads`` (same rows, same point values)."""
+    for col in _CHECK:
+        key = f"check/{col}"
+        if key in arrays:
+            if col not in heads or len(heads) != arrays[key].shape[0]:
+                return False
+            if not np.allclose(heads[col].to_numpy(dtype=float), arrays[key], rtol=1e-9, atol=0, equal_nan=True):
+                return False
+    return all(v.shape[-1] == len(heads) for k, v in arrays.items() if k.startswith("rep/"))
+
 
 @dataclass
 class Diagnosis:
@@ -30,6 +48,15 @@ class Diagnosis:
         ``{layer: {'actual', 'gaussian_equivalent', 'free_sum'}}`` pooled layer spectra (arrays).
     summary : dict
         Model, data, settings, timings, Spearman correlations of the removal measures, notes.
+    replicates : dict
+        ``{column: (n_boot, n_heads) float32}``: the bootstrap replicates of the per-head diagnostics
+        (:data:`.intervals.REPLICATE_COLUMNS`), columns in the row order of ``heads``; empty without intervals
+        (fewer than 8 texts or 10 replicates). A paired comparison of two diagnoses (:mod:`attnspec.compare`)
+        differences them. Written beside the tables as ``replicates.npz`` (with the layer spectra) and read back
+        by :meth:`load`.
+    replicate_meta : dict
+        What keys the replicates' Poisson weights: ``seed``, ``n_boot``, ``text_ids``, and the corpus's
+        ``n_texts``, ``n_tokens``, ``max_tokens``.
 
     Examples
     --------
@@ -47,6 +74,17 @@ class Diagnosis:
     ['heads.csv', 'layers.csv', 'pairs.csv', 'summary.json']
     >>> json.loads(d.to_json())["heads"][1]
     {'layer': 0, 'head': 1, 'beta_hat': 2.0}
+
+    With bootstrap replicates, ``replicates.npz`` is written too, and :meth:`load` reads everything back:
+
+    >>> import numpy as np
+    >>> d.replicates = {"beta_hat": np.ones((20, 2), np.float32)}
+    >>> d.replicate_meta = {"seed": 0, "n_boot": 20, "text_ids": np.arange(8)}
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     names = [p.name for p in d.to_csv(tmp)]
+    ...     back = Diagnosis.load(tmp)
+    >>> names[-2:], back.replicates["beta_hat"].shape, back.replicate_meta["seed"]
+    (['replicates.npz', 'summary.json'], (20, 2), 0)
     """
 
     heads: pd.DataFrame
@@ -54,6 +92,8 @@ class Diagnosis:
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
     spectra: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
+    replicates: dict = field(default_factory=dict, repr=False)
+    replicate_meta: dict = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
         s = self.summary
@@ -69,13 +109,88 @@ class Diagnosis:
         files of ``stage`` (:class:`attnspec.atomicio.StagedFiles`), renamed into place when it is committed."""
         for name in ("heads", "layers", "pairs"):
             getattr(getattr(self, name), f"to_{suffix}")(stage.path(f"{name}.{suffix}"), index=False)
+        if suffix == "csv" and self.replicates:
+            with open(stage.path(REPLICATES), "wb") as fh:
+                np.savez_compressed(fh, **self._npz())
+
+    def _npz(self) -> dict[str, np.ndarray]:
+        """The arrays of ``replicates.npz``: ``rep/<column>``, ``meta/<key>``, ``check/<column>`` (the tables'
+        point values the replicates belong to) and ``spectrum/<layer>/<name>`` (pooled layer spectra)."""
+        arrays = {f"rep/{k}": np.asarray(v, dtype=np.float32) for k, v in self.replicates.items()}
+        arrays.update({f"meta/{k}": np.asarray(v) for k, v in self.replicate_meta.items()})
+        for col in _CHECK:
+            if col in self.heads:
+                arrays[f"check/{col}"] = self.heads[col].to_numpy(dtype=float)
+        for layer, spectra in self.spectra.items():
+            for name, x in spectra.items():
+                arrays[f"spectrum/{layer}/{name}"] = np.asarray(x, dtype=np.float32)
+        return arrays
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Diagnosis":
+        """Read a diagnosis written by :meth:`to_csv` or ``attnspec diagnose --out``: the tables, the summary, and
+        from ``replicates.npz`` (when present and written with these tables) the replicates and layer spectra.
+
+        Parameters
+        ----------
+        directory : str or pathlib.Path
+            A folder with ``heads.csv`` and ``summary.json``.
+
+        Returns
+        -------
+        Diagnosis
+
+        Raises
+        ------
+        FileNotFoundError
+            When ``heads.csv`` or ``summary.json`` is missing.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> d = Diagnosis(heads=pd.DataFrame({"layer": [0], "head": [0], "selection": ["diffuse"]}),
+        ...               layers=pd.DataFrame({"layer": [0]}), summary={"model": "toy"})
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     _ = d.to_csv(tmp)
+        ...     back = Diagnosis.load(tmp)
+        >>> back.heads.to_dict("records"), back.summary, back.replicates
+        ([{'layer': 0, 'head': 0, 'selection': 'diffuse'}], {'model': 'toy'}, {})
+        """
+        d = Path(directory)
+        for name in ("heads.csv", "summary.json"):
+            if not (d / name).is_file():
+                raise FileNotFoundError(f"{d}: no {name} (not a diagnosis output folder)")
+        tables = {}
+        for name in ("heads", "layers", "pairs"):
+            try:
+                tables[name] = pd.read_csv(d / f"{name}.csv")
+            except (FileNotFoundError, pd.errors.EmptyDataError):
+                tables[name] = pd.DataFrame()
+        out = cls(**tables, summary=json.loads((d / "summary.json").read_text(encoding="utf-8")))
+        npz = d / REPLICATES
+        if npz.is_file():
+            with np.load(npz, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+            if _belongs(arrays, out.heads):
+                out.replicates = {k[4:]: v for k, v in arrays.items() if k.startswith("rep/")}
+                out.replicate_meta = {k[5:]: (v.item() if v.ndim == 0 else v) for k, v in arrays.items()
+                                      if k.startswith("meta/")}
+                spectra: dict = {}
+                for k, v in arrays.items():
+                    if k.startswith("spectrum/"):
+                        _, layer, name = k.split("/", 2)
+                        spectra.setdefault(int(layer), {})[name] = v.astype(np.float64)
+                out.spectra = dict(sorted(spectra.items()))
+        return out
 
     def to_csv(self, directory: str | Path) -> list[Path]:
-        """Write ``heads.csv``, ``layers.csv``, ``pairs.csv`` and ``summary.json`` into ``directory``.
+        """Write ``heads.csv``, ``layers.csv``, ``pairs.csv``, ``replicates.npz`` (with bootstrap replicates) and
+        ``summary.json`` into ``directory``; a ``replicates.npz`` of an earlier run is removed when this diagnosis
+        has none.
 
         Each file is written to a temporary name in ``directory`` and renamed into place once all are written,
         ``summary.json`` last (:class:`attnspec.atomicio.StagedFiles`): a failure leaves the directory as it was."""
-        with StagedFiles(directory, last="summary.json") as st:
+        with StagedFiles(directory, last="summary.json", stale=(REPLICATES,)) as st:
             self.write_tables(st, "csv")
             st.path("summary.json").write_text(self.summary_json())
             names = list(st.items)

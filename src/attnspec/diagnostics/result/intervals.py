@@ -52,7 +52,8 @@ from ..pipeline.spectra import LayerSpectra
 
 #: ``head_intervals`` (the interval columns of one layer, from the step accumulators) is called by
 #: :mod:`.tables` only and is not public.
-__all__ = ["TextWeights", "cka_excess_replicates", "corrected_beta", "temperature_interval"]
+__all__ = ["TextWeights", "REPLICATE_COLUMNS", "cka_excess_replicates", "corrected_beta", "head_replicates",
+           "removal_replicates", "temperature_interval"]
 
 
 class TextWeights:
@@ -231,12 +232,144 @@ def temperature_interval(corrected: tuple[np.ndarray, np.ndarray], scale: tuple[
     return np.fmin(corrected[0], scale[0]), np.fmax(corrected[1], scale[1])
 
 
+#: The per-head diagnostics whose bootstrap replicates a diagnosis keeps (:func:`head_replicates`, and the
+#: removal columns of :func:`removal_replicates`): what a paired comparison of two diagnoses differences.
+REPLICATE_COLUMNS = ("score_scale", "beta_hat", "beta_corrected", "spec_w1_rel", "selection_score",
+                     "query_selection_score", "removal_spec_shift", "cka_excess", "removal_effect",
+                     "removal_first_order", "removal_estimate")
+
+
+def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, tw: TextWeights
+                    ) -> dict[str, np.ndarray]:
+    """Bootstrap replicates ``(n_boot, H)`` of the per-head diagnostics of one layer (module docstring).
+
+    Keys: ``score_scale``, ``beta_hat``, ``beta_corrected`` (its own replicates, when the fit has a null),
+    ``spec_w1_rel``, ``selection_score``, ``query_selection_score`` (the rule of the whole corpus, as the
+    table's), ``removal_spec_shift`` and ``cka_excess`` (the head's mean excess over its pairs). Replicate ``b``
+    re-weights every text by the same Poisson weights ``tw.w[b]`` in every diagnosis of the same texts and seed,
+    so the difference of two diagnoses' replicates is the replicate of their difference (a paired bootstrap).
+    Empty without replicates.
+
+    Parameters
+    ----------
+    fs : LayerFitSums
+        Step 2's merged sums of the layer.
+    ns : NullFitSums or None
+        The layer's null-head sums.
+    sp : LayerSpectra
+        Step 3's merged spectra of the layer.
+    tw : TextWeights
+        The texts' bootstrap weights.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+
+    Examples
+    --------
+    Steps 1-3 by hand on the tiny GPT-2 (one batch of two texts), then the replicates of its first layer:
+
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.pipeline.collect import collect
+    >>> from attnspec.diagnostics.pipeline.spectra import layer_batch_spectra
+    >>> ad, batch = tiny_causal_lm()
+    >>> lb, W = collect(ad, batch)[0], ad.sites[0].w_out()
+    >>> fs = LayerFitSums().update(lb, W, 0, 20)
+    >>> f = fs.fit()
+    >>> ns = NullFitSums().update(lb.allowed, lb.valid, lb.order, lb.index, 2, 16, f["score_scale"], 0, 6, n_boot=20)
+    >>> sp = LayerSpectra(2, head_dim=16, d_out=32).update(layer_batch_spectra(
+    ...     lb, W, f, ns.fit(), fs.head_power(), 0, fs.gram, weights(0, lb.order, 20)))
+    >>> reps = head_replicates(fs, ns, sp, TextWeights(0, lb.order, 20))
+    >>> sorted(reps)[:4], reps["score_scale"].shape
+    (['beta_corrected', 'beta_hat', 'cka_excess', 'query_selection_score'], (20, 2))
+    """
+    H = sp.n_heads
+    if tw.n_boot == 0 or fs.boot_scores is None:
+        return {}
+    has_null = ns is not None and ns.scores is not None
+    fr = fs.fit_replicates()
+    out: dict[str, np.ndarray] = {"score_scale": fr["score_scale"], "beta_hat": fr["beta_hat"]}
+    reps = corrected_beta(fs.boot_scores, ns.boot_scores if has_null else None)
+    if reps is not None:
+        out["beta_corrected"] = reps
+    ih = sp.text_index(tw.column)
+    d = np.stack([_rel_w1(sp.pooled(sp.heads["act"][h]), sp.pooled(sp.heads["ge"][h]), ih, tw.w)
+                  for h in range(H)], 1)
+    d0 = np.stack([_rel_w1(sp.pooled(sp.heads["null"][h]), sp.pooled(sp.heads["nullge"][h]), ih, tw.w)
+                   for h in range(H)], 1)
+    out["spec_w1_rel"], out["selection_score"] = d, sel.selection_score(d, d0)
+    q = fs.query
+    if q is not None and q.n_boot == tw.n_boot:
+        strict = q.best_rule()
+        best = np.where(strict >= 0, strict, q.best_rule(1))       # as the table's rule (QuerySelectionSums.result)
+        ex = q.excess_replicates()
+        out["query_selection_score"] = np.stack(
+            [ex[:, h, b] if b >= 0 else np.full(tw.n_boot, np.nan) for h, b in enumerate(best)], 1)
+    il = sp.text_index(tw.column, layer=True)
+    full = sp.pooled(sp.layer["act"])
+    out["removal_spec_shift"] = np.stack([_rel_w1(sp.pooled(sp.removed[h]), full, il, tw.w) for h in range(H)], 1)
+    ex = cka_excess_replicates(sp)
+    if ex is not None and H > 1:
+        off = ~np.eye(H, dtype=bool)
+        with np.errstate(invalid="ignore"):
+            out["cka_excess"] = np.where(off[None], ex, 0.0).sum(-1) / (H - 1)
+    else:
+        out["cka_excess"] = np.full((tw.n_boot, H), np.nan)
+    return out
+
+
+def removal_replicates(removal, exact: bool, first_order: bool) -> dict[str, np.ndarray]:
+    """Bootstrap replicates ``(n_boot, n_layers, H_max)`` of the removal columns: ``removal_effect`` (exact
+    removal), ``removal_first_order`` and ``removal_estimate`` (exact where measured, else first order), each
+    the ratio of its replicate sums (:class:`..pipeline.head_removal.RatioSums`), NaN where a head was measured
+    on fewer than two texts.
+
+    Parameters
+    ----------
+    removal : RemovalSums
+        Step 4's merged sums.
+    exact, first_order : bool
+        Which estimates the diagnosis made (its removal mode).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Empty without replicates.
+
+    Examples
+    --------
+    >>> from attnspec.diagnostics.pipeline.head_removal import RemovalSums
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()
+    >>> rem = RemovalSums().add_removal(ad, [batch], mean_ablation=False, means=None, max_tokens=10_000, n_boot=5)
+    >>> {k: v.shape for k, v in removal_replicates(rem, exact=True, first_order=False).items()}
+    {'removal_effect': (5, 2, 2)}
+    """
+    def reps(r) -> np.ndarray | None:
+        if np.ndim(r.be) == 0:
+            return None
+        bn = np.asarray(r.bn, dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            x = np.where(bn > 0, r.be / np.where(bn > 0, bn, 1.0), np.nan)
+        return np.where((np.asarray(r.m) >= 2)[None], x, np.nan)
+    out: dict[str, np.ndarray] = {}
+    ex = reps(removal.exact) if exact else None
+    if ex is not None:
+        out["removal_effect"] = ex
+    fo = reps(removal.first_order) if first_order else None
+    if fo is not None:
+        out["removal_first_order"] = fo
+        measured = removal.exact.measured if exact else np.zeros(fo.shape[1:], bool)
+        out["removal_estimate"] = np.where(measured[None], ex if ex is not None else np.nan, fo)
+    return out
+
+
 def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, tw: TextWeights,
                    level: float = LEVEL) -> dict[str, np.ndarray]:
     """Interval columns ``(H,)`` of one layer (see module docstring): ``score_scale_lo/hi``, ``beta_hat_lo/hi``,
     ``beta_null``, ``beta_null_keys`` (when the fit sums carry the key null), ``beta_corrected`` and its
     ``_lo/_hi``, ``spec_w1_rel_lo/hi``, ``selection_score_lo/hi``, ``removal_spec_shift_lo/hi``. NaN intervals
-    without replicates."""
+    without replicates; the replicates are those of :func:`head_replicates`."""
     H = sp.n_heads
     out: dict[str, np.ndarray] = {}
     has_null = ns is not None and ns.scores is not None
@@ -253,31 +386,13 @@ def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, t
         names = ["score_scale", "beta_hat", "spec_w1_rel", "selection_score", "removal_spec_shift", "cka_excess"] + (
             ["beta_corrected"] if corrected is not None else [])
         return {**out, **{f"{n}_{s}": nan for n in names for s in ("lo", "hi")}}
-    fr = fs.fit_replicates()
-    scale = interval(fr["score_scale"], level)
+    reps = head_replicates(fs, ns, sp, tw)
+    scale = interval(reps["score_scale"], level)
     out.update(_pairs(scale, "score_scale"))
-    out.update(_pairs(interval(fr["beta_hat"], level), "beta_hat"))
+    out.update(_pairs(interval(reps["beta_hat"], level), "beta_hat"))
     if corrected is not None:
-        reps = corrected_beta(fs.boot_scores, ns.boot_scores if has_null else None)
-        own = interval(reps, level) if reps is not None else (np.full(H, np.nan),) * 2
+        own = interval(reps["beta_corrected"], level) if "beta_corrected" in reps else (np.full(H, np.nan),) * 2
         out.update(_pairs(temperature_interval(own, scale), "beta_corrected"))
-    ih = sp.text_index(tw.column)
-    d = np.stack([_rel_w1(sp.pooled(sp.heads["act"][h]), sp.pooled(sp.heads["ge"][h]), ih, tw.w)
-                  for h in range(H)], 1)
-    d0 = np.stack([_rel_w1(sp.pooled(sp.heads["null"][h]), sp.pooled(sp.heads["nullge"][h]), ih, tw.w)
-                   for h in range(H)], 1)
-    out.update(_pairs(interval(d, level), "spec_w1_rel"))
-    out.update(_pairs(interval(sel.selection_score(d, d0), level), "selection_score"))
-    il = sp.text_index(tw.column, layer=True)
-    full = sp.pooled(sp.layer["act"])
-    shift = np.stack([_rel_w1(sp.pooled(sp.removed[h]), full, il, tw.w) for h in range(H)], 1)
-    out.update(_pairs(interval(shift, level), "removal_spec_shift"))
-    ex = cka_excess_replicates(sp)
-    if ex is not None and H > 1:
-        off = ~np.eye(H, dtype=bool)
-        with np.errstate(invalid="ignore"):
-            per_head = np.where(off[None], ex, 0.0).sum(-1) / (H - 1)
-        out.update(_pairs(interval(per_head, level), "cka_excess"))
-    else:
-        out.update(_pairs((np.full(H, np.nan), np.full(H, np.nan)), "cka_excess"))
+    for name in ("spec_w1_rel", "selection_score", "removal_spec_shift", "cka_excess"):
+        out.update(_pairs(interval(reps[name], level), name))
     return out
