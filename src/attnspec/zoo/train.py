@@ -111,7 +111,8 @@ def evaluate(model: nn.Module, X, y, batch_size: int = 128) -> float:
 
 
 def train_model(model: nn.Module, X, y, *, epochs: int = 30, batch_size: int = 32, lr: float = 3e-3,
-                weight_decay: float = 1e-2, seed: int = 0, progress: bool = True, prepare: bool = True) -> list[dict]:
+                weight_decay: float = 1e-2, seed: int = 0, progress: bool = True, prepare: bool = True,
+                callbacks=()) -> list[dict]:
     """Train ``model`` in place for ``epochs`` epochs; returns the per-epoch history (loss, accuracy,
     wall and CPU seconds).
 
@@ -131,6 +132,11 @@ def train_model(model: nn.Module, X, y, *, epochs: int = 30, batch_size: int = 3
         Seeds torch, numpy and the mini-batch order.
     progress : bool
         Show a tqdm bar.
+    callbacks : sequence of callable
+        Each called as ``cb(model, epoch, record)`` after every epoch (``record``: that epoch's history entry); a
+        dict it returns is merged into the record. torch's random state is saved and restored around the calls, so
+        the training does not depend on them (e.g. :class:`attnspec.callbacks.AttnspecCallback`, which diagnoses
+        the model).
 
     Examples
     --------
@@ -140,6 +146,11 @@ def train_model(model: nn.Module, X, y, *, epochs: int = 30, batch_size: int = 3
     >>> hist = train_model(model, X, y, epochs=2, batch_size=4, lr=0.1, progress=False)
     >>> [h["epoch"] for h in hist], sorted(hist[0])
     ([1, 2], ['cpu_seconds', 'epoch', 'loss', 'seconds', 'train_acc'])
+    >>> _ = torch.manual_seed(0); model = torch.nn.Linear(3, 2)
+    >>> hist = train_model(model, X, y, epochs=2, batch_size=4, lr=0.1, progress=False,
+    ...                    callbacks=[lambda m, epoch, rec: {"weight_norm": float(m.weight.norm())}])
+    >>> "weight_norm" in hist[1]
+    True
     """
     from tqdm.auto import tqdm
 
@@ -172,6 +183,14 @@ def train_model(model: nn.Module, X, y, *, epochs: int = 30, batch_size: int = 3
             correct += int((logits.argmax(-1) == y[idx]).sum())
         rec = dict(epoch=ep + 1, loss=tot / len(X), train_acc=correct / len(X), seconds=time.perf_counter() - t0,
                    cpu_seconds=time.process_time() - c0)
+        if callbacks:
+            cpu_rng = torch.get_rng_state()
+            for cb in callbacks:
+                extra = cb(model, ep + 1, rec)
+                if isinstance(extra, dict):
+                    rec.update(extra)
+            torch.set_rng_state(cpu_rng)
+            model.train()
         history.append(rec)
         bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{rec['train_acc']:.2f}")
     model.eval()
