@@ -409,7 +409,7 @@ def test_vision_diagnosis_on_generated_images(saved, name, tmp_path):
     """Rows per head, no NaN, CLS/distillation/register tokens marked special, report rendered."""
     import attnspec
     _, model, _, batch = saved(name)
-    inputs = image_inputs(model, generated_images(6, 32, seed=1))
+    inputs = image_inputs(model, generated_images(8, 32, seed=1))          # 8: an interval needs 8 texts
     n_lead = {"vit": 1, "deit": 2, "dinov2-registers": 3}[name]
     assert inputs["special_tokens_mask"][:, :n_lead].all() and not inputs["special_tokens_mask"][:, n_lead:].any()
     d = attnspec.diagnose(model, inputs, bucket_size=4)

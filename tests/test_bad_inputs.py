@@ -148,7 +148,7 @@ DIAGNOSE_CASES = [
     ("bucket-size-0", ["--bucket-size", "0"], ["--bucket-size", "0", ">= 1"]),
     ("threads-neg", ["--threads", "-1"], ["--threads", "-1", ">= 1"]),
     ("seed-neg", ["--seed", "-1"], ["--seed", "-1", ">= 0"]),
-    ("n-boot-neg", ["--n-boot", "-1"], ["--n-boot", "-1", ">= 0"]),
+    ("n-boot-neg", ["--n-boot", "-1"], ["--n-boot", "-1", "in [0, 10000]"]),
     ("texts-empty", ["--texts", "{d}/empty.txt"], ["--texts", "empty.txt", "empty"]),
     ("texts-blank", ["--texts", "{d}/blank.txt"], ["--texts", "blank.txt", "non-blank"]),
     ("texts-non-utf8", ["--texts", "{d}/nonutf8.txt"], ["--texts", "UTF-8"]),

@@ -62,7 +62,7 @@ def test_diagnosis_reports_the_key_null_and_its_interval():
     from attnspec.data import builtin_texts
     from attnspec.models import load_model
     model, tok = load_model("minilm")
-    dg = attnspec.diagnose(model, tok, builtin_texts(6), seed=2, removal=False, gradient=False, n_boot=20,
+    dg = attnspec.diagnose(model, tok, builtin_texts(8), seed=2, removal=False, gradient=False, n_boot=20,
                            min_tokens=0)
     h = dg.heads
     assert len(h) == 72 and h["beta_null_keys"].notna().all()
