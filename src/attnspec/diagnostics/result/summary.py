@@ -14,7 +14,7 @@ from ..pipeline.fit import CorpusStats
 from ..pipeline.removal_plan import EXACT_MODES, RemovalPlan
 from .tables import TableOptions
 
-__all__ = ["build_summary", "removal_summary", "random_head_beta", "verdicts"]
+__all__ = ["build_summary", "removal_summary", "random_head_beta", "verdicts", "options_used"]
 
 _NOTE_CAUSAL = ("causal attention: the theory (docs/theory.md) assumes every query sees all l tokens. Here query i "
                 "sees n_i = i keys; the Gaussian equivalent is applied row by row with l -> n_i, and the uniform part "
@@ -31,6 +31,59 @@ _NOTE_FEW = ("{n} real tokens is below the minimum of {m} for a selection label:
 _NOTE_NO_INTERVALS = ("no intervals: {why}; every interval is NaN and every verdict 'undetermined' (selection, "
                       "query_selection, dependence); the scores are still reported.")
 
+
+
+def options_used(adapter, opts, mode: str, source: str, plan: RemovalPlan | None = None) -> dict:
+    """What the diagnosis was asked and what it used: ``options`` (every field of the
+    :class:`attnspec.DiagnoseOptions`), ``options_not_applied`` (the options set to something other than their
+    default that this model, these inputs or this removal mode ignore, each with the reason), and the model's
+    ``dtype`` and ``device`` (of its first parameter).
+
+    Parameters
+    ----------
+    adapter : ModelAdapter
+    opts : DiagnoseOptions
+    mode : str
+        The removal mode used (``'auto'`` resolved).
+    source : str
+        Where the texts came from: ``'builtin'``, ``'user'`` or ``'inputs'`` (batches given directly).
+    plan : RemovalPlan, optional
+        The removal plan used (adaptive or not).
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> from attnspec.diagnostics import DiagnoseOptions
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, _ = tiny_causal_lm()
+    >>> u = options_used(ad, DiagnoseOptions(removal="none", removal_vocab=64, screen_top=2), "none", "inputs")
+    >>> sorted(u["options_not_applied"]), u["dtype"], u["device"]
+    (['removal_vocab', 'screen_top'], 'torch.float32', 'cpu')
+    """
+    import dataclasses
+    exact = mode in EXACT_MODES
+    causal = adapter.kind == "causal-lm"
+    adaptive = plan is not None and plan.target is not None
+    why = {
+        "removal_positions": None if exact and causal else "scored positions apply to exact removal of a causal LM",
+        "removal_vocab": None if exact and causal else "the LM loss's words apply to exact removal of a causal LM",
+        "removal_texts": None if exact else "texts of exact removal (this mode removes no head exactly)",
+        "removal_target": None if adaptive else "the agreement target applies to removal_texts='auto'",
+        "screen_top": None if mode == "screened" else "applies to removal 'screened'",
+        "screen_sample": None if mode == "screened" else "applies to removal 'screened'",
+        "mean_ablation": None if exact else "mean ablation is a kind of exact removal",
+        "n_texts": None if source != "inputs" else "counts texts (the inputs were given as batches)",
+        "pack": None if source == "builtin" else "joins texts of the built-in corpus",
+    }
+    fields = {f.name: f.default for f in dataclasses.fields(opts)}
+    used = dataclasses.asdict(opts)
+    not_applied = {k: reason for k, reason in why.items() if reason is not None and used[k] != fields[k]}
+    p = next(iter(adapter.model.parameters()), None)
+    return {"options": used, "options_not_applied": not_applied,
+            "dtype": str(p.dtype) if p is not None else None, "device": str(p.device) if p is not None else None}
 
 
 def removal_summary(heads: pd.DataFrame, plan: RemovalPlan, screen_code) -> dict:
