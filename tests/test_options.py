@@ -84,3 +84,20 @@ def test_the_help_states_the_declared_bound_of_n_boot(capsys):
     from attnspec.diagnostics.options import MAX_N_BOOT
     assert main(["diagnose", "--help"]) == 0
     assert f"0..{MAX_N_BOOT}" in capsys.readouterr().out.replace("\n", " ").replace("  ", "")
+
+
+def test_the_summary_records_what_was_used_and_what_did_not_apply():
+    """An option this model or mode ignores is listed with the reason, beside every option asked and the model's
+    dtype and device."""
+    import torch
+
+    from attnspec.models.tiny import tiny_causal_lm
+    torch.set_num_threads(1)
+    ad, batch = tiny_causal_lm()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    s = attnspec.diagnose(ad, inputs, removal="first-order", removal_vocab=64, screen_top=1, n_texts=3,
+                          min_tokens=0, n_boot=20).summary
+    assert sorted(s["options_not_applied"]) == ["n_texts", "removal_vocab", "screen_top"]
+    assert "causal LM" in s["options_not_applied"]["removal_vocab"]
+    assert s["options"]["removal_vocab"] == 64 and s["options"]["removal"] == "first-order"
+    assert (s["dtype"], s["device"]) == ("torch.float32", "cpu")

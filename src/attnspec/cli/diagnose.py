@@ -22,7 +22,7 @@ SCHEDULER_TIMEOUT_S = 10
 WORKER_TIMEOUT_S = 60
 #: Every file `attnspec diagnose` writes into --out (files of an earlier run not written again are removed).
 OUTPUT_FILES = ("heads.csv", "layers.csv", "pairs.csv", "heads.parquet", "layers.parquet", "pairs.parquet",
-                "report.html", "summary.json")
+                "replicates.npz", "report.html", "summary.json")
 #: Families whose activations overflow float16 (the diagnosis would see inf/NaN attention inputs).
 FLOAT16_OVERFLOW = ("gemma3", "gemma3_text", "gemma2")
 

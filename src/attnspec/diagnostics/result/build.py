@@ -14,7 +14,7 @@ from ..pipeline.run import StepResults
 from ..pipeline.removal_plan import EXACT_MODES
 from .diagnosis import Diagnosis
 from .intervals import TextWeights, head_replicates, removal_replicates
-from .summary import build_summary, removal_summary
+from .summary import build_summary, options_used, removal_summary
 from .tables import TableOptions, build_tables
 
 __all__: list[str] = []        # internal: the pipeline's parts (the public API is attnspec.diagnose)
@@ -39,6 +39,7 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, opts.max_length, opts.bucket_size,
                             opts.seed, model_name, pairs=pairs, model_loss=res.removal.model_loss())
     summary["removal"] = removal_summary(heads, res.removal_plan, res.screen_code)
+    summary.update(options_used(adapter, opts, res.removal_plan.mode, source, res.removal_plan))
     spectra = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"),
                    "free_sum": sp.of_layer("free")} for i, sp in enumerate(res.spectra)}
     reps, meta = (_replicates(res, opt, heads) if opt.n_boot else ({}, {}))
