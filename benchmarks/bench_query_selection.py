@@ -5,7 +5,8 @@ texts for causal LMs, 200 bootstrap replicates; removal off, which changes no se
 the model's own eager attention on other texts (:mod:`attnspec.validation.probes`): the previous-token score on
 built-in texts 1024-1055 and Olsson et al.'s induction score on seeded random tokens repeated twice. Prints, per
 model and probe, the AUC with which ``query_selection_score`` ranks the probe's top decile of heads above the rest,
-the same for the score of the heads whose best rule is the probe's own (``offset -1``, ``induction``; other heads 0),
+the same for the score of the heads whose best rule is the probe's own (``offset -1``, ``induction``; other heads 0)
+and for the excess of the probe's rule whatever the best rule (``previous_token_excess``, ``induction_excess``),
 and how many of the top decile are ``selective``.
 
     python benchmarks/bench_query_selection.py [--models minilm gemma3-270m qwen2.5-0.5b] [--threads 2]
@@ -35,16 +36,19 @@ def run(name: str) -> list[dict]:
     t_diag = time.perf_counter() - t0
     h = d.heads
     texts = builtin_texts(max(PROBE_TEXTS) + 1)
-    probes = {"previous token": (previous_token_scores(model, tok, [texts[i] for i in PROBE_TEXTS]), "offset -1"),
-              "induction": (induction_scores(model, tok, n_sequences=8, length=50, seed=0), "induction")}
+    probes = {"previous token": (previous_token_scores(model, tok, [texts[i] for i in PROBE_TEXTS]), "offset -1",
+                                 "previous_token_excess"),
+              "induction": (induction_scores(model, tok, n_sequences=8, length=50, seed=0), "induction",
+                            "induction_excess")}
     score = h["query_selection_score"].to_numpy(float)
     rows = []
-    for probe, (s, rule) in probes.items():
+    for probe, (s, rule, column) in probes.items():
         pos = top_decile(s).ravel()
         own = np.where(h["query_selection_rule"].to_numpy() == rule, score, 0.0)
         rows.append({"model": name, "probe": probe, "heads": len(h), "top decile": int(pos.sum()),
                      "AUC query_selection_score": roc_auc(score, pos),
                      "AUC score, own rule": roc_auc(own, pos),
+                     "AUC rule's excess": roc_auc(h[column].to_numpy(float), pos),
                      "top decile selective": int((h["query_selection"].to_numpy()[pos] == "selective").sum()),
                      "top decile with own rule": int((h["query_selection_rule"].to_numpy()[pos] == rule).sum()),
                      "diagnosis s": round(t_diag, 1)})

@@ -105,6 +105,12 @@ COLUMNS: dict[str, dict[str, str]] = {
         "query_selection_score_hi": _HI.format("query_selection_score"),
         "query_selection_kind": "positional (an offset rule), content (same token or induction) or none (no rule applies).",
         "query_selection_rule": "The best rule: 'offset d', 'same token' or 'induction' ('none' when none applies).",
+        "previous_token_excess": ("The excess fraction of the previous-token rule (offset -1), as query_selection_score "
+                                  "but whatever the head's best rule: the null-calibrated previous-token score. 0 where "
+                                  "the rule applies to no query."),
+        "induction_excess": ("The excess fraction of the induction rule (key: the token after an earlier occurrence of "
+                             "the query's token), whatever the head's best rule: the null-calibrated induction score. "
+                             "0 where the rule applies to no query (inputs without tokens, texts without repeats)."),
         "query_selection": ("Verdict, a test against the 95 % interval of query_selection_score: selective (lower bound "
                             ">= 0.1, a tenth of the attention the rule could hold beyond chance), not selective (upper "
                             "bound below 0.1), or undetermined (the interval contains 0.1, fewer than min_tokens "

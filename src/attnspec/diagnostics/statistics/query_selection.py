@@ -90,7 +90,7 @@ import numpy as np
 import torch
 
 __all__ = ["QuerySelectionSums", "OFFSETS", "CONTENT_RULES", "MARGIN", "MIN_QUERIES", "MIN_TOKENS_FOR_LABEL",
-           "VERDICTS", "COLUMNS", "verdict"]
+           "VERDICTS", "COLUMNS", "NAMED_RULES", "verdict"]
 
 #: Relative offsets of the positional rules (query ``i`` attends to key ``i + d``).
 OFFSETS = tuple(range(-8, 9))
@@ -106,7 +106,9 @@ MIN_TOKENS_FOR_LABEL = 400
 VERDICTS = ("selective", "not selective", "undetermined")
 #: The columns of :meth:`QuerySelectionSums.result`.
 COLUMNS = ("query_selection_score", "query_selection_score_lo", "query_selection_score_hi", "query_selection_kind",
-           "query_selection_rule", "query_selection")
+           "query_selection_rule", "query_selection", "previous_token_excess", "induction_excess")
+#: The rules most asked after, reported whatever a head's best rule (column -> rule).
+NAMED_RULES = {"previous_token_excess": "offset -1", "induction_excess": "induction"}
 _LEVEL = 0.95
 
 
@@ -365,7 +367,8 @@ class QuerySelectionSums:
         ``query_selection_score`` (float), ``_lo`` / ``_hi`` (percentile interval at ``level``; NaN without
         replicates or with ``intervals=False``: too few texts), ``query_selection_kind`` (``'positional'``, ``'content'``, ``'none'``),
         ``query_selection_rule`` (``'offset -1'``, ``'same token'``, ``'induction'``; ``'none'`` when no rule
-        applies) and ``query_selection`` (verdict).
+        applies), ``query_selection`` (verdict), and the excess of the rules of :data:`NAMED_RULES` whatever the
+        best rule (``previous_token_excess``, ``induction_excess``; 0 where the rule applies to no query).
         """
         strict = self.best_rule(min_queries)
         best = np.where(strict >= 0, strict, self.best_rule(1))   # too few queries: the best rule that applies
@@ -382,6 +385,7 @@ class QuerySelectionSums:
         kind = np.array(["none" if b < 0 else ("positional" if b < D else "content") for b in best], dtype=object)
         lab = np.array([verdict(float(score[h]), float(lo[h]), float(hi[h]), margin, self.n_queries, min_tokens)
                         if strict[h] >= 0 else "undetermined" for h in range(H)], dtype=object)
+        named = {col: np.nan_to_num(x[:, names.index(r)], nan=0.0) if r in names else np.zeros(H)
+                 for col, r in NAMED_RULES.items()}
         return {"query_selection_score": score, "query_selection_score_lo": lo, "query_selection_score_hi": hi,
-                "query_selection_kind": kind, "query_selection_rule": rule,
-                "query_selection": lab}
+                "query_selection_kind": kind, "query_selection_rule": rule, "query_selection": lab, **named}
