@@ -26,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--texts", default="builtin",
                    help="models only: 'builtin' or a UTF-8 file, one text per line (blank lines skipped)")
     p.add_argument("--n-texts", type=int_range(8, None), default=None,
-                   help="models only: number of texts, >= 8 (default: the diagnosis default)")
+                   help="models only: number of texts, >= 8 (default: as attnspec diagnose)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="models only: seed of the diagnoses, >= 0")
     p.add_argument("--n-boot", type=int_range(10, 100000), default=200,
                    help="models only: bootstrap replicates, 10..100000")

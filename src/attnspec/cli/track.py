@@ -31,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every diagnosis, >= 0")
     p.add_argument("--n-boot", type=int_range(10, 100000), default=200, help="bootstrap replicates, 10..100000")
     p.add_argument("--removal", choices=("auto", "exact", "first-order", "none"), default="none",
-                   help="head removal of each diagnosis (default none: the cheap default of the training callback)")
+                   help="head removal of each diagnosis (default none, as the training callback)")
     p.add_argument("--gradient", action="store_true", help="also compute the gradient importance (Michel et al.)")
     p.add_argument("--tokenizer", default=None,
                    help="model folder or built-in name whose tokenizer to use when the checkpoints carry none")
