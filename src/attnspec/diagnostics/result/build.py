@@ -3,7 +3,6 @@ the ``heads``, ``layers`` and ``pairs`` tables (:mod:`.tables`), the summary (:m
 layer spectra. A task like the others (first argument the model's adapter): a cluster builds it on a worker."""
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import numpy as np
@@ -13,7 +12,7 @@ from ..statistics.bootstrap import MIN_REPLICATES, MIN_TEXTS_FOR_INTERVALS
 from ..pipeline.run import StepResults
 from ..pipeline.removal_plan import EXACT_MODES
 from .diagnosis import Diagnosis
-from .intervals import TextWeights, head_replicates, removal_replicates
+from .intervals import TextWeights, removal_replicates
 from .summary import build_summary, options_used, removal_summary
 from .tables import TableOptions, build_tables
 
@@ -33,8 +32,9 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
                        n_boot=res.n_boot if _intervals(res) else 0)
     sites = adapter.sites
     W = [s.w_out().cpu() for s in sites]
+    per_layer: list = []             # each layer's bootstrap replicates, computed once for its intervals
     heads, layers, pairs = build_tables(sites, res.fit_sums, res.fits, res.spectra, res.removal, W,
-                                        res.corpus.n_texts, res.corpus.max_tokens, opt, res.null_sums)
+                                        res.corpus.n_texts, res.corpus.max_tokens, opt, res.null_sums, per_layer)
     timings["tables"] = time.perf_counter() - t0
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, opts.max_length, opts.bucket_size,
                             opts.seed, model_name, pairs=pairs, model_loss=res.removal.model_loss())
@@ -42,20 +42,22 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     summary.update(options_used(adapter, opts, res.removal_plan.mode, source, res.removal_plan))
     spectra = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"),
                    "free_sum": sp.of_layer("free")} for i, sp in enumerate(res.spectra)}
-    reps, meta = (_replicates(res, opt, heads) if opt.n_boot else ({}, {}))
+    reps, meta = (_replicates(res, opt, heads, per_layer) if opt.n_boot else ({}, {}))
     return Diagnosis(heads=heads, layers=layers, pairs=pairs, spectra=spectra, summary=summary, replicates=reps,
                      replicate_meta=meta)
 
 
-def _replicates(res: StepResults, opt: TableOptions, heads) -> tuple[dict, dict]:
+def _replicates(res: StepResults, opt: TableOptions, heads, per_layer: list) -> tuple[dict, dict]:
     """The per-head bootstrap replicates of the diagnostic columns (:data:`.intervals.REPLICATE_COLUMNS`), each
     ``(n_boot, n_heads)`` float32 in the row order of ``heads``, and what identifies their weights and texts (seed,
     text ids, the real tokens of each text in the order of the ids, corpus size): the material of a paired
-    comparison (:mod:`attnspec.compare`)."""
+    comparison (:mod:`attnspec.compare`). ``per_layer``: each layer's head replicates, as the tables computed
+    them."""
     ids = np.concatenate(res.spectra[0].order) if res.spectra and res.spectra[0].order else np.zeros(0, np.int64)
     tw = TextWeights(opt.seed, ids, opt.n_boot)
-    per_layer = [head_replicates(fs, ns, sp if np.ndim(sp.gram) == 2 else dataclasses.replace(sp, gram=fs.gram), tw)
-                 for fs, ns, sp in zip(res.fit_sums, res.null_sums or [None] * len(res.fit_sums), res.spectra)]
+    per_layer = [r for r in per_layer if r is not None]        # the tables' (build_tables(replicates=...))
+    if len(per_layer) != len(res.fit_sums):
+        per_layer = []
     layer_of, head_of = heads["layer"].to_numpy(int), heads["head"].to_numpy(int)
     out: dict[str, np.ndarray] = {}
     names = [n for n in per_layer[0]] if per_layer else []

@@ -365,11 +365,11 @@ def removal_replicates(removal, exact: bool, first_order: bool) -> dict[str, np.
 
 
 def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, tw: TextWeights,
-                   level: float = LEVEL) -> dict[str, np.ndarray]:
+                   level: float = LEVEL, reps: dict | None = None) -> dict[str, np.ndarray]:
     """Interval columns ``(H,)`` of one layer (see module docstring): ``score_scale_lo/hi``, ``beta_hat_lo/hi``,
     ``beta_null``, ``beta_null_keys`` (when the fit sums carry the key null), ``beta_corrected`` and its
     ``_lo/_hi``, ``spec_w1_rel_lo/hi``, ``selection_score_lo/hi``, ``removal_spec_shift_lo/hi``. NaN intervals
-    without replicates; the replicates are those of :func:`head_replicates`."""
+    without replicates; the replicates are ``reps`` when given, else :func:`head_replicates`."""
     H = sp.n_heads
     out: dict[str, np.ndarray] = {}
     has_null = ns is not None and ns.scores is not None
@@ -386,7 +386,7 @@ def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, t
         names = ["score_scale", "beta_hat", "spec_w1_rel", "selection_score", "removal_spec_shift", "cka_excess"] + (
             ["beta_corrected"] if corrected is not None else [])
         return {**out, **{f"{n}_{s}": nan for n in names for s in ("lo", "hi")}}
-    reps = head_replicates(fs, ns, sp, tw)
+    reps = head_replicates(fs, ns, sp, tw) if reps is None else reps
     scale = interval(reps["score_scale"], level)
     out.update(_pairs(scale, "score_scale"))
     out.update(_pairs(interval(reps["beta_hat"], level), "beta_hat"))

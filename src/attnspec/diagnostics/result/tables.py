@@ -18,7 +18,7 @@ from ..statistics import dependence as dep
 from . import dependence_verdict as dv
 from ..statistics import selection as sel
 from ..statistics.bootstrap import N_BOOT, interval
-from .intervals import TextWeights, cka_excess_replicates, head_intervals
+from .intervals import TextWeights, cka_excess_replicates, head_intervals, head_replicates
 from ..statistics.removal import normalize_per_layer, spectral_shift
 from ..pipeline.resources import _layer_pool
 from ..pipeline.fit import LayerFitSums, NullFitSums
@@ -268,7 +268,7 @@ def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -
 
 def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits: list[dict],
                  spectra: list[LayerSpectra], removal: RemovalSums, W: list, n_texts: int, L_max: int,
-                 opt: TableOptions, null_sums: list[NullFitSums] | None = None
+                 opt: TableOptions, null_sums: list[NullFitSums] | None = None, replicates: list | None = None
                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``(heads, layers, pairs)`` (columns in :mod:`.columns`); ``null_sums``: the null heads' fit sums
     (``beta_null`` and its replicates).
@@ -325,9 +325,12 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
     ids = np.concatenate(spectra[0].order) if spectra and spectra[0].order else np.zeros(0, np.int64)
     tw = TextWeights(opt.seed, ids, opt.n_boot)
 
+    if replicates is not None:
+        replicates[:] = [None] * len(sites)
+
     def layer(i: int) -> tuple[list[dict], dict, list[dict]]:
         return _layer_tables(i, sites[i], fit_sums[i], fits[i], spectra[i], null_sums[i] if null_sums else None,
-                             W[i], cols, tw, n_texts, L_max, opt)
+                             W[i], cols, tw, n_texts, L_max, opt, replicates)
     with _layer_pool(torch.get_num_threads()) as pool:        # layers are independent; numpy releases the GIL
         done = list(pool.map(layer, range(len(sites))))
     rows = [r for hr, _, _ in done for r in hr]
@@ -336,14 +339,18 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
 
 
 def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, ns: NullFitSums | None,
-                  W, cols: dict, tw: TextWeights, n_texts: int, L_max: int, opt: TableOptions
-                  ) -> tuple[list[dict], dict, list[dict]]:
-    """Head rows, layer row and pair rows of layer ``i`` (its accumulators only: layers run concurrently)."""
+                  W, cols: dict, tw: TextWeights, n_texts: int, L_max: int, opt: TableOptions,
+                  replicates: list | None = None) -> tuple[list[dict], dict, list[dict]]:
+    """Head rows, layer row and pair rows of layer ``i`` (its accumulators only: layers run concurrently); the
+    layer's bootstrap replicates go to ``replicates[i]`` when a list is given."""
     if np.ndim(sp.gram) != 2:       # step 3 was given step 2's Gram sum and did not recompute it
         sp = dataclasses.replace(sp, gram=fs.gram)
     cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_matrix(sp.gram_free, site.n_heads)
     inner = dep.output_inner(sp.gram, W.double().numpy(), site.n_heads)
-    iv = head_intervals(fs, ns, sp, tw)
+    reps = head_replicates(fs, ns, sp, tw) if tw.n_boot and fs.boot_scores is not None else None
+    if replicates is not None:
+        replicates[i] = reps
+    iv = head_intervals(fs, ns, sp, tw, reps=reps)
     hr = _head_rows(i, site, fs, f, sp, cka, cka0, inner, n_texts, opt, iv)
     pr = _pair_rows(i, site, cka, cka0, inner, sp, fs.n_tokens >= opt.min_tokens, opt.n_boot > 0)
     _head_dependence(hr, pr)
