@@ -10,7 +10,7 @@ from attnspec.identify import SpectrumError, SpectrumFileError, check_spectrum, 
 
 def test_every_format_reads_the_same_numbers(tmp_path):
     x = np.array([0.25, 1.5, 2.0, 3.75])
-    np.save(tmp_path / "e.npy", x.reshape(2, 2))
+    np.save(tmp_path / "e.npy", x)                 # a 2-D array is refused (a matrix is not its spectrum)
     (tmp_path / "e.csv").write_text("eigenvalue\n0.25, 1.5\n2.0;3.75\n")
     (tmp_path / "e.txt").write_text("0.25 1.5\t2.0\n3.75")
     cfg = MHSAConfig.uniform(4, 8, target="attention").to_dict()
@@ -50,3 +50,22 @@ def test_a_file_error_is_a_spectrum_error_and_a_value_error():
     assert issubclass(SpectrumFileError, SpectrumError) and issubclass(SpectrumError, ValueError)
     with pytest.raises(SpectrumError, match="negative"):
         check_spectrum([-1.0] * 5 + [1.0] * 10)
+
+
+def test_matrices_complex_numbers_and_booleans_are_refused(tmp_path):
+    """A 20 x 20 matrix is not 400 eigenvalues, imaginary parts are not dropped, and JSON true is not 1.0."""
+    m = tmp_path / "m.npy"
+    np.save(m, np.eye(20))
+    with pytest.raises(SpectrumFileError, match="20 x 20 array, not a list of eigenvalues"):
+        read_spectrum(m)
+    c = tmp_path / "c.npy"
+    np.save(c, np.array([1.0 + 2.0j, 3.0]))
+    with pytest.raises(SpectrumFileError, match="complex numbers"):
+        read_spectrum(c)
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps({"eigenvalues": [0.5, True, 2.0]}))
+    with pytest.raises(SpectrumFileError, match="true/false"):
+        read_spectrum(b)
+    col = tmp_path / "col.npy"                                # a column vector is a list of eigenvalues
+    np.save(col, np.arange(3.0)[:, None])
+    assert read_spectrum(col)[0].tolist() == [0.0, 1.0, 2.0]

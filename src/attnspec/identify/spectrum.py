@@ -89,8 +89,25 @@ def check_spectrum(eigs, min_size: int = MIN_EIGENVALUES, tol: float = NEGATIVE_
 
 
 def _numbers(path: Path, values, where: str) -> np.ndarray:
+    """``values`` as a 1-D float array: a flat list of real numbers (a vector of shape ``(n,)``, ``(n, 1)`` or
+    ``(1, n)``); booleans, complex numbers and matrices are refused with the reason."""
+    if isinstance(values, list) and any(isinstance(v, bool) for v in values):
+        raise SpectrumFileError(path, f"{where} holds true/false: eigenvalues must be numbers")
     try:
-        return np.asarray(values, dtype=float).ravel()
+        arr = np.asarray(values)
+    except (TypeError, ValueError):
+        raise SpectrumFileError(path, f"{where} must be a flat list of numbers") from None
+    if arr.dtype == bool:
+        raise SpectrumFileError(path, f"{where} holds true/false: eigenvalues must be numbers")
+    if np.iscomplexobj(arr):
+        raise SpectrumFileError(path, f"{where} holds complex numbers: the eigenvalues of a symmetric matrix are "
+                                      "real; give the real spectrum (e.g. numpy.linalg.eigvalsh)")
+    if sum(d > 1 for d in arr.shape) > 1:
+        raise SpectrumFileError(path, f"{where} is a {' x '.join(map(str, arr.shape))} array, not a list of "
+                                      "eigenvalues (a matrix is not its spectrum: take numpy.linalg.eigvalsh "
+                                      "of it first)")
+    try:
+        return arr.astype(float).ravel()
     except (TypeError, ValueError):
         raise SpectrumFileError(path, f"{where} must be a flat list of numbers") from None
 
