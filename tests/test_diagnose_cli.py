@@ -95,9 +95,9 @@ def test_cli_diagnoses_a_vision_transformer_on_images(vit_dir, tmp_path):
     rng = np.random.default_rng(0)
     for k in range(5):
         Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(imgs / f"{k}.png")
-    for images in ("builtin", str(imgs)):
+    for images, n in (("builtin", "6"), (str(imgs), "5")):
         out = tmp_path / ("out" + str(len(images)))
-        assert main(["diagnose", "--model", str(vit_dir), "--images", images, "--n-texts", "6", "--out", str(out),
+        assert main(["diagnose", "--model", str(vit_dir), "--images", images, "--n-texts", n, "--out", str(out),
                      "--quiet"]) == 0
         heads = pd.read_csv(out / "heads.csv")
         num = heads.select_dtypes("number")
@@ -105,6 +105,9 @@ def test_cli_diagnoses_a_vision_transformer_on_images(vit_dir, tmp_path):
         assert len(heads) == 8 and not num.drop(columns=ends).isna().any().any() and num[ends].isna().all().all()
         assert set(heads["selection"]) == set(heads["query_selection"]) == {"undetermined"}
     assert json.loads((out / "summary.json").read_text())["n_texts"] == 5
+    # more images asked than the directory holds: refused, not silently fewer
+    assert main(["diagnose", "--model", str(vit_dir), "--images", str(imgs), "--n-texts", "6", "--quiet",
+                 "--out", str(tmp_path / "z")]) == 2
     assert main(["diagnose", "--model", str(vit_dir), "--images", str(tmp_path / "none"), "--out", str(tmp_path / "x")]) == 2
     assert main(["diagnose", "--model", str(vit_dir), "--texts", str(imgs / "0.png"), "--out", str(tmp_path / "y")]) == 2
 

@@ -150,3 +150,12 @@ def test_zoo_columns_do_not_collide_with_the_library():
     library = set().union(*(set(v) for v in COLUMNS.values()))
     assert own == {"entropy_gap", "normalized_entropy", "flat_query_fraction", "flat"}
     assert not own & library
+
+
+def test_more_trials_than_the_checkpoint_holds_are_refused(tmp_path, capsys):
+    """--n-texts above the held-out simulated trials is one line naming the flag, not silently fewer trials."""
+    from attnspec.cli import main
+    assert main(["diagnose", "--model", str(DATA / "anisotropic"), "--n-texts", "1000", "--quiet",
+                 "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--n-texts 1000" in err and "trials" in err and not (tmp_path / "d").exists()

@@ -219,10 +219,12 @@ def check_eeg_file(flag: str, value: str) -> Path:
     return path
 
 
-def zoo_model_and_inputs(checkpoint: str | Path, n_trials: int, inputs: str | Path | None = None):
+def zoo_model_and_inputs(checkpoint: str | Path, n_trials: int, inputs: str | Path | None = None,
+                         asked: bool = False):
     """A zoo checkpoint (model in eval mode) and its epochs ``X`` ``(n, C, T)`` (volts): the first
     ``n_trials`` epochs of the EEG file ``inputs``, or by default of the held-out simulated trials
-    regenerated from the checkpoint's metadata (:func:`attnspec.zoo.checkpoint_inputs`).
+    regenerated from the checkpoint's metadata (:func:`attnspec.zoo.checkpoint_inputs`). ``asked``: the count
+    came from ``--n-texts``, and fewer epochs than that are a :class:`CLIError` naming the flag.
 
     Examples
     --------
@@ -245,4 +247,7 @@ def zoo_model_and_inputs(checkpoint: str | Path, n_trials: int, inputs: str | Pa
     X = zoo.checkpoint_inputs(model, n_trials, None if inputs is None else str(inputs))
     if len(X) == 0:
         raise CLIError("--inputs", inputs, "holds no epoch of the checkpoint's classes")
+    if asked and len(X) < n_trials:
+        where = f"{inputs}" if inputs is not None else "the checkpoint's held-out simulated trials"
+        raise CLIError("--n-texts", n_trials, f"exceeds the {len(X)} trials of {where}; allowed 1..{len(X)}")
     return model, X

@@ -275,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
     from ..diagnostics import diagnose
 
     if info["kind"] == "zoo":  # an attnspec.CustomAttention model: EEG epochs (held-out simulated trials by default)
-        model, X = zoo_model_and_inputs(args.model, args.n_texts or DEFAULT_ZOO_TRIALS, args.inputs)
+        model, X = zoo_model_and_inputs(args.model, args.n_texts or DEFAULT_ZOO_TRIALS, args.inputs,
+                                        asked=args.n_texts is not None)
         t_load = time.perf_counter() - t0
         t1 = time.perf_counter()
         with _numerics(args):
@@ -329,7 +330,11 @@ def _images(args: argparse.Namespace, model) -> dict:
     n = args.n_texts or DEFAULT_N_IMAGES
     if args.images in (None, "builtin"):
         return image_inputs(model, generated_images(n, size, getattr(cfg, "num_channels", 3), seed=args.seed))
-    files = image_files("--images", args.images)[:n]
+    files = image_files("--images", args.images)
+    if args.n_texts is not None and args.n_texts > len(files):
+        raise CLIError("--n-texts", args.n_texts, f"exceeds the {len(files)} images of {args.images}; "
+                                                  f"allowed 1..{len(files)}")
+    files = files[:n]
     pre = Path(args.model) / "preprocessor_config.json"
     meta = json.loads(pre.read_text()) if pre.is_file() else {}
     mean = torch.tensor(meta.get("image_mean", [0.5] * 3))[:, None, None]
