@@ -243,8 +243,16 @@ def zoo_model_and_inputs(checkpoint: str | Path, n_trials: int, inputs: str | Pa
     """
     from .. import zoo
 
-    model = zoo.load(checkpoint)
-    X = zoo.checkpoint_inputs(model, n_trials, None if inputs is None else str(inputs))
+    try:
+        model = zoo.load(checkpoint)
+    except ValueError as err:
+        raise CLIError("--model", checkpoint, str(err)) from None
+    try:
+        X = zoo.checkpoint_inputs(model, n_trials, None if inputs is None else str(inputs))
+    except ValueError as err:
+        if inputs is None:
+            raise
+        raise CLIError("--inputs", inputs, str(err)) from None
     if len(X) == 0:
         raise CLIError("--inputs", inputs, "holds no epoch of the checkpoint's classes")
     if asked and len(X) < n_trials:

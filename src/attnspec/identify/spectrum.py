@@ -107,16 +107,17 @@ def _numbers(path: Path, values, where: str) -> np.ndarray:
                                       "eigenvalues (a matrix is not its spectrum: take numpy.linalg.eigvalsh "
                                       "of it first)")
     try:
-        return arr.astype(float).ravel()
-    except (TypeError, ValueError):
-        raise SpectrumFileError(path, f"{where} must be a flat list of numbers") from None
+        out = arr.astype(float).ravel()
+    except (TypeError, ValueError, OverflowError):
+        raise SpectrumFileError(path, f"{where} must be a flat list of numbers that fit a float") from None
+    return out
 
 
 def _from_json(path: Path, text: str, model: str) -> tuple[np.ndarray, dict | None]:
     try:
         data = json.loads(text)
-    except ValueError as e:
-        raise SpectrumFileError(path, f"is not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:        # RecursionError: nested deeper than Python's parser goes
+        raise SpectrumFileError(path, f"is not valid JSON ({type(e).__name__}: {e})") from None
     if isinstance(data, list):
         return _numbers(path, data, "its list"), None
     if not isinstance(data, dict):

@@ -144,10 +144,19 @@ def load(path):
     d = p.parent if p.is_file() else p
     if not is_checkpoint(d):
         raise FileNotFoundError(f"{path} is not an attnspec.zoo checkpoint (no {CONFIG_NAME})")
-    doc = json.loads((d / CONFIG_NAME).read_text())
-    if doc.get("format") != "attnspec.zoo":
+    try:
+        doc = json.loads((d / CONFIG_NAME).read_text())
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"{d / CONFIG_NAME}: not valid JSON ({err})") from None
+    if not isinstance(doc, dict) or doc.get("format") != "attnspec.zoo":
         raise ValueError(f"{d / CONFIG_NAME}: not an attnspec.zoo checkpoint")
-    model = build(doc["arch"], doc["config"])
+    known = _archs()
+    if doc.get("arch") not in known:
+        raise ValueError(f"{d / CONFIG_NAME}: unknown architecture {doc.get('arch')!r} (known: {sorted(known)})")
+    try:
+        model = build(doc["arch"], doc.get("config", {}))
+    except TypeError as err:           # a configuration key the architecture does not take
+        raise ValueError(f"{d / CONFIG_NAME}: its config does not fit architecture {doc['arch']!r} ({err})") from None
     model.load_state_dict(load_file(str(d / WEIGHTS_NAME)))
     model.eval()
     model.zoo_meta = doc.get("meta", {})

@@ -144,7 +144,10 @@ def read_mi_epochs(path, tmin: float = 0.5, tmax: float = 2.5,
     """
     import mne
 
-    raw = mne.io.read_raw(str(path), preload=True, verbose="error")
+    try:
+        raw = mne.io.read_raw(str(path), preload=True, verbose="error")
+    except Exception as err:             # mne raises many kinds for a damaged, empty or foreign file
+        raise ValueError(f"{path}: cannot be read as an EEG recording ({type(err).__name__}: {err})") from None
     eog = [c for c, t in zip(raw.ch_names, raw.get_channel_types()) if t == "eog" or c.startswith("EOG")]
     raw.drop_channels(eog)
     _rename_2a(raw)
