@@ -455,3 +455,28 @@ def test_truncated_png_names_the_file(tmp_path, capsys):
     rc = main(["diagnose", "--model", str(d), "--images", str(images), "--n-texts", "2", "--out", str(tmp_path / "o"),
                "--quiet", "--n-boot", "0"])
     _one_line(capsys, rc, "--images", "b.png", "cannot be read as an image")
+
+
+@pytest.mark.slow
+def test_sigterm_from_another_process_leaves_no_cache(models, tmp_path):
+    """`timeout`, SLURM and `docker stop` send SIGTERM from outside: the CLI in its own process, signalled while its
+    forward cache is on disk, ends with one line and exit 143, and the cache is gone."""
+    import subprocess
+    import sys
+    import time
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch))
+    cmd = [sys.executable, "-m", "attnspec", "diagnose", "--model", str(models["bert"]), "--out", str(tmp_path / "o"),
+           "--n-texts", "512", "--max-length", "64", "--threads", "1", "--quiet", "--removal", "none"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(scratch.glob("attnspec-forward-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the diagnosis ended before its cache appeared"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 143, err
+    assert lines[-1] == "attnspec diagnose: interrupted by SIGTERM; temporary files removed"
+    assert "Traceback" not in err and not list(scratch.glob("attnspec-forward-*"))
