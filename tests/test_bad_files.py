@@ -51,3 +51,11 @@ def test_a_spectrum_no_parser_or_float_holds_is_one_line(text, words, tmp_path, 
     f.write_text(text)
     assert main(["identify", str(f)]) == 2
     _one_line(capsys, "eigs.json", words)
+
+
+def test_more_removal_texts_than_texts_names_the_flag_before_loading(tmp_path, capsys):
+    assert main(["diagnose", "--model", "minilm", "--n-texts", "4", "--removal-texts", "100", "--quiet",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "loading" not in err and "Traceback" not in err                  # refused before the model loads
+    assert "--removal-texts 100" in err.strip().splitlines()[-1] and "exceeds the 4 texts" in err

@@ -175,6 +175,10 @@ def check_args(args: argparse.Namespace) -> tuple[dict, list[str] | None]:
         if args.n_texts > available:
             raise CLIError("--n-texts", args.n_texts, f"exceeds the {available} texts of the built-in corpus; "
                                                       f"allowed 1..{available}")
+    n = args.n_texts if args.n_texts is not None else (len(texts) if texts is not None else None)
+    if isinstance(args.removal_texts, int) and n is not None and args.removal_texts > n:
+        raise CLIError("--removal-texts", args.removal_texts, f"exceeds the {n} texts diagnosed; allowed 1..{n} "
+                                                               "or 'auto'")
     check_output_dir("--out", args.out)
     _check_before_loading(args, info)
     return info, texts
