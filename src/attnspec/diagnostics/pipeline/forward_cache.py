@@ -41,7 +41,7 @@ import torch
 
 from ...models.attention_calls import AttentionCall
 
-__all__ = ["ForwardCache", "MAX_BYTES", "wanted", "remove_stale", "STALE_AGE_S"]
+__all__ = ["remove_stale_beside", "ForwardCache", "MAX_BYTES", "wanted", "remove_stale", "STALE_AGE_S"]
 
 #: Default byte budget of one diagnosis' cache on disk.
 MAX_BYTES = 8 * 2 ** 30
@@ -106,6 +106,31 @@ def remove_stale(parent: str | None = None, max_age_s: float = STALE_AGE_S) -> l
                 removed.append(e.path)
         except OSError:
             continue
+    return removed
+
+
+def remove_stale_beside(directory: str, max_age_s: float = STALE_AGE_S) -> list[str]:
+    """:func:`remove_stale` in every folder beside ``directory`` (a Dask worker's scratch folder: its siblings are
+    the other workers' folders, where a worker killed by SIGKILL or the OOM killer left its cache).
+
+    Examples
+    --------
+    >>> import tempfile, os, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> mine, dead_worker = root / "worker-a", root / "worker-b"
+    >>> mine.mkdir(); dead_worker.mkdir()
+    >>> left = dead_worker / (PREFIX + "x"); left.mkdir()
+    >>> _ = (left / OWNER).write_text(f"{socket.gethostname()} 999999999")      # its process is gone
+    >>> remove_stale_beside(str(mine)) == [str(left)]
+    True
+    """
+    removed: list[str] = []
+    try:
+        siblings = [e.path for e in os.scandir(os.path.dirname(os.path.abspath(directory))) if e.is_dir()]
+    except OSError:
+        return removed
+    for s in siblings:
+        removed += remove_stale(s, max_age_s)
     return removed
 
 

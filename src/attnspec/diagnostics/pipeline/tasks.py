@@ -67,6 +67,7 @@ def run_cache(run_id: str, adapter, reuse_forward: bool | None, create: bool):
             if here():
                 from distributed import get_worker
                 directory = get_worker().local_directory    # removed with the worker's scratch space
+                forward_cache.remove_stale_beside(directory)   # what killed workers left beside it
             _CACHES[run_id] = _LockedCache(forward_cache.ForwardCache(directory=directory))
         return _CACHES.get(run_id)
 
