@@ -203,8 +203,9 @@ class DiagnoseOptions:
     """
 
     # --- texts
-    n_texts: int | None = _option(None, Interval(int, 1), None, doc="texts of the built-in corpus (default: 64 "
-                                  "for encoders, 16 for causal LMs; attnspec.diagnostics.pipeline.texts)")
+    n_texts: int | None = _option(None, Interval(int, 1), None, doc="texts to diagnose, the first of those given "
+                                  "or of the built-in corpus (default: all given; built-in: 64 for encoders, 16 "
+                                  "for causal LMs; attnspec.diagnostics.pipeline.texts)")
     max_length: int = _option(128, Interval(int, 2), doc="tokens per text at most (longer texts are truncated)")
     bucket_size: int = _option(16, Interval(int, 1), doc="texts per length bucket of the statistics' passes")
     pack: bool | None = _option(None, Boolean(), None, doc="join built-in sentences into texts of max_length "
