@@ -14,7 +14,7 @@ Each measurement runs in its own subprocess (clean peak RSS, ``ru_maxrss``):
 * ``corpus``: peak RSS of MiniLM on 64 and 1,024 built-in texts (goal: within 10 %).
 
 Prints figures only; asserts nothing. Usage:
-``python benchmarks/bench_scale.py [--models minilm,gemma3-270m,qwen2.5-0.5b] [--parts speed,length,corpus]
+``python benchmarks/bench_scale.py [--models minilm,gemma3-270m,qwen2.5-0.5b,smollm2-135m] [--parts speed,length,corpus]
 [--threads 2]``.
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def peak_terms(geometry: list, L: int, B: int = 1, itemsize: int = 4, threads: i
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="minilm,gemma3-270m,qwen2.5-0.5b")
+    ap.add_argument("--models", default="minilm,gemma3-270m,qwen2.5-0.5b,smollm2-135m")
     ap.add_argument("--parts", default="speed,length,corpus")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--length-model", default="qwen2.5-0.5b")
