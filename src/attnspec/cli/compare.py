@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._checks import CLIError, int_range, nonneg_int
+from ._checks import CLIError, int_range, nonneg_int, read_text_lines
 from ._options import HelpFormatter
 
 ORDER = 32
@@ -47,10 +47,7 @@ def _is_diagnosis(x: str) -> bool:
 def _texts(args) -> list[str] | None:
     if args.texts == "builtin":
         return None
-    path = Path(args.texts)
-    if not path.is_file():
-        raise CLIError("--texts", args.texts, "must be 'builtin' or a readable UTF-8 file, one text per line")
-    texts = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    texts = read_text_lines("--texts", args.texts)
     if len(texts) < 8:
         raise CLIError("--texts", args.texts, f"holds {len(texts)} texts; a paired comparison needs at least 8")
     return texts

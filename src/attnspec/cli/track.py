@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._checks import CLIError, int_range, nonneg_int
+from ._checks import CLIError, int_range, nonneg_int, read_text_lines
 from ._options import HelpFormatter
 
 ORDER = 34
@@ -54,10 +54,7 @@ def run(args: argparse.Namespace) -> int:
         from ..data import builtin_texts
         texts = builtin_texts(args.n_texts)
     else:
-        path = Path(args.texts)
-        if not path.is_file():
-            raise CLIError("--texts", args.texts, "must be 'builtin' or a readable UTF-8 file, one text per line")
-        texts = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        texts = read_text_lines("--texts", args.texts)
         if len(texts) < 8:
             raise CLIError("--texts", args.texts, f"holds {len(texts)} texts; intervals need at least 8")
     if args.threads:

