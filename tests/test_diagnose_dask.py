@@ -270,7 +270,7 @@ def tiny_gpt2_dir(tmp_path_factory):
 #: One variant per option that changes a number of the result (every removal mode and its options, the texts,
 #: the labels, the intervals, the seed), each diagnosed by both executors.
 NUMBER_OPTIONS = [
-    dict(removal="exact", mean_ablation=True, seed=5, n_boot=30, threshold=0.3, min_tokens=4),
+    dict(removal="exact", mean_ablation=True, seed=5, n_boot=30, threshold=0.3, min_tokens=4, spectra_texts=9),
     dict(removal="first-order", gradient=True, n_texts=8, max_length=24),
     dict(removal="sampled", removal_texts=3, removal_vocab=50, removal_positions=4, n_texts=6),
     dict(removal="screened", screen_top=1, screen_sample=1, removal_positions=3),
@@ -292,4 +292,5 @@ def test_local_and_dask_executors_agree_for_every_option_that_changes_a_number(o
     there = diagnose(str(tiny_gpt2_dir), None, "builtin", client=client, options=opts)
     _assert_same_tables(here, there)
     assert here.summary["removal"] == there.summary["removal"]
+    assert here.summary["spectra_texts_used"] == there.summary["spectra_texts_used"]
     assert there.summary["cluster"]["tasks"]["fit"] >= 2          # the corpus was dealt out to several tasks

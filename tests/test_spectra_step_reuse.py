@@ -89,7 +89,7 @@ def _tables(threads: int, reuse: bool):
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return build_tables(ad.sites, sums, fits, spectra, RemovalSums(), W, 2, 6, opt, nulls)
+        return build_tables(ad.sites, sums, fits, spectra, RemovalSums(), W, 6, opt, nulls)
     finally:
         torch.set_num_threads(old)
 

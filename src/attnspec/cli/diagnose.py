@@ -62,6 +62,9 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads, 1 up to the cores of this machine (default: torch's choice)")
     p.add_argument("--bucket-size", type=_option("bucket_size"), default=16, help="texts per length bucket, >= 1")
+    p.add_argument("--spectra-texts", type=_option("spectra_texts"), default=32,
+                   help="texts whose output spectra are taken (spectral and selection columns), a seeded sample, "
+                        ">= 8, or 'all' (default 32; the dependence statistics use every text)")
     _add_removal_options(p)
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")
     p.add_argument("--n-boot", type=_option("n_boot"), default=200,
@@ -465,6 +468,7 @@ def _removal(args: argparse.Namespace) -> str:
 #: fixed here: ``threshold``, ``min_tokens``, ``max_tokens``, ``removal_bucket_size``, ``tile_bytes`` and
 #: ``reuse_forward`` keep their defaults; ``progress`` is ``--quiet``, ``model_name`` is ``--model``).
 FLAG_OF = {"n_texts": "--n-texts", "max_length": "--max-length", "bucket_size": "--bucket-size", "pack": "--pack",
+           "spectra_texts": "--spectra-texts",
            "n_boot": "--n-boot", "seed": "--seed", "removal": "--removal/--no-removal", "mean_ablation": "--mean-ablation",
            "gradient": "--no-gradient", "removal_positions": "--removal-positions", "removal_texts": "--removal-texts",
            "removal_vocab": "--removal-vocab", "removal_target": "--removal-target", "screen_top": "--screen-top",
@@ -489,7 +493,7 @@ def options_of(args: argparse.Namespace, **fixed):
     option the declarations refuse is a :class:`CLIError` naming its flag."""
     from ..diagnostics.options import DiagnoseOptions, OptionError
     values = dict(n_texts=args.n_texts, max_length=args.max_length, bucket_size=args.bucket_size,
-                  pack=True if args.pack else None, n_boot=args.n_boot, seed=args.seed, removal=_removal(args),
+                  pack=True if args.pack else None, spectra_texts=args.spectra_texts, n_boot=args.n_boot, seed=args.seed, removal=_removal(args),
                   mean_ablation=args.mean_ablation, gradient=not args.no_gradient,
                   removal_positions=args.removal_positions, removal_texts=args.removal_texts,
                   removal_vocab=args.removal_vocab, removal_target=args.removal_target, screen_top=args.screen_top,

@@ -21,7 +21,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from .statistics.bootstrap import N_BOOT
+from .statistics.bootstrap import MIN_TEXTS_FOR_INTERVALS, N_BOOT
 from .statistics.selection import DIFFUSE_THRESHOLD, MIN_TOKENS_FOR_LABEL
 
 __all__ = ["DiagnoseOptions", "OptionError", "Interval", "OneOf", "Boolean", "invalid_values", "parse_flag"]
@@ -32,6 +32,8 @@ DEFAULT_TILE_BYTES = 4 * 2 ** 20
 MAX_N_BOOT = 10_000
 #: Removal modes (``--removal``, :mod:`.pipeline.head_removal`).
 MODES = ("exact", "sampled", "screened", "first-order", "none")
+#: Default number of spectra texts (:func:`attnspec.diagnostics.pipeline.run.spectra_texts`).
+SPECTRA_TEXTS = 32
 #: The modes in which ``removal_texts='auto'`` grows the sample until the heads' ranking is predicted to agree
 #: with the whole corpus' (every head removed exactly on every text of the sample).
 ADAPTIVE_MODES = ("exact", "sampled")
@@ -210,6 +212,9 @@ class DiagnoseOptions:
     bucket_size: int = _option(16, Interval(int, 1), doc="texts per length bucket of the statistics' passes")
     pack: bool | None = _option(None, Boolean(), None, doc="join built-in sentences into texts of max_length "
                                 "tokens (default: for causal LMs)")
+    spectra_texts: int | str = _option(SPECTRA_TEXTS, Interval(int, MIN_TEXTS_FOR_INTERVALS), OneOf(("all",)),
+                                       doc="texts whose output spectra are taken, a seeded sample (spectral and "
+                                           "selection columns; the dependence statistics use every text), or 'all'")
     # --- labels and intervals
     threshold: float = _option(DIFFUSE_THRESHOLD, Interval(float, 0), doc="selection-score threshold of the "
                                "labels (default log 2)")

@@ -6,7 +6,8 @@
    then the **null** heads' fit at the fitted score scales, from the masks each fit task kept (no model);
 3. **spectra** (one task per group, where the group was fitted: its forward records are on that disk):
    centered output spectra of each head, its Gaussian equivalent, a null head and its equivalent, layer
-   spectra, free sums, removed heads, and the CKA bootstrap from the merged Gram sums;
+   spectra, free sums, removed heads on the spectra texts (:func:`spectra_texts`), and the CKA bootstrap from
+   the merged Gram sums;
 4. **removal** (:func:`.head_removal.removal_step`): first-order and exact head removal over the removal jobs,
    as the plan says (:mod:`.removal_plan`); on a cluster these tasks queue behind the spectra and fill the
    workers that the spectra's tail leaves idle.
@@ -28,7 +29,7 @@ from . import tasks
 from .executor import priority
 from .fit import CorpusStats
 from .head_removal import RemovalSums, removal_step, resolve_mode
-from .removal_plan import RemovalPlan, only_texts
+from .removal_plan import RemovalPlan, only_texts, sample_texts
 from .shards import make_shards, merge_parts
 from .texts import resolve_texts
 
@@ -99,13 +100,20 @@ def _fit(ex, groups: list, opts: DiagnoseOptions) -> tuple:
     return fit_sums, fits, null_sums, corpus, [p[3] for p in parts], grams
 
 
+def spectra_texts(n_texts: int, opts: DiagnoseOptions) -> frozenset | None:
+    """The spectra texts: the first ``opts.spectra_texts`` corpus positions in the corpus' seeded order
+    (:func:`.removal_plan.sample_texts`, the order the removal samples are taken in); None: every text."""
+    return None if opts.spectra_texts == "all" else sample_texts(n_texts, opts.spectra_texts, opts.seed)
+
+
 def _start_spectra(ex, groups: list, fits: list, null_fits: list, powers: list, where: list, grams,
-                   opts: DiagnoseOptions):
-    """Step 3 started, each group preferably where it was fitted; returns the function that waits for it:
-    ``(merged spectra, cache hits, seconds from start to the last task done)``."""
+                   opts: DiagnoseOptions, texts: frozenset | None):
+    """Step 3 started, each group preferably where it was fitted, spectra on the spectra texts ``texts``;
+    returns the function that waits for it: ``(merged spectra, cache hits, seconds from start to the last task
+    done)``."""
     t0 = time.perf_counter()
     spectra = ex.map("spectra", tasks.spectra_task, [
-        (priority(g), (ex.run_id, g, fits, null_fits, powers, opts, grams, ex.task_progress), w or None)
+        (priority(g), (ex.run_id, g, fits, null_fits, powers, opts, grams, ex.task_progress, texts), w or None)
         for g, w in zip(groups, where)], urgency=1)
     done: list = []
     for h in spectra:
@@ -162,7 +170,7 @@ def run_steps(ex, prep: Prepared, opts: DiagnoseOptions, timings: dict) -> StepR
         null_fits = [s.fit() for s in null_sums]
         timings["fit"] = time.perf_counter() - t0
         finish_spectra = _start_spectra(ex, groups, fits, null_fits, [s.head_power() for s in fit_sums], where,
-                                        grams, opts)
+                                        grams, opts, spectra_texts(corpus.n_texts, opts))
         del grams
         timings["spectra"] = 0.0        # (set below: the steps' order in the summary)
         spectra = None if ex.concurrent else finish_spectra()

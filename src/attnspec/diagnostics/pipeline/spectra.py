@@ -9,6 +9,14 @@ time; the spectra need only the contexts ``(B, H, L, d_head)``. Memory of one la
 their spectra are taken, the layer outputs, the free rotation in float64) and the removed-head Grams'
 budget (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`), i.e. linear in ``L`` beyond one tile of weights.
 
+The spectra are taken on the **spectra texts**, a seeded sample of ``spectra_texts`` texts of the corpus
+(:class:`~attnspec.diagnostics.options.DiagnoseOptions`; default 32, ``'all'``: every text) drawn in the corpus'
+seeded order (:func:`.removal_plan.sample_texts`), while the Gram sums behind the dependence statistics cover every
+text: the eigensolves, about ``6 H + 3`` per text and layer, are most of this step's cost, and a pooled
+spectrum of 32 texts already holds ``32 min(l - 1, d_head)`` eigenvalues per head. A sampled text's eigenvalues
+are those it has without a sample (per-text draws), and the bootstrap over the spectra texts widens the
+spectral columns' intervals accordingly.
+
 :class:`LayerSpectra` keeps the pooled eigenvalues (one array per batch and spectrum, texts in batch
 order) with each batch's text positions and lengths, and the head-pair Gram sums; merging concatenates
 and adds, so every distance computed from it depends only on the multiset of texts. :meth:`LayerSpectra.text_index` gives each pooled
@@ -18,11 +26,13 @@ spectrum (:mod:`..statistics.spectral`).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from ...models.rule_mask import RuleMask
 from ..statistics import dependence as dep
 from ..statistics import identification as ident
 from ..statistics import spectral
@@ -42,23 +52,42 @@ LAYER_SPECTRA = ("act", "ge", "free")
 INFLUENCE_BYTES = 32 * 2 ** 20
 
 
-def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int) -> dict[str, torch.Tensor]:
-    """Uncentered contexts ``(B, H, L, d_v)`` of the head, its equivalent, the null head and its equivalent."""
+def _texts_of(allowed: "torch.Tensor | RuleMask", idx: torch.Tensor) -> "torch.Tensor | RuleMask":
+    """The allowed sets of the texts ``idx`` of a batch (a rule stays a rule)."""
+    if isinstance(allowed, RuleMask):
+        return dataclasses.replace(allowed, keys=allowed.keys[idx], queries=allowed.queries[idx])
+    return allowed[idx]
+
+
+def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Uncentered contexts ``(B, H, L, d_v)`` of the head (every text of the batch) and, for the texts ``idx``
+    of the batch (default all), of its equivalent, the null head and its equivalent ``(len(idx), H, L, d_v)``.
+    The draws are per text (:class:`..statistics.noise.TextNoise`): a text's contexts do not depend on which
+    other texts are taken."""
     H, i = lb.site.n_heads, lb.index
     Vg = lb.grouped_values()
     B, _, L, dv = Vg.shape
-    out = {k: torch.zeros(B, H, L, dv, dtype=lb.dtype) for k in HEAD_SPECTRA}
-    z_ge = TextNoise(seed, Draw.GE_NOISE, i, lb.order, lb.valid)
-    z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, lb.order, lb.valid)
-    nulls = null_tile_weights(lb.allowed, lb.valid, lb.order, i, H, lb.site.head_dim, f["score_scale"], seed,
-                              lb.tile_rows, lb.dtype)
+    sub = torch.arange(B) if idx is None else idx
+    n = int(sub.numel())
+    order, valid = [lb.order[int(b)] for b in sub], lb.valid[sub]
+    allowed = lb.allowed if idx is None else _texts_of(lb.allowed, sub)
+    Vs = Vg if idx is None else Vg[sub]
+    out = {k: torch.zeros(B if k == "act" else n, H, L, dv, dtype=lb.dtype) for k in HEAD_SPECTRA}
+    z_ge = TextNoise(seed, Draw.GE_NOISE, i, order, valid)
+    z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, order, valid)
+    nulls = (null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], seed,
+                               lb.tile_rows, lb.dtype) if n else ((rows, None) for rows in lb.tiles()))
     for rows, A0 in nulls:
-        A, al = lb.weights_of(rows), lb.allowed[:, rows]
+        A = lb.weights_of(rows)
+        out["act"][:, :, rows] = A @ Vg
+        if not n:
+            continue
+        A, al = (A if idx is None else A[sub]), allowed[:, rows]
         Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"], z_ge.rows(rows, (H,), dtype=lb.dtype))
         A0ge = ident.surrogate_weights(A0, al, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"],
                                        z_null.rows(rows, (H,), dtype=lb.dtype))
-        for key, W in (("act", A), ("ge", Age), ("null", A0), ("nullge", A0ge)):
-            out[key][:, :, rows] = W @ Vg
+        for key, W in (("ge", Age), ("null", A0), ("nullge", A0ge)):
+            out[key][:, :, rows] = W @ Vs
     return out
 
 
@@ -124,7 +153,8 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
 
 
 def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int,
-                        gram: np.ndarray | None = None, w: np.ndarray | None = None) -> dict:
+                        gram: np.ndarray | None = None, w: np.ndarray | None = None,
+                        texts: frozenset | None = None) -> dict:
     """Spectra of one layer on one batch.
 
     ``heads[key][h]``: eigenvalues of head ``h`` for ``key`` in :data:`HEAD_SPECTRA`; ``layer[key]`` for
@@ -137,15 +167,22 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     already summed exactly these numbers (same contexts, same tiles, same centering), and the tables
     read them from there (:func:`..result.tables.build_tables`).
 
+    ``texts``: the corpus positions whose spectra are taken (the spectra texts, a seeded sample drawn by
+    :mod:`.run`; None: all). The Gram sums and the CKA influences (the dependence statistics) always cover
+    every text of the batch; the spectra (heads, layer, removed heads) only the batch's texts in ``texts``,
+    each exactly as without a sample (the draws are per text).
+
     Returns
     -------
     dict
-        The entries above, with ``order`` and ``lengths`` (real tokens) of the batch's texts.
+        The entries above, with ``order`` and ``lengths`` (real tokens) of the batch's spectra texts, and
+        ``corpus_order`` and ``corpus_lengths`` of all its texts.
 
     Examples
     --------
     Each text of 6 tokens gives its top ``min(6 - 1, d_head)`` = 5 eigenvalues per spectrum:
 
+    >>> import numpy as np
     >>> from attnspec.diagnostics.pipeline.fit import LayerFitSums, NullFitSums
     >>> from attnspec.diagnostics.pipeline.collect import tiny_layer
     >>> ad, batch, lb = tiny_layer()             # layer 0 of a 2-layer GPT-2: 2 heads of width 16, d_out = 32
@@ -154,17 +191,44 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     >>> r = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
     >>> [len(e) for e in r["heads"]["act"]], r["layer"]["free"].shape, r["removed"].shape
     ([10, 10], (10,), (2, 10))
+
+    With one of the two texts as the spectra texts, its eigenvalues only, the same as with both:
+
+    >>> one = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0, texts=frozenset({lb.order[1]}))
+    >>> one["order"].tolist(), [len(e) for e in one["heads"]["ge"]]
+    ([1], [5, 5])
+    >>> all(np.allclose(one["heads"][k][h], r["heads"][k][h][5:], rtol=1e-5, atol=1e-6)
+    ...     for k in HEAD_SPECTRA for h in (0, 1))
+    True
+    >>> bool(np.array_equal(one["gram_free"], r["gram_free"]))             # the dependence statistics: every text
+    True
     """
     valid = lb.valid
-    lengths = valid.sum(1).numpy()
     H, dh, i = lb.site.n_heads, lb.site.head_dim, lb.index
+    keep = [b for b, t in enumerate(lb.order) if texts is None or t in texts]
+    idx = None if len(keep) == len(lb.order) else torch.tensor(keep, dtype=torch.long)
     Wh = W.to(lb.dtype).view(H, dh, -1)
     K = Wh @ Wh.transpose(-1, -2)                       # W_O^h W_O^{hT}: head spectra and removed-head Grams
+    M = _contexts(lb, f, f0, seed, idx)
+    M["act"] = spectral.center(M["act"], valid)
+    Mfree = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, lb.order, valid))
+    dependence = {"gram": dep.gram_blocks(M["act"]) if gram is None else 0.0, "gram_free": dep.gram_blocks(Mfree),
+                  "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None else 0.0}
+    if idx is not None:                                 # the spectra of the spectra texts only
+        M["act"], Mfree, valid = M["act"][idx], Mfree[idx], valid[idx]
+    dependence.update(corpus_order=np.asarray(lb.order, dtype=np.int64), corpus_lengths=lb.valid.sum(1).numpy())
+    order = np.asarray([lb.order[b] for b in keep], dtype=np.int64)
+    lengths = valid.sum(1).numpy()
+    if not keep:                                        # none of the batch's texts is a spectra text
+        none = np.zeros(0)
+        return {"heads": {k: [none] * H for k in HEAD_SPECTRA}, "layer": {k: none for k in LAYER_SPECTRA},
+                "order": order, "lengths": lengths, "removed": np.zeros((H, 0)), "removed_ge": np.zeros((H, 0)),
+                **dependence}
     Ks = spectral.sqrt_psd(K)
-    M = _contexts(lb, f, f0, seed)
     heads = {}
     for k in HEAD_SPECTRA:          # centered in place of the raw contexts; the null ones dropped once used
-        M[k] = spectral.center(M[k], valid)
+        if k != "act":
+            M[k] = spectral.center(M[k], valid)
         heads[k] = spectral.head_eigs(M[k] if k in ("act", "ge") else M.pop(k), Ks, lengths, ch, lb.site.d_out)
     c_layer = float(ch.sum())
 
@@ -173,14 +237,12 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         return Mk.transpose(1, 2).reshape(B, L, H * dh) @ Wh.reshape(H * dh, -1)
 
     Y, Yge = out(M["act"]), out(M["ge"])
-    Mfree = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, lb.order, valid))
     layer = {"act": spectral.layer_eigs(Y, lengths, c_layer), "ge": spectral.layer_eigs(Yge, lengths, c_layer),
              "free": spectral.layer_eigs(out(Mfree), lengths, c_layer)}
-    return {"heads": heads, "layer": layer, "order": np.asarray(lb.order, dtype=np.int64), "lengths": lengths,
+    return {"heads": heads, "layer": layer, "order": order, "lengths": lengths,
             "removed": spectral.layer_eigs_without_each(M["act"], Wh, lengths, c_layer, K=K, Y=Y),
             "removed_ge": spectral.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer, K=K, Y=Yge),
-            "gram": dep.gram_blocks(M["act"]) if gram is None else 0.0, "gram_free": dep.gram_blocks(Mfree),
-            "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None else 0.0}
+            **dependence}
 
 
 @dataclass
@@ -227,8 +289,10 @@ class LayerSpectra:
     removed_ge: list = field(default_factory=list)
     gram: np.ndarray | float = 0.0
     gram_free: np.ndarray | float = 0.0
-    order: list = field(default_factory=list)      # per batch: text positions (B,)
-    lengths: list = field(default_factory=list)    # per batch: real tokens per text (B,)
+    order: list = field(default_factory=list)      # per batch: positions of its spectra texts (b,)
+    lengths: list = field(default_factory=list)    # per batch: real tokens of its spectra texts (b,)
+    corpus_order: list = field(default_factory=list)     # per batch: positions of all its texts (B,)
+    corpus_lengths: list = field(default_factory=list)   # per batch: real tokens of all its texts (B,)
     head_dim: int = 0
     d_out: int = 0
     boot_cka: np.ndarray | float = 0.0             # (n_boot, H, H): sum_b w_rb IF[b] (cka_influence)
@@ -256,7 +320,19 @@ class LayerSpectra:
         self.boot_cka = self.boot_cka + r["boot_cka"]
         self.order.append(np.asarray(r["order"], dtype=np.int64))
         self.lengths.append(np.asarray(r["lengths"], dtype=np.int64))
+        self.corpus_order.append(np.asarray(r.get("corpus_order", r["order"]), dtype=np.int64))
+        self.corpus_lengths.append(np.asarray(r.get("corpus_lengths", r["lengths"]), dtype=np.int64))
         return self
+
+    @property
+    def n_texts(self) -> int:
+        """The spectra texts pooled (:func:`layer_batch_spectra`)."""
+        return int(sum(len(o) for o in self.order))
+
+    def corpus_texts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Positions and real tokens of every text the step saw (spectra texts or not), in pooling order."""
+        cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+        return cat(self.corpus_order), cat(self.corpus_lengths)
 
     def merge(self, other: "LayerSpectra") -> "LayerSpectra":
         out = LayerSpectra(self.n_heads, self.store_dtype, head_dim=self.head_dim or other.head_dim,
@@ -269,6 +345,8 @@ class LayerSpectra:
         out.removed_ge = [a + b for a, b in zip(self.removed_ge, other.removed_ge)]
         out.gram, out.gram_free = self.gram + other.gram, self.gram_free + other.gram_free
         out.order, out.lengths = self.order + other.order, self.lengths + other.lengths
+        out.corpus_order = self.corpus_order + other.corpus_order
+        out.corpus_lengths = self.corpus_lengths + other.corpus_lengths
         out.boot_cka = self.boot_cka + other.boot_cka
         return out
 

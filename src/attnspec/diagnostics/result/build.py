@@ -34,11 +34,12 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     W = [s.w_out().cpu() for s in sites]
     per_layer: list = []             # each layer's bootstrap replicates, computed once for its intervals
     heads, layers, pairs = build_tables(sites, res.fit_sums, res.fits, res.spectra, res.removal, W,
-                                        res.corpus.n_texts, res.corpus.max_tokens, opt, res.null_sums, per_layer)
+                                        res.corpus.max_tokens, opt, res.null_sums, per_layer)
     timings["tables"] = time.perf_counter() - t0
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, opts.max_length, opts.bucket_size,
                             opts.seed, model_name, pairs=pairs, model_loss=res.removal.model_loss())
     summary["removal"] = removal_summary(heads, res.removal_plan, res.screen_code)
+    summary["spectra_texts_used"] = res.spectra[0].n_texts if res.spectra else 0
     summary.update(options_used(adapter, opts, res.removal_plan.mode, source, res.removal_plan))
     spectra = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"),
                    "free_sum": sp.of_layer("free")} for i, sp in enumerate(res.spectra)}
@@ -53,7 +54,7 @@ def _replicates(res: StepResults, opt: TableOptions, heads, per_layer: list) -> 
     text ids, the real tokens of each text in the order of the ids, corpus size): the material of a paired
     comparison (:mod:`attnspec.compare`). ``per_layer``: each layer's head replicates, as the tables computed
     them."""
-    ids = np.concatenate(res.spectra[0].order) if res.spectra and res.spectra[0].order else np.zeros(0, np.int64)
+    ids, lengths = res.spectra[0].corpus_texts() if res.spectra else (np.zeros(0, np.int64),) * 2
     tw = TextWeights(opt.seed, ids, opt.n_boot)
     per_layer = [r for r in per_layer if r is not None]        # the tables' (build_tables(replicates=...))
     if len(per_layer) != len(res.fit_sums):
@@ -74,9 +75,6 @@ def _replicates(res: StepResults, opt: TableOptions, heads, per_layer: list) -> 
             if name in out:
                 out[name][:, dead] = np.where(np.isfinite(out[name][:, dead]), out[name][:, dead], 0.0)
     reps = {k: np.asarray(v, dtype=np.float32) for k, v in out.items() if v.shape == (opt.n_boot, len(heads))}
-    sp0 = res.spectra[0] if res.spectra else None
-    lengths = np.concatenate([np.asarray(n, np.int64) for n in sp0.lengths]) if sp0 is not None and sp0.lengths \
-        else np.zeros(0, np.int64)
     meta = {"seed": int(opt.seed), "n_boot": int(opt.n_boot), "text_ids": tw.ids,
             "text_lengths": lengths[np.argsort(ids, kind="stable")] if lengths.size == ids.size else lengths,
             "n_texts": int(res.corpus.n_texts),

@@ -105,7 +105,7 @@ def _site_columns(site: AttentionSite) -> dict[str, str]:
 
 
 def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, cka, cka0, inner,
-               n_texts: int, opt: TableOptions, iv: dict) -> list[dict]:
+               opt: TableOptions, iv: dict) -> list[dict]:
     H = site.n_heads
     bl = sel.baselines(fs.baselines)
     la, lge = sp.of_layer("act"), sp.of_layer("ge")
@@ -129,7 +129,7 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
             "alpha_null": alpha_of_beta(min(s_h, BETA_MAX)) if math.isfinite(s_h) else math.nan,
             "r2": float(f["r2"][h]),
             "spec_w1": d["w1"], "spec_w1_rel": d["w1_rel"], "spec_ks": d["ks"],
-            "spec_outliers_per_text": d["n_outliers"] / max(n_texts, 1), "spec_m1": d["m1"], "spec_m1_ge": d["m1_ref"],
+            "spec_outliers_per_text": d["n_outliers"] / max(sp.n_texts, 1), "spec_m1": d["m1"], "spec_m1_ge": d["m1_ref"],
             "null_w1_rel": d0["w1_rel"], "selection_score": score,
             "selection": sel.label(score, s_h, opt.threshold, n_tokens=fs.n_tokens, min_tokens=opt.min_tokens,
                                    lo=float(iv["selection_score_lo"][h]), hi=float(iv["selection_score_hi"][h])),
@@ -267,7 +267,7 @@ def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -
 
 
 def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits: list[dict],
-                 spectra: list[LayerSpectra], removal: RemovalSums, W: list, n_texts: int, L_max: int,
+                 spectra: list[LayerSpectra], removal: RemovalSums, W: list, L_max: int,
                  opt: TableOptions, null_sums: list[NullFitSums] | None = None, replicates: list | None = None
                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``(heads, layers, pairs)`` (columns in :mod:`.columns`); ``null_sums``: the null heads' fit sums
@@ -284,8 +284,8 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
         Step 4's sums (empty when ``opt.removal`` is ``'none'`` and ``opt.gradient`` is False).
     W : list of torch.Tensor
         Per layer ``W_O`` ``(H d_head, d_out)``.
-    n_texts, L_max : int
-        Texts of the corpus and tokens of the longest.
+    L_max : int
+        Tokens of the longest text.
     opt : TableOptions
     null_sums : list of NullFitSums, optional
 
@@ -314,7 +314,7 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
     ...     lb, w, f, n.fit(), s.head_power(), 0, s.gram, weights(0, lb.order, 20)))
     ...     for lb, w, f, n, s in zip(lbs, W, fits, nulls, sums)]
     >>> opt = TableOptions(removal="none", gradient=False, n_boot=20, min_tokens=0)
-    >>> heads, layers, pairs = build_tables(ad.sites, sums, fits, spectra, RemovalSums(), W, 2, 6, opt, nulls)
+    >>> heads, layers, pairs = build_tables(ad.sites, sums, fits, spectra, RemovalSums(), W, 6, opt, nulls)
     >>> len(heads), len(layers), len(pairs), "removal_effect" in heads
     (4, 2, 2, False)
     >>> layers[["layer", "attention", "theory_applies"]].values.tolist()   # causal: read as descriptive
@@ -322,7 +322,7 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
     """
     H_of = np.array([s.n_heads for s in sites])
     cols = removal_columns(removal, opt, H_of)
-    ids = np.concatenate(spectra[0].order) if spectra and spectra[0].order else np.zeros(0, np.int64)
+    ids = spectra[0].corpus_texts()[0] if spectra else np.zeros(0, np.int64)
     tw = TextWeights(opt.seed, ids, opt.n_boot)
 
     if replicates is not None:
@@ -330,7 +330,7 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
 
     def layer(i: int) -> tuple[list[dict], dict, list[dict]]:
         return _layer_tables(i, sites[i], fit_sums[i], fits[i], spectra[i], null_sums[i] if null_sums else None,
-                             W[i], cols, tw, n_texts, L_max, opt, replicates)
+                             W[i], cols, tw, L_max, opt, replicates)
     with _layer_pool(torch.get_num_threads()) as pool:        # layers are independent; numpy releases the GIL
         done = list(pool.map(layer, range(len(sites))))
     rows = [r for hr, _, _ in done for r in hr]
@@ -339,7 +339,7 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
 
 
 def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: LayerSpectra, ns: NullFitSums | None,
-                  W, cols: dict, tw: TextWeights, n_texts: int, L_max: int, opt: TableOptions,
+                  W, cols: dict, tw: TextWeights, L_max: int, opt: TableOptions,
                   replicates: list | None = None) -> tuple[list[dict], dict, list[dict]]:
     """Head rows, layer row and pair rows of layer ``i`` (its accumulators only: layers run concurrently); the
     layer's bootstrap replicates go to ``replicates[i]`` when a list is given."""
@@ -351,7 +351,7 @@ def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: La
     if replicates is not None:
         replicates[i] = reps
     iv = head_intervals(fs, ns, sp, tw, reps=reps)
-    hr = _head_rows(i, site, fs, f, sp, cka, cka0, inner, n_texts, opt, iv)
+    hr = _head_rows(i, site, fs, f, sp, cka, cka0, inner, opt, iv)
     pr = _pair_rows(i, site, cka, cka0, inner, sp, fs.n_tokens >= opt.min_tokens, opt.n_boot > 0)
     _head_dependence(hr, pr)
     for h, row in enumerate(hr):
