@@ -292,5 +292,32 @@ def test_local_and_dask_executors_agree_for_every_option_that_changes_a_number(o
     there = diagnose(str(tiny_gpt2_dir), None, "builtin", client=client, options=opts)
     _assert_same_tables(here, there)
     assert here.summary["removal"] == there.summary["removal"]
-    assert here.summary["spectra_texts_used"] == there.summary["spectra_texts_used"]
+    assert here.summary["spectra_texts"] == there.summary["spectra_texts"]
     assert there.summary["cluster"]["tasks"]["fit"] >= 2          # the corpus was dealt out to several tasks
+
+
+@pytest.mark.timeout(600)
+def test_the_staged_spectra_texts_agree_between_executors(tmp_path_factory, client):
+    """spectra_texts='auto' grown to a second stage (a random BERT on 160 texts: 32 texts, then 64), through the
+    local executor and through the Dask executor (the later stage's tasks read the forward caches the first left on
+    the workers): every table to 1e-9, the same stages."""
+    import shutil
+
+    import transformers
+    from attnspec.diagnostics import DiagnoseOptions
+    from attnspec.models.packaged import minilm_dir
+    d = tmp_path_factory.mktemp("tiny-bert")
+    tok = load_model("minilm")[1]
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_hidden_layers=2,
+        max_position_embeddings=160)).save_pretrained(d)
+    for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (minilm_dir() / f).exists():
+            shutil.copy(minilm_dir() / f, d / f)
+    opts = DiagnoseOptions(removal="none", gradient=False, min_tokens=0, seed=1)
+    model, tok = load_model(str(d))
+    here = diagnose(model, tok, builtin_texts(160), options=opts)
+    there = diagnose(str(d), None, builtin_texts(160), client=client, options=opts)
+    assert here.summary["spectra_texts"]["stages"] == there.summary["spectra_texts"]["stages"] == [32, 64]
+    _assert_same_tables(here, there)

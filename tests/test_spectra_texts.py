@@ -44,7 +44,7 @@ def runs(model_tok):
 
 def test_the_spectra_come_from_the_seeded_sample_and_the_rest_from_every_text(runs, model_tok):
     full, sample = runs["all"], runs["sample"]
-    assert (full.summary["spectra_texts_used"], sample.summary["spectra_texts_used"]) == (N, 8)
+    assert (full.summary["spectra_texts"]["texts_used"], sample.summary["spectra_texts"]["texts_used"]) == (N, 8)
     for col in WHOLE_CORPUS:
         assert np.array_equal(full.heads[col].to_numpy(), sample.heads[col].to_numpy(), equal_nan=True), col
     numeric = [c for c in full.pairs.columns if full.pairs[c].dtype.kind in "fi"]
@@ -72,7 +72,24 @@ def test_the_sample_does_not_depend_on_the_batches(runs):
         assert np.allclose(a.heads[col], b.heads[col], rtol=1e-4, atol=1e-6, equal_nan=True), col
 
 
+def test_auto_grows_the_sample_in_stages_to_the_same_tables_as_one_sample_of_that_size(model_tok):
+    """'auto' on 160 texts of the random model: 32 texts leave heads open that all texts would decide, so a
+    second stage adds 32 more; the tables equal those of one sample of 64 (the same texts, the spectra of the
+    second stage's texts added to the first's)."""
+    texts = builtin_texts(160)
+    auto = _run(model_tok, texts)
+    assert auto.summary["spectra_texts"] == {"rule": "auto", "texts_used": 64, "stages": [32, 64],
+                                             "predicted_agreement": 1.0, "target": 0.95}
+    fixed = _run(model_tok, texts, spectra_texts=64)
+    numeric = [c for c in auto.heads.columns if auto.heads[c].dtype.kind in "fi"]
+    assert np.allclose(auto.heads[numeric].to_numpy(float), fixed.heads[numeric].to_numpy(float), rtol=1e-6,
+                       atol=1e-9, equal_nan=True)
+    assert (auto.heads["selection"] == fixed.heads["selection"]).all()
+    # a corpus no larger than the first stage takes every text
+    assert _run(model_tok, texts[:30]).summary["spectra_texts"]["rule"] == "all"
+
+
 def test_spectra_texts_is_checked_and_covers_the_interval_minimum():
-    with pytest.raises(OptionError, match="spectra_texts must be an integer >= 8 or 'all', got 7"):
+    with pytest.raises(OptionError, match="spectra_texts must be an integer >= 8 or one of 'auto', 'all', got 7"):
         DiagnoseOptions(spectra_texts=7)
-    assert DiagnoseOptions().spectra_texts == 32 and DiagnoseOptions(spectra_texts="all").spectra_texts == "all"
+    assert DiagnoseOptions().spectra_texts == "auto" and DiagnoseOptions(spectra_texts="all").spectra_texts == "all"

@@ -62,9 +62,11 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads, 1 up to the cores of this machine (default: torch's choice)")
     p.add_argument("--bucket-size", type=_option("bucket_size"), default=16, help="texts per length bucket, >= 1")
-    p.add_argument("--spectra-texts", type=_option("spectra_texts"), default=32,
-                   help="texts whose output spectra are taken (spectral and selection columns), a seeded sample, "
-                        ">= 8, or 'all' (default 32; the dependence statistics use every text)")
+    p.add_argument("--spectra-texts", type=_option("spectra_texts"), default="auto",
+                   help="texts whose output spectra are taken (spectral and selection columns; the fits and the "
+                        "dependence statistics use every text): a seeded sample of N >= 8, 'all', or 'auto' (default): "
+                        "32 texts, doubled until the selection verdicts are predicted to agree with all texts' "
+                        "on 95%% of heads")
     _add_removal_options(p)
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")
     p.add_argument("--n-boot", type=_option("n_boot"), default=200,

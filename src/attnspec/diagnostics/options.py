@@ -32,8 +32,6 @@ DEFAULT_TILE_BYTES = 4 * 2 ** 20
 MAX_N_BOOT = 10_000
 #: Removal modes (``--removal``, :mod:`.pipeline.head_removal`).
 MODES = ("exact", "sampled", "screened", "first-order", "none")
-#: Default number of spectra texts (:func:`attnspec.diagnostics.pipeline.run.spectra_texts`).
-SPECTRA_TEXTS = 32
 #: The modes in which ``removal_texts='auto'`` grows the sample until the heads' ranking is predicted to agree
 #: with the whole corpus' (every head removed exactly on every text of the sample).
 ADAPTIVE_MODES = ("exact", "sampled")
@@ -212,9 +210,11 @@ class DiagnoseOptions:
     bucket_size: int = _option(16, Interval(int, 1), doc="texts per length bucket of the statistics' passes")
     pack: bool | None = _option(None, Boolean(), None, doc="join built-in sentences into texts of max_length "
                                 "tokens (default: for causal LMs)")
-    spectra_texts: int | str = _option(SPECTRA_TEXTS, Interval(int, MIN_TEXTS_FOR_INTERVALS), OneOf(("all",)),
-                                       doc="texts whose output spectra are taken, a seeded sample (spectral and "
-                                           "selection columns; the dependence statistics use every text), or 'all'")
+    spectra_texts: int | str = _option("auto", Interval(int, MIN_TEXTS_FOR_INTERVALS), OneOf(("auto", "all")),
+                                       doc="texts whose output spectra are taken (spectral and selection columns; "
+                                           "the fits and dependence statistics use every text): a seeded sample of "
+                                           "this many, 'all', or 'auto': 32, doubled until the selection verdicts "
+                                           "are predicted to agree with all texts' on 95 % of heads")
     # --- labels and intervals
     threshold: float = _option(DIFFUSE_THRESHOLD, Interval(float, 0), doc="selection-score threshold of the "
                                "labels (default log 2)")

@@ -93,11 +93,11 @@ def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: b
 def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powers: list, seed: int,
                  tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
                  cache: forward_cache.ForwardCache | None = None, grams: list | None = None,
-                 n_boot: int = N_BOOT, texts: frozenset | None = None) -> list[LayerSpectra]:
+                 n_boot: int = N_BOOT, texts: frozenset | None = None, dependence: bool = True) -> list[LayerSpectra]:
     """Step 3 over ``batches``: per-layer pooled spectra of the spectra texts ``texts`` (corpus positions;
     None: all) and Gram sums of every text (batches kept in ``cache`` are read from it instead of a second
     forward pass); with ``grams`` (step 2's merged Gram sums per layer) also the CKA influence sums of the
-    ``n_boot`` bootstrap replicates."""
+    ``n_boot`` bootstrap replicates; ``dependence=False``: the spectra of ``texts`` only (a later stage)."""
     W = [s.w_out().cpu() for s in adapter.sites]
     store = "float64" if compute_dtype(adapter) == torch.float64 else "float32"
     acc = [LayerSpectra(s.n_heads, store, head_dim=s.head_dim, d_out=s.d_out) for s in adapter.sites]
@@ -106,7 +106,7 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
                lambda lb: layer_batch_spectra(lb, W[lb.index], fits[lb.index], null_fits[lb.index],
                                               powers[lb.index], seed, g[lb.index],
                                               weights(seed, lb.order, n_boot) if g[lb.index] is not None else None,
-                                              texts),
+                                              texts, dependence),
                lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache)
     return acc
 

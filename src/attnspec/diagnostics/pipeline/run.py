@@ -6,8 +6,9 @@
    then the **null** heads' fit at the fitted score scales, from the masks each fit task kept (no model);
 3. **spectra** (one task per group, where the group was fitted: its forward records are on that disk):
    centered output spectra of each head, its Gaussian equivalent, a null head and its equivalent, layer
-   spectra, free sums, removed heads on the spectra texts (:func:`spectra_texts`), and the CKA bootstrap from
-   the merged Gram sums;
+   spectra, free sums, removed heads on the spectra texts (:mod:`.spectra_plan`: a seeded sample, grown in
+   stages until the selection verdicts are predicted to agree with the whole corpus'), and the CKA bootstrap
+   from the merged Gram sums;
 4. **removal** (:func:`.head_removal.removal_step`): first-order and exact head removal over the removal jobs,
    as the plan says (:mod:`.removal_plan`); on a cluster these tasks queue behind the spectra and fill the
    workers that the spectra's tail leaves idle.
@@ -29,8 +30,9 @@ from . import tasks
 from .executor import priority
 from .fit import CorpusStats
 from .head_removal import RemovalSums, removal_step, resolve_mode
-from .removal_plan import RemovalPlan, only_texts, sample_texts
+from .removal_plan import RemovalPlan, only_texts
 from .shards import make_shards, merge_parts
+from .spectra_plan import SpectraPlan
 from .texts import resolve_texts
 
 __all__: list[str] = []        # internal: the pipeline's parts (the public API is attnspec.diagnose)
@@ -62,6 +64,7 @@ class StepResults:
     screen_code: Any = None       # screened mode: (n_layers, H_max) 2 top, 1 sampled, 0 first order only
     null_sums: list | None = None  # the null heads' fit sums (their bootstrap replicates)
     n_boot: int = N_BOOT
+    spectra_plan: SpectraPlan | None = None   # the spectra texts (:mod:`.spectra_plan`)
 
 
 def _is_tokenizer(obj: Any) -> bool:
@@ -100,31 +103,34 @@ def _fit(ex, groups: list, opts: DiagnoseOptions) -> tuple:
     return fit_sums, fits, null_sums, corpus, [p[3] for p in parts], grams
 
 
-def spectra_texts(n_texts: int, opts: DiagnoseOptions) -> frozenset | None:
-    """The spectra texts: the first ``opts.spectra_texts`` corpus positions in the corpus' seeded order
-    (:func:`.removal_plan.sample_texts`, the order the removal samples are taken in); None: every text."""
-    return None if opts.spectra_texts == "all" else sample_texts(n_texts, opts.spectra_texts, opts.seed)
-
-
 def _start_spectra(ex, groups: list, fits: list, null_fits: list, powers: list, where: list, grams,
-                   opts: DiagnoseOptions, texts: frozenset | None):
-    """Step 3 started, each group preferably where it was fitted, spectra on the spectra texts ``texts``;
-    returns the function that waits for it: ``(merged spectra, cache hits, seconds from start to the last task
-    done)``."""
+                   opts: DiagnoseOptions, plan: SpectraPlan, fit_sums: list):
+    """Step 3 started, each group preferably where it was fitted, spectra on the plan's first spectra texts;
+    returns the function that waits for it and runs the plan's later stages (:mod:`.spectra_plan`):
+    ``(merged spectra, cache hits, seconds from start to the last task done)``."""
     t0 = time.perf_counter()
-    spectra = ex.map("spectra", tasks.spectra_task, [
-        (priority(g), (ex.run_id, g, fits, null_fits, powers, opts, grams, ex.task_progress, texts), w or None)
-        for g, w in zip(groups, where)], urgency=1)
     done: list = []
-    for h in spectra:
-        if hasattr(h, "add_done_callback"):
-            h.add_done_callback(lambda _: done.append(time.perf_counter()))
+
+    def stage(texts, dependence: bool, parts: list) -> list:
+        calls = [(priority(g), (ex.run_id, g, fits, null_fits, powers, opts, grams if dependence else None,
+                                ex.task_progress, texts, dependence), w or None) for g, w in parts]
+        handles = ex.map("spectra", tasks.spectra_task, calls, urgency=1)
+        for h in handles:
+            if hasattr(h, "add_done_callback"):
+                h.add_done_callback(lambda _: done.append(time.perf_counter()))
+        return handles
+    first = stage(plan.texts(), True, list(zip(groups, where)))
 
     def finish() -> tuple:
-        parts = ex.gather(spectra, "spectra")
+        parts = ex.gather(first, "spectra")
+        spectra, hits = merge_parts([p[0] for p in parts]), sum(bool(p[1]) for p in parts)
+        while (new := plan.grow(spectra, fit_sums, opts)) is not None:
+            later = [([b for b in g if not new.isdisjoint(b["order"])], w) for g, w in zip(groups, where)]
+            more = ex.gather(stage(new, False, [(g, w) for g, w in later if g]), "spectra")
+            spectra = merge_parts([spectra] + [p[0] for p in more])
         ex.close()                       # the forward records are read: the caches go
         seconds = max(done, default=time.perf_counter()) - t0
-        return merge_parts([p[0] for p in parts]), sum(bool(p[1]) for p in parts), seconds
+        return spectra, hits, seconds
     return finish
 
 
@@ -169,8 +175,9 @@ def run_steps(ex, prep: Prepared, opts: DiagnoseOptions, timings: dict) -> StepR
         fit_sums, fits, null_sums, corpus, where, grams = _fit(ex, groups, opts)
         null_fits = [s.fit() for s in null_sums]
         timings["fit"] = time.perf_counter() - t0
+        spectra_plan = SpectraPlan.of(corpus.n_texts, opts)
         finish_spectra = _start_spectra(ex, groups, fits, null_fits, [s.head_power() for s in fit_sums], where,
-                                        grams, opts, spectra_texts(corpus.n_texts, opts))
+                                        grams, opts, spectra_plan, fit_sums)
         del grams
         timings["spectra"] = 0.0        # (set below: the steps' order in the summary)
         spectra = None if ex.concurrent else finish_spectra()
@@ -182,4 +189,5 @@ def run_steps(ex, prep: Prepared, opts: DiagnoseOptions, timings: dict) -> StepR
         ex.close()
     spectra, ex.counts["spectra_cache_hits"], timings["spectra"] = spectra
     ex.counts["fit_workers"] = len({w for w in where if w})
-    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, plan, code, null_sums, opts.n_boot)
+    return StepResults(fit_sums, fits, null_fits, spectra, rem, corpus, plan, code, null_sums, opts.n_boot,
+                       spectra_plan)

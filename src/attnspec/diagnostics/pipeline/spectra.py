@@ -9,13 +9,11 @@ time; the spectra need only the contexts ``(B, H, L, d_head)``. Memory of one la
 their spectra are taken, the layer outputs, the free rotation in float64) and the removed-head Grams'
 budget (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`), i.e. linear in ``L`` beyond one tile of weights.
 
-The spectra are taken on the **spectra texts**, a seeded sample of ``spectra_texts`` texts of the corpus
-(:class:`~attnspec.diagnostics.options.DiagnoseOptions`; default 32, ``'all'``: every text) drawn in the corpus'
-seeded order (:func:`.removal_plan.sample_texts`), while the Gram sums behind the dependence statistics cover every
-text: the eigensolves, about ``6 H + 3`` per text and layer, are most of this step's cost, and a pooled
-spectrum of 32 texts already holds ``32 min(l - 1, d_head)`` eigenvalues per head. A sampled text's eigenvalues
-are those it has without a sample (per-text draws), and the bootstrap over the spectra texts widens the
-spectral columns' intervals accordingly.
+The spectra are taken on the **spectra texts** (:mod:`.spectra_plan`: a seeded sample of the corpus, grown in
+stages by default), while the Gram sums behind the dependence statistics cover every text: the eigensolves,
+about ``6 H + 3`` per text and layer, are most of this step's cost. A sampled text's eigenvalues are those it
+has without a sample (per-text draws), and the bootstrap over the spectra texts widens the spectral columns'
+intervals accordingly.
 
 :class:`LayerSpectra` keeps the pooled eigenvalues (one array per batch and spectrum, texts in batch
 order) with each batch's text positions and lengths, and the head-pair Gram sums; merging concatenates
@@ -36,7 +34,7 @@ from ...models.rule_mask import RuleMask
 from ..statistics import dependence as dep
 from ..statistics import identification as ident
 from ..statistics import spectral
-from ..statistics.bootstrap import weighted
+from ..statistics.bootstrap import weighted, weighted_relative_w1
 from ..statistics.noise import Draw, TextNoise
 from .collect import LayerBatch
 from .fit import null_tile_weights
@@ -154,7 +152,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
 
 def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int,
                         gram: np.ndarray | None = None, w: np.ndarray | None = None,
-                        texts: frozenset | None = None) -> dict:
+                        texts: frozenset | None = None, dependence: bool = True) -> dict:
     """Spectra of one layer on one batch.
 
     ``heads[key][h]``: eigenvalues of head ``h`` for ``key`` in :data:`HEAD_SPECTRA`; ``layer[key]`` for
@@ -170,7 +168,9 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     ``texts``: the corpus positions whose spectra are taken (the spectra texts, a seeded sample drawn by
     :mod:`.run`; None: all). The Gram sums and the CKA influences (the dependence statistics) always cover
     every text of the batch; the spectra (heads, layer, removed heads) only the batch's texts in ``texts``,
-    each exactly as without a sample (the draws are per text).
+    each exactly as without a sample (the draws are per text). ``dependence=False`` (a later stage of the
+    spectra texts, :mod:`.spectra_plan`, whose batches were already counted): no Gram sum, influence or corpus
+    entry, only the spectra of the texts ``texts``.
 
     Returns
     -------
@@ -211,19 +211,27 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     K = Wh @ Wh.transpose(-1, -2)                       # W_O^h W_O^{hT}: head spectra and removed-head Grams
     M = _contexts(lb, f, f0, seed, idx)
     M["act"] = spectral.center(M["act"], valid)
-    Mfree = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, lb.order, valid))
-    dependence = {"gram": dep.gram_blocks(M["act"]) if gram is None else 0.0, "gram_free": dep.gram_blocks(Mfree),
-                  "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None else 0.0}
+    free = lambda Mc, v, o: spectral.free_rotation(Mc, v, TextNoise(seed, Draw.FREE_ROTATION, i, o, v))  # noqa: E731
+    if dependence:                                      # the dependence statistics: every text of the batch
+        Mfree = free(M["act"], valid, lb.order)
+        counted = {"gram": dep.gram_blocks(M["act"]) if gram is None else 0.0, "gram_free": dep.gram_blocks(Mfree),
+                   "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None
+                   else 0.0, "corpus_order": np.asarray(lb.order, dtype=np.int64), "corpus_lengths": lb.valid.sum(1).numpy()}
+    else:
+        counted = {"gram": 0.0, "gram_free": 0.0, "boot_cka": 0.0, "corpus_order": np.zeros(0, np.int64),
+                   "corpus_lengths": np.zeros(0, np.int64)}
     if idx is not None:                                 # the spectra of the spectra texts only
-        M["act"], Mfree, valid = M["act"][idx], Mfree[idx], valid[idx]
-    dependence.update(corpus_order=np.asarray(lb.order, dtype=np.int64), corpus_lengths=lb.valid.sum(1).numpy())
+        M["act"], valid = M["act"][idx], valid[idx]
+        Mfree = Mfree[idx] if dependence else free(M["act"], valid, [lb.order[b] for b in keep])
+    elif not dependence:
+        Mfree = free(M["act"], valid, lb.order)
     order = np.asarray([lb.order[b] for b in keep], dtype=np.int64)
     lengths = valid.sum(1).numpy()
     if not keep:                                        # none of the batch's texts is a spectra text
         none = np.zeros(0)
         return {"heads": {k: [none] * H for k in HEAD_SPECTRA}, "layer": {k: none for k in LAYER_SPECTRA},
                 "order": order, "lengths": lengths, "removed": np.zeros((H, 0)), "removed_ge": np.zeros((H, 0)),
-                **dependence}
+                **counted}
     Ks = spectral.sqrt_psd(K)
     heads = {}
     for k in HEAD_SPECTRA:          # centered in place of the raw contexts; the null ones dropped once used
@@ -242,7 +250,7 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     return {"heads": heads, "layer": layer, "order": order, "lengths": lengths,
             "removed": spectral.layer_eigs_without_each(M["act"], Wh, lengths, c_layer, K=K, Y=Y),
             "removed_ge": spectral.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer, K=K, Y=Yge),
-            **dependence}
+            **counted}
 
 
 @dataclass
@@ -359,6 +367,17 @@ class LayerSpectra:
         cols = [np.repeat(column_of(o), np.minimum(n - 1, width).clip(min=0))
                 for o, n in zip(self.order, self.lengths)]
         return np.concatenate(cols) if cols else np.zeros(0, np.int64)
+
+    def departure_replicates(self, column_of, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bootstrap replicates ``(n_boot, H)`` of each head's departure from its Gaussian equivalent
+        (``spec_w1_rel``: W1 over the equivalent's mean eigenvalue) and of its null head's, each pooled
+        eigenvalue weighted by its text's weight ``w[:, column_of(order)]``
+        (:func:`..statistics.bootstrap.weighted_relative_w1`)."""
+        ih = self.text_index(column_of)
+        rel = lambda a, b, h: weighted_relative_w1(self.pooled(self.heads[a][h]), self.pooled(self.heads[b][h]),  # noqa: E731
+                                                   ih, w)
+        return (np.stack([rel("act", "ge", h) for h in range(self.n_heads)], 1),
+                np.stack([rel("null", "nullge", h) for h in range(self.n_heads)], 1))
 
     @staticmethod
     def pooled(arrays: list) -> np.ndarray:

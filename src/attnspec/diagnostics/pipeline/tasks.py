@@ -102,13 +102,14 @@ def merged_grams(parts: list) -> list:
 
 def spectra_task(adapter, run_id: str, batches: list, fits: list, null_fits: list, powers: list,
                  opts: DiagnoseOptions, grams: list | None = None, progress: bool = False,
-                 texts: frozenset | None = None) -> tuple:
-    """Step 3 on ``batches``, spectra of the spectra texts ``texts`` (None: all): ``(per-layer spectra, whether
-    every batch was read from this process' cache)``."""
+                 texts: frozenset | None = None, dependence: bool = True) -> tuple:
+    """Step 3 on ``batches``, spectra of the spectra texts ``texts`` (None: all; ``dependence=False``: a later
+    stage, the spectra of ``texts`` only): ``(per-layer spectra, whether every batch was read from this
+    process' cache)``."""
     cache = run_cache(run_id, adapter, opts.reuse_forward, create=False)
     hit = cache is not None and all(cache.has(tuple(b["order"])) for b in batches)
     out = spectra_pass(adapter, batches, fits, null_fits, powers, opts.seed, opts.tile_bytes, progress, cache,
-                       grams, opts.n_boot, texts)
+                       grams, opts.n_boot, texts, dependence)
     return out, hit
 
 

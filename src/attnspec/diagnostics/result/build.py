@@ -39,7 +39,7 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, opts.max_length, opts.bucket_size,
                             opts.seed, model_name, pairs=pairs, model_loss=res.removal.model_loss())
     summary["removal"] = removal_summary(heads, res.removal_plan, res.screen_code)
-    summary["spectra_texts_used"] = res.spectra[0].n_texts if res.spectra else 0
+    summary["spectra_texts"] = res.spectra_plan.summary() if res.spectra_plan is not None else None
     summary.update(options_used(adapter, opts, res.removal_plan.mode, source, res.removal_plan))
     spectra = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"),
                    "free_sum": sp.of_layer("free")} for i, sp in enumerate(res.spectra)}

@@ -46,7 +46,7 @@ import numpy as np
 from ..statistics import dependence as dep
 from ..statistics import identification as ident
 from ..statistics import selection as sel
-from ..statistics.bootstrap import LEVEL, interval, weighted_mean, weighted_w1, weights
+from ..statistics.bootstrap import LEVEL, interval, weighted_relative_w1, weights
 from ..pipeline.fit import LayerFitSums, NullFitSums
 from ..pipeline.spectra import LayerSpectra
 
@@ -89,14 +89,6 @@ class TextWeights:
     def column(self, order) -> np.ndarray:
         """Columns of :attr:`w` of the texts ``order``."""
         return np.searchsorted(self.ids, np.asarray(order, dtype=np.int64))
-
-
-def _rel_w1(x: np.ndarray, y: np.ndarray, idx: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Replicates of ``W1(x, y) / m1(y)``; both spectra have the text index ``idx`` (same texts and counts)."""
-    if x.size == 0 or y.size == 0:
-        return np.full(w.shape[0], np.nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return weighted_w1(x, idx, y, idx, w) / weighted_mean(y, idx, w)
 
 
 def _pairs(lo_hi: tuple[np.ndarray, np.ndarray], name: str) -> dict[str, np.ndarray]:
@@ -292,11 +284,7 @@ def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, 
     reps = corrected_beta(fs.boot_scores, ns.boot_scores if has_null else None)
     if reps is not None:
         out["beta_corrected"] = reps
-    ih = sp.text_index(tw.column)
-    d = np.stack([_rel_w1(sp.pooled(sp.heads["act"][h]), sp.pooled(sp.heads["ge"][h]), ih, tw.w)
-                  for h in range(H)], 1)
-    d0 = np.stack([_rel_w1(sp.pooled(sp.heads["null"][h]), sp.pooled(sp.heads["nullge"][h]), ih, tw.w)
-                   for h in range(H)], 1)
+    d, d0 = sp.departure_replicates(tw.column, tw.w)
     out["spec_w1_rel"], out["selection_score"] = d, sel.selection_score(d, d0)
     q = fs.query
     if q is not None and q.n_boot == tw.n_boot:
@@ -307,7 +295,8 @@ def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, 
             [ex[:, h, b] if b >= 0 else np.full(tw.n_boot, np.nan) for h, b in enumerate(best)], 1)
     il = sp.text_index(tw.column, layer=True)
     full = sp.pooled(sp.layer["act"])
-    out["removal_spec_shift"] = np.stack([_rel_w1(sp.pooled(sp.removed[h]), full, il, tw.w) for h in range(H)], 1)
+    out["removal_spec_shift"] = np.stack([weighted_relative_w1(sp.pooled(sp.removed[h]), full, il, tw.w)
+                                          for h in range(H)], 1)
     ex = cka_excess_replicates(sp)
     if ex is not None and H > 1:
         off = ~np.eye(H, dtype=bool)

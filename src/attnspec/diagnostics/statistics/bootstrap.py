@@ -243,3 +243,20 @@ def weighted_w1(x: np.ndarray, ix: np.ndarray, y: np.ndarray, iy: np.ndarray, w:
         np.cumsum(G, axis=0, out=G)                 # (n + m, n_boot): the replicates' CDF differences
         np.abs(G, out=G)
         return (dz @ G[:-1].astype(np.float64, copy=False)) / scale
+
+
+def weighted_relative_w1(x: np.ndarray, y: np.ndarray, ix: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Replicates ``(n_boot,)`` of ``W1(x, y) / m1(y)`` (:func:`weighted_w1` over :func:`weighted_mean`) for two
+    spectra of the same texts and counts, ``ix`` the text of each value of either; NaN for an empty spectrum.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> y, x, ix = np.array([1., 1.]), np.array([2., 4.]), np.array([0, 1])
+    >>> weighted_relative_w1(x, y, ix, np.array([[1., 1.], [1., 0.]]))
+    array([2., 1.])
+    """
+    if x.size == 0 or y.size == 0:
+        return np.full(w.shape[0], np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return weighted_w1(x, ix, y, ix, w) / weighted_mean(y, ix, w)
