@@ -7,15 +7,28 @@ Each measurement runs in its own subprocess (clean peak RSS, ``ru_maxrss``):
   batches; prints tokens/s of both and the time ratio (goal: diagnosis <= 3x the forward's time), and the
   same ratio in CPU time of the process (all threads; less sensitive than wall time to other jobs on a
   shared machine) with the load average after the run;
-* ``length``: peak RSS of the one-pass diagnosis of one packed text of ``--max-length`` 128, 512, 2048
-  tokens (Qwen2.5-0.5B by default), beside the peak of the plain forward on the same text: attnspec's
-  part should grow like the model's activations, with no ``L^2`` term beyond one tile. Each line also
-  prints the terms of the peak formula (:func:`peak_terms`) for that model and length;
+* ``length``: peak RSS of the one-pass diagnosis of one packed text of ``L`` tokens, beside the peak of the
+  plain forward on the same text, each over the loaded model (``+MB``), and the ratio of the two increments
+  (diagnosis increment / forward increment), with the diagnosis' wall time: attnspec's part should grow like
+  the model's activations, with no ``L^2`` term beyond one tile. Each line also prints the terms of the
+  peak formula (:func:`peak_terms`) for that model and length. The plan ``--length-model`` is
+  ``MODEL[:L1,L2,...]`` items joined by ``;`` (quote it in a shell; a model without lengths takes
+  ``--lengths``); default Qwen2.5-0.5B at 128, 512, 2,048 and SmolLM2-135M (8,192-token context) at
+  2,048, 4,096, 8,192 tokens. The text is :func:`attnspec.data.packed_texts`' first one (consecutive
+  corpus sentences joined until it has ``L`` tokens, then truncated to ``L``); the built-in corpus is
+  about 45k tokens (SmolLM2's tokenizer), enough for 8,192 without repeating it;
+* ``wide``: a random model with Llama-3-8B's attention and MLP geometry (d_model 4,096, 32 query and 8
+  key-value heads of 128, MLP 14,336) but ``--wide-layers`` layers (default 2, about 1.8 GB in float32)
+  and a 1,024-token vocabulary (``LlamaForCausalLM``, ``torch.manual_seed(0)``, SDPA), on one text of
+  ``--wide-lengths`` random tokens (default 512, 2,048; all-ones mask) given to ``diagnose`` as token ids:
+  a plain ``run_base`` forward (after one warm-up) against the one-pass diagnosis of the same batch, with
+  the time ratio, the diagnosis' ``timings_s`` and the peak RSS of each (not in the default ``--parts``: slow);
 * ``corpus``: peak RSS of MiniLM on 64 and 1,024 built-in texts (goal: within 10 %).
 
 Prints figures only; asserts nothing. Usage:
-``python benchmarks/bench_scale.py [--models minilm,gemma3-270m,qwen2.5-0.5b,smollm2-135m] [--parts speed,length,corpus]
-[--threads 2]``.
+``python benchmarks/bench_scale.py [--models minilm,gemma3-270m,qwen2.5-0.5b,smollm2-135m]
+[--parts speed,length,corpus,wide] [--threads 2] [--length-model 'qwen2.5-0.5b:128,512,2048;smollm2-135m:2048']
+[--wide-layers 2] [--wide-lengths 512,2048]``.
 """
 from __future__ import annotations
 
@@ -62,9 +75,45 @@ if job["what"] in ("diagnose", "both"):
 print("RESULT " + json.dumps(out))
 """
 
+WIDE_CHILD = r"""
+import json, resource, sys, time, warnings
+warnings.filterwarnings("ignore")
+import torch
+torch.set_num_threads(int(sys.argv[2]))
+from transformers import LlamaConfig, LlamaForCausalLM
+from attnspec import diagnose
+from attnspec.models import adapt, make_batches
+job = json.loads(sys.argv[1])
+L = job["length"]
+torch.manual_seed(0)
+cfg = LlamaConfig(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                  intermediate_size=14336, num_hidden_layers=job["layers"], vocab_size=1024,
+                  max_position_embeddings=max(8192, L), attn_implementation="sdpa")
+model = LlamaForCausalLM(cfg).float().eval()
+ad = adapt(model)
+g = torch.Generator().manual_seed(1)
+inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (1, L), generator=g),
+          "attention_mask": torch.ones(1, L, dtype=torch.long)}
+batch = make_batches(inputs)[0]
+out = {"tokens": L, "params_m": sum(p.numel() for p in model.parameters()) / 1e6,
+       "rss_loaded_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+with torch.no_grad():
+    ad.run_base(batch)                  # warm-up: first calls allocate and choose kernels
+    t = time.perf_counter()
+    ad.run_base(batch)
+    out["forward_s"] = time.perf_counter() - t
+out["rss_forward_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t = time.perf_counter()
+d = diagnose(ad, inputs, max_length=L, removal=False, gradient=False, min_tokens=0)
+out["diagnose_s"] = time.perf_counter() - t
+out["timings"] = d.summary["timings_s"]
+out["rss_diagnose_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print("RESULT " + json.dumps(out))
+"""
 
-def run(job: dict, threads: int) -> dict:
-    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job), str(threads)], capture_output=True, text=True)
+
+def run(job: dict, threads: int, child: str = CHILD) -> dict:
+    p = subprocess.run([sys.executable, "-c", child, json.dumps(job), str(threads)], capture_output=True, text=True)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -98,8 +147,11 @@ def main() -> None:
     ap.add_argument("--models", default="minilm,gemma3-270m,qwen2.5-0.5b,smollm2-135m")
     ap.add_argument("--parts", default="speed,length,corpus")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--length-model", default="qwen2.5-0.5b")
+    ap.add_argument("--length-model", default="qwen2.5-0.5b:128,512,2048;smollm2-135m:2048,4096,8192",
+                    help="MODEL[:L1,L2,...] items joined by ';' (a model without lengths takes --lengths)")
     ap.add_argument("--lengths", default="128,512,2048")
+    ap.add_argument("--wide-layers", type=int, default=2)
+    ap.add_argument("--wide-lengths", default="512,2048")
     args = ap.parse_args()
     parts = args.parts.split(",")
     import os
@@ -116,16 +168,30 @@ def main() -> None:
                   f"{r['diagnose_cpu_s'] / r['forward_cpu_s']:.1f}x; load {os.getloadavg()[0]:.1f}  {r['timings']}",
                   flush=True)
     if "length" in parts:
-        print(f"peak RSS vs text length ({args.length_model}, one packed text):")
-        for L in (int(x) for x in args.lengths.split(",")):
-            f = run({"model": args.length_model, "n_texts": 1, "max_length": L, "what": "forward"}, args.threads)
-            d = run({"model": args.length_model, "n_texts": 1, "max_length": L, "what": "diagnose"}, args.threads)
-            print(f"  L={L:5d}: loaded {f['rss_loaded_mb']:.0f} MB, forward peak {f['rss_forward_mb']:.0f} MB "
-                  f"(+{f['rss_forward_mb'] - f['rss_loaded_mb']:.0f}), diagnosis peak {d['rss_diagnose_mb']:.0f} MB "
-                  f"(+{d['rss_diagnose_mb'] - d['rss_loaded_mb']:.0f}), diagnosis {d['diagnose_s']:.1f} s", flush=True)
-            terms = peak_terms(d["geometry"], L, 1, d["itemsize"], args.threads)
-            print(f"           diagnosis - forward: {d['rss_diagnose_mb'] - f['rss_forward_mb']:+.0f} MB; formula: "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in terms.items()) + " MB", flush=True)
+        for item in args.length_model.split(";"):
+            model, _, lengths = item.strip().partition(":")
+            print(f"peak RSS vs text length ({model}, one packed text):")
+            for L in (int(x) for x in (lengths or args.lengths).split(",")):
+                f = run({"model": model, "n_texts": 1, "max_length": L, "what": "forward"}, args.threads)
+                d = run({"model": model, "n_texts": 1, "max_length": L, "what": "diagnose"}, args.threads)
+                fi, di = f["rss_forward_mb"] - f["rss_loaded_mb"], d["rss_diagnose_mb"] - d["rss_loaded_mb"]
+                print(f"  L={L:5d} ({d['tokens']} tokens): loaded {f['rss_loaded_mb']:.0f} MB, forward peak "
+                      f"{f['rss_forward_mb']:.0f} MB (+{fi:.0f}), diagnosis peak {d['rss_diagnose_mb']:.0f} MB "
+                      f"(+{di:.0f}): increment ratio {di / max(fi, 1):.1f}x; diagnosis {d['diagnose_s']:.1f} s; "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+                terms = peak_terms(d["geometry"], L, 1, d["itemsize"], args.threads)
+                print(f"           diagnosis - forward: {d['rss_diagnose_mb'] - f['rss_forward_mb']:+.0f} MB; "
+                      "formula: " + ", ".join(f"{k} {v:.0f}" for k, v in terms.items()) + " MB", flush=True)
+    if "wide" in parts:
+        print(f"Llama-3-8B geometry, {args.wide_layers} random layers (one text of random tokens):")
+        for L in (int(x) for x in args.wide_lengths.split(",")):
+            r = run({"layers": args.wide_layers, "length": L}, args.threads, WIDE_CHILD)
+            print(f"  L={L:5d} ({r['params_m']:.0f}M parameters): forward {r['forward_s']:.2f} s, diagnosis "
+                  f"{r['diagnose_s']:.1f} s: ratio {r['diagnose_s'] / r['forward_s']:.1f}x; peak RSS loaded "
+                  f"{r['rss_loaded_mb']:.0f} MB, forward {r['rss_forward_mb']:.0f} MB "
+                  f"(+{r['rss_forward_mb'] - r['rss_loaded_mb']:.0f}), diagnosis {r['rss_diagnose_mb']:.0f} MB "
+                  f"(+{r['rss_diagnose_mb'] - r['rss_loaded_mb']:.0f}); load {os.getloadavg()[0]:.1f}  "
+                  f"{r['timings']}", flush=True)
     if "corpus" in parts:
         print("peak RSS vs corpus size (minilm, built-in texts):")
         rs = {n: run({"model": "minilm", "n_texts": n, "max_length": 128, "what": "diagnose"}, args.threads)
