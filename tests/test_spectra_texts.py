@@ -80,6 +80,7 @@ def test_auto_grows_the_sample_in_stages_to_the_same_tables_as_one_sample_of_tha
     auto = _run(model_tok, texts)
     assert auto.summary["spectra_texts"] == {"rule": "auto", "texts_used": 64, "stages": [32, 64],
                                              "predicted_agreement": 1.0, "target": 0.95}
+    assert any("from a seeded sample of 64 of the 160 texts" in n for n in auto.summary["notes"])
     fixed = _run(model_tok, texts, spectra_texts=64)
     numeric = [c for c in auto.heads.columns if auto.heads[c].dtype.kind in "fi"]
     assert np.allclose(auto.heads[numeric].to_numpy(float), fixed.heads[numeric].to_numpy(float), rtol=1e-6,

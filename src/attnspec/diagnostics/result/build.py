@@ -39,7 +39,13 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, opts.max_length, opts.bucket_size,
                             opts.seed, model_name, pairs=pairs, model_loss=res.removal.model_loss())
     summary["removal"] = removal_summary(heads, res.removal_plan, res.screen_code)
-    summary["spectra_texts"] = res.spectra_plan.summary() if res.spectra_plan is not None else None
+    summary["spectra_texts"] = plan = res.spectra_plan.summary() if res.spectra_plan is not None else None
+    if plan is not None and plan["texts_used"] < res.corpus.n_texts:
+        why = (f"spectra_texts='auto': verdicts predicted to agree with all texts' on {plan['predicted_agreement']:.0%} "
+               f"of heads" if plan["rule"] == "auto" else f"spectra_texts={plan['texts_used']}")
+        summary["notes"].append(f"spectral columns (spec_*, selection_score, removal_spec_shift, the layers' spectra) "
+                                f"from a seeded sample of {plan['texts_used']} of the {res.corpus.n_texts} texts ({why}); "
+                                f"the other columns from every text")
     summary.update(options_used(adapter, opts, res.removal_plan.mode, source, res.removal_plan))
     spectra = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"),
                    "free_sum": sp.of_layer("free")} for i, sp in enumerate(res.spectra)}
