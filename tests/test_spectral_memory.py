@@ -56,9 +56,11 @@ def test_blocks_give_the_batched_eigenvalues(shape):
         np.testing.assert_allclose(out, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
 
 
-def test_each_row_is_the_layer_without_that_head():
-    """Independent of the expansion: ``Y_{-h}`` formed explicitly."""
-    M, W, lengths = _case(2, 4, 10, 3, 12, seed=1)
+@pytest.mark.parametrize("shape", [(2, 4, 10, 3, 12), (2, 4, 40, 3, 9)], ids=["l<d_out", "l>d_out"])
+def test_each_row_is_the_layer_without_that_head(shape):
+    """Independent of the expansion: ``Y_{-h}`` formed explicitly (for ``l > d_out`` through the heads'
+    ``d_head``-sized factors)."""
+    M, W, lengths = _case(*shape, seed=1)
     out = spectral.layer_eigs_without_each(M, W, lengths, 0.9, max_bytes=1)
     for h in range(4):
         keep = [g for g in range(4) if g != h]

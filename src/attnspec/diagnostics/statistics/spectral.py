@@ -297,21 +297,24 @@ def removed_blocks(B: int, H: int, n: int, max_bytes: int = REMOVED_GRAM_BYTES) 
     return [(slice(b, b + 1), slice(h, min(H, h + k))) for b in range(B) for h in range(0, H, k)]
 
 
-def _removed_grams(M: torch.Tensor, W: torch.Tensor, Y: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+def _removed_grams(M: torch.Tensor, W: torch.Tensor, Y: torch.Tensor, K: torch.Tensor, G0: torch.Tensor) -> torch.Tensor:
     """``Y_{-h} Y_{-h}^T`` (``l <= d_out``) or ``Y_{-h}^T Y_{-h}`` (``l > d_out``) of a block: ``M``
     ``(b, c, L, dh)``, ``W`` ``(c, dh, d_out)``, ``Y`` ``(b, L, d_out)`` the full layer output, ``K``
-    ``(c, dh, dh)`` the heads' ``W_O^h W_O^{hT}``; ``(b, c, n, n)``."""
+    ``(c, dh, dh)`` the heads' ``W_O^h W_O^{hT}``, ``G0`` ``(b, n, n)`` the full layer's Gram of the same form;
+    ``(b, c, n, n)``. The ``d_out x d_out`` form goes through the head's ``d_head``-sized factors
+    (``M_h^T Y``, ``M_h^T M_h``), never an ``L x d_out`` product per head: ``O(d_out^2 d_head)`` a head,
+    not ``O(L d_out^2)``."""
     if Y.shape[1] <= Y.shape[2]:
         P = torch.einsum("ble,hde->bhld", Y, W) @ M.transpose(-1, -2)             # T_h M_h^T
-        G = (Y @ Y.transpose(-1, -2))[:, None] - P
+        G = G0[:, None] - P
         G -= P.transpose(-1, -2)
         G += (M @ K[None]) @ M.transpose(-1, -2)
         return G
-    U = M @ W[None]                                                               # M_h W^h: (b, c, L, d_out)
-    P = U.transpose(-1, -2) @ Y[:, None]
-    G = (Y.transpose(-1, -2) @ Y)[:, None] - P
+    Wt = W.transpose(-1, -2)[None]                                                # W^{hT}: (1, c, d_out, dh)
+    P = Wt @ (M.transpose(-1, -2) @ Y[:, None])                                   # W^{hT} M_h^T Y
+    G = G0[:, None] - P
     G -= P.transpose(-1, -2)
-    G += U.transpose(-1, -2) @ U
+    G += (Wt @ (M.transpose(-1, -2) @ M)) @ W[None]                               # W^{hT} M_h^T M_h W^h
     return G
 
 
@@ -324,7 +327,8 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
     The Grams come from one expansion instead of ``H`` products: with ``Y = sum_g M_g W_O^g``
     and ``T_h = Y W_O^{hT}``, for ``l <= d_out``
     ``Y_{-h} Y_{-h}^T = Y Y^T - T_h M_h^T - M_h T_h^T + M_h (W_O^h W_O^{hT}) M_h^T`` (``l x l``), and for
-    ``l > d_out`` the ``d_out x d_out`` form ``Y^T Y - W^{hT} M_h^T Y - Y^T M_h W^h + W^{hT} M_h^T M_h W^h``.
+    ``l > d_out`` the ``d_out x d_out`` form ``Y^T Y - W^{hT} M_h^T Y - Y^T M_h W^h + W^{hT} M_h^T M_h W^h``,
+    the full layer's Gram ``Y Y^T`` (``Y^T Y``) formed once per text.
     They are built and diagonalized in (text, head) blocks (:func:`removed_blocks`): beyond the layer
     output ``Y`` (``B L d_out`` numbers) the memory is ``max(max_bytes, 64 n^2)`` bytes with
     ``n = min(L, d_out)``, whatever ``B`` and ``H``; the blocks do not change the result.
@@ -372,8 +376,12 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
     Y = torch.einsum("bhld,hde->ble", M, W) if Y is None else Y.to(M.dtype)
     K = (W @ W.transpose(-1, -2)) if K is None else K.to(M.dtype)
     ev = np.empty((B, H, min(L, d_out)))
+    texts, G0 = None, None                  # the full layer's Gram of the block's texts, once per texts
     for bs, hs in removed_blocks(B, H, min(L, d_out), max_bytes):
-        ev[bs, hs] = symmetric_eigenvalues(_removed_grams(M[bs, hs], W[hs], Y[bs], K[hs]).double())   # ascending
+        if bs != texts:
+            texts = bs
+            G0 = Y[bs] @ Y[bs].transpose(-1, -2) if L <= d_out else Y[bs].transpose(-1, -2) @ Y[bs]
+        ev[bs, hs] = symmetric_eigenvalues(_removed_grams(M[bs, hs], W[hs], Y[bs], K[hs], G0).double())   # ascending
     ev = np.maximum(ev, 0.0) * (lengths[:, None, None] / (d_out * scale))
     r = np.minimum(lengths - 1, d_out)
     return np.stack([_top(ev[:, h], r) for h in range(H)])
