@@ -16,6 +16,7 @@ that have it) and one tile of
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -26,7 +27,8 @@ from ...models.attention_calls import AttentionCall, record_attention_calls
 from ...models.rule_mask import RuleMask, same_mask
 from ..options import DEFAULT_TILE_BYTES
 
-__all__ = ["LayerBatch", "record", "layer_batches", "collect", "on_device", "compute_dtype", "tiny_layer"]
+__all__ = ["LayerBatch", "record", "layer_batches", "collect", "on_device", "compute_dtype", "tiny_layer",
+           "batch_rows", "select_texts"]
 
 
 
@@ -261,6 +263,57 @@ def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
     out = [calls[i] for i in range(len(sites))]
     _share_equal_masks(out)
     return out
+
+
+def batch_rows(obj, idx: torch.Tensor, B: int):
+    """``obj`` (a tensor, or a dict, list or tuple of them) with its first axis cut to the rows ``idx`` where that
+    axis is the batch's ``B`` texts; other entries as they are.
+
+    Examples
+    --------
+    >>> import torch
+    >>> b = {"input_ids": torch.arange(6).view(3, 2), "scale": torch.ones(1, 2), "name": "x"}
+    >>> r = batch_rows(b, torch.tensor([2, 0]), B=3)
+    >>> r["input_ids"].tolist(), tuple(r["scale"].shape), r["name"]
+    ([[4, 5], [0, 1]], (1, 2), 'x')
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj[idx.to(obj.device)] if obj.dim() and obj.shape[0] == B else obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(batch_rows(o, idx, B) for o in obj)
+    if isinstance(obj, dict):
+        return {k: batch_rows(v, idx, B) for k, v in obj.items()}
+    return obj
+
+
+def select_texts(batch: dict, records: list, keep: list[int]) -> tuple[dict, list]:
+    """The texts ``keep`` (rows of the batch) of a batch and of its :func:`record` records, as if recorded alone
+    (padding kept: a text's numbers do not depend on the other rows).
+
+    Examples
+    --------
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> ad, batch = tiny_causal_lm()                               # 2 texts of 6 tokens
+    >>> sub, recs = select_texts(batch, record(ad, batch), [1])
+    >>> sub["order"], tuple(recs[0].query.shape), tuple(recs[0].allowed.shape)
+    ([1], (1, 2, 6, 16), (1, 6, 6))
+    >>> bool(torch.equal(recs[0].weights(), record(ad, batch)[0].weights()[1:]))
+    True
+    """
+    B = int(batch["attention_mask"].shape[0])
+    idx = torch.tensor(keep, dtype=torch.long)
+    out = dict(batch_rows({k: v for k, v in batch.items() if k != "order"}, idx, B),
+               order=[batch["order"][k] for k in keep])
+
+    def rows(r):
+        if not isinstance(r, AttentionCall):
+            return batch_rows(r, idx, B)
+        allowed = (dataclasses.replace(r.allowed, keys=r.allowed.keys[idx], queries=r.allowed.queries[idx])
+                   if isinstance(r.allowed, RuleMask) else batch_rows(r.allowed, idx, B))
+        return dataclasses.replace(r, query=batch_rows(r.query, idx, B), key=batch_rows(r.key, idx, B),
+                                   value=batch_rows(r.value, idx, B), allowed=allowed,
+                                   position_bias=batch_rows(r.position_bias, idx, B))
+    return out, [rows(r) for r in records]
 
 
 def _share_equal_masks(calls: list[AttentionCall]) -> None:

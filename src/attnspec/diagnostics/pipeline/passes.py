@@ -19,7 +19,7 @@ import torch
 from ..statistics.bootstrap import N_BOOT, weights
 from . import forward_cache
 from ..options import DEFAULT_TILE_BYTES
-from .collect import LayerBatch, compute_dtype, layer_batches, record
+from .collect import LayerBatch, compute_dtype, layer_batches, record, select_texts
 from .fit import CorpusStats, LayerFitSums, MaskStore
 from .head_removal import RemovalSums
 from .resources import _layer_pool, _trim_heap
@@ -29,9 +29,10 @@ __all__: list[str] = []        # internal: the pipeline's parts (the public API 
 
 def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Callable[[int, Any], None],
                tile_bytes: int, desc: str, progress: bool, on_batch: Callable | None = None,
-               cache: forward_cache.ForwardCache | None = None) -> None:
+               cache: forward_cache.ForwardCache | None = None, texts: frozenset | None = None) -> None:
     """Collect each batch (from ``cache`` when it kept the batch, else by a forward pass, then kept in
-    ``cache``), run ``fn`` on its layers in a thread pool and hand results over in order."""
+    ``cache``), cut to its texts in ``texts`` when given (corpus positions, :func:`.collect.select_texts`), run
+    ``fn`` on its layers in a thread pool and hand results over in order."""
     from tqdm.auto import tqdm
     threads = torch.get_num_threads()
     n_texts = sum(int(b["attention_mask"].shape[0]) for b in batches)
@@ -43,6 +44,9 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
                 records = record(adapter, batch)
                 if cache is not None:
                     cache.put(key, records)
+            keep = [k for k, t in enumerate(batch["order"]) if texts is None or t in texts]
+            if len(keep) < len(batch["order"]):
+                batch, records = select_texts(batch, records, keep)
             lbs = layer_batches(adapter, batch, records, tile_bytes)
             del records
             if on_batch is not None:
@@ -100,6 +104,7 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
     ``n_boot`` bootstrap replicates; ``dependence=False``: the spectra of ``texts`` only (a later stage)."""
     W = [s.w_out().cpu() for s in adapter.sites]
     store = "float64" if compute_dtype(adapter) == torch.float64 else "float32"
+    cut = texts if not dependence else None     # a later stage: its batches cut to its texts before the work
     acc = [LayerSpectra(s.n_heads, store, head_dim=s.head_dim, d_out=s.d_out) for s in adapter.sites]
     g = grams if grams is not None else [None] * len(W)
     _per_layer(adapter, batches,
@@ -107,7 +112,7 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
                                               powers[lb.index], seed, g[lb.index],
                                               weights(seed, lb.order, n_boot) if g[lb.index] is not None else None,
                                               texts, dependence),
-               lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache)
+               lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache, texts=cut)
     return acc
 
 

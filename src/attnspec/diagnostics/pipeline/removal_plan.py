@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..options import ADAPTIVE_MODES
+from .collect import batch_rows
 
 __all__ = ["RemovalPlan", "check_removal_texts", "text_order", "sample_texts", "only_texts", "EXACT_MODES", "SAMPLE_ABOVE_PARAMS",
            "SCREENED_POSITIONS", "SAMPLED_TEXTS", "SAMPLED_VOCAB"]
@@ -182,16 +183,6 @@ def only_texts(batches: Sequence[dict], texts: frozenset | None) -> list[dict]:
     for b in batches:
         keep = [k for k, t in enumerate(b["order"]) if t in texts]
         if keep:
-            rows = _rows({k: v for k, v in b.items() if k != "order"}, torch.tensor(keep), len(b["order"]))
+            rows = batch_rows({k: v for k, v in b.items() if k != "order"}, torch.tensor(keep), len(b["order"]))
             out.append(dict(rows, order=[b["order"][k] for k in keep]))
     return out
-
-
-def _rows(obj, idx: torch.Tensor, B: int):
-    if isinstance(obj, torch.Tensor):
-        return obj[idx.to(obj.device)] if obj.dim() and obj.shape[0] == B else obj
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_rows(o, idx, B) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _rows(v, idx, B) for k, v in obj.items()}
-    return obj
