@@ -82,13 +82,14 @@ def test_the_command_line_refuses_auto_texts_with_screened_removal_before_loadin
 
 def test_the_help_states_the_declared_bound_of_n_boot_and_the_spectra_texts(capsys):
     from attnspec.diagnostics.options import MAX_N_BOOT
-    from attnspec.diagnostics.pipeline.spectra_plan import START, TARGET
+    from attnspec.diagnostics.pipeline.spectra_plan import MIN_EIGENVALUES, START, TARGET
     from attnspec.diagnostics.statistics.bootstrap import MIN_TEXTS_FOR_INTERVALS
     assert main(["diagnose", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert f"0..{MAX_N_BOOT}" in text.replace(" ", "")
     spectra = text[text.index("--spectra-texts"):]
     assert f">= {MIN_TEXTS_FOR_INTERVALS}," in spectra and f"'auto' (default): {START} texts" in spectra
+    assert f"at least {MIN_EIGENVALUES} eigenvalues" in spectra
     assert f"on {TARGET:.0%} of heads" in spectra
 
 

@@ -72,11 +72,15 @@ def test_the_sample_does_not_depend_on_the_batches(runs):
         assert np.allclose(a.heads[col], b.heads[col], rtol=1e-4, atol=1e-6, equal_nan=True), col
 
 
-def test_auto_grows_the_sample_in_stages_to_the_same_tables_as_one_sample_of_that_size(model_tok):
-    """'auto' on 160 texts of the random model: 32 texts leave heads open that all texts would decide, so a
-    second stage adds 32 more; the tables equal those of one sample of 64 (the same texts, the spectra of the
-    second stage's texts added to the first's)."""
+def test_auto_grows_the_sample_in_stages_to_the_same_tables_as_one_sample_of_that_size(model_tok, monkeypatch):
+    """'auto' on 160 texts of the random model (heads of width 8): its floor of 2,048 eigenvalues a head spectrum
+    takes every text. Without the floor, 32 texts leave heads open that all texts would decide, so a second stage
+    adds 32 more; the tables equal those of one sample of 64 (the same texts, the spectra of the second stage's
+    texts added to the first's)."""
+    from attnspec.diagnostics.pipeline import spectra_plan
     texts = builtin_texts(160)
+    assert _run(model_tok, texts).summary["spectra_texts"]["rule"] == "all"        # 8 eigenvalues a text
+    monkeypatch.setattr(spectra_plan, "MIN_EIGENVALUES", 0)
     auto = _run(model_tok, texts)
     assert auto.summary["spectra_texts"] == {"rule": "auto", "texts_used": 64, "stages": [32, 64],
                                              "predicted_agreement": 1.0, "target": 0.95}

@@ -65,8 +65,8 @@ def register(subparsers) -> None:
     p.add_argument("--spectra-texts", type=_option("spectra_texts"), default="auto",
                    help="texts whose output spectra are taken (spectral and selection columns; the fits and the "
                         "dependence statistics use every text): a seeded sample of N >= 8, 'all', or 'auto' (default): "
-                        "32 texts, doubled until the selection verdicts are predicted to agree with all texts' "
-                        "on 95%% of heads")
+                        "32 texts and at least 2048 eigenvalues a head spectrum, doubled until the selection verdicts "
+                        "are predicted to agree with all texts' on 95%% of heads")
     _add_removal_options(p)
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")
     p.add_argument("--n-boot", type=_option("n_boot"), default=200,

@@ -213,8 +213,9 @@ class DiagnoseOptions:
     spectra_texts: int | str = _option("auto", Interval(int, MIN_TEXTS_FOR_INTERVALS), OneOf(("auto", "all")),
                                        doc="texts whose output spectra are taken (spectral and selection columns; "
                                            "the fits and dependence statistics use every text): a seeded sample of "
-                                           "this many, 'all', or 'auto': 32, doubled until the selection verdicts "
-                                           "are predicted to agree with all texts' on 95 % of heads")
+                                           "this many, 'all', or 'auto': at least 32 texts and 2,048 eigenvalues a "
+                                           "head spectrum, doubled until the selection verdicts are predicted to "
+                                           "agree with all texts' on 95 % of heads")
     # --- labels and intervals
     threshold: float = _option(DIFFUSE_THRESHOLD, Interval(float, 0), doc="selection-score threshold of the "
                                "labels (default log 2)")

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...models import make_batches
 from ..options import DiagnoseOptions
 from ..statistics.bootstrap import N_BOOT
@@ -48,6 +50,17 @@ class Prepared:
     model_name: str
     n_heads: list
     mode: str
+    head_dims: list | None = None
+
+    def eigenvalues_per_text(self) -> np.ndarray:
+        """Per corpus position, the eigenvalues its text adds to a head spectrum of the narrowest layer:
+        ``min(l - 1, d_head)`` (:class:`.spectra_plan.SpectraPlan`)."""
+        d = min(self.head_dims) if self.head_dims else 0
+        n = max((max(b["order"]) + 1 for b in self.batches), default=0)
+        out = np.zeros(n, np.int64)
+        for b in self.batches:
+            out[list(b["order"])] = np.minimum(b["attention_mask"].sum(1).cpu().numpy() - 1, d).clip(min=0)
+        return out
 
 
 @dataclass
@@ -85,7 +98,7 @@ def prepare(adapter, tokenizer_or_inputs: Any, texts: Any, opts: DiagnoseOptions
         batches = make_batches(tokenizer_or_inputs, max_length=opts.max_length, bucket_size=opts.bucket_size)
         removal_batches, source = batches, "inputs"
     return Prepared(batches, removal_batches, source, opts.model_name or type(adapter.model).__name__,
-                    [s.n_heads for s in adapter.sites], mode)
+                    [s.n_heads for s in adapter.sites], mode, [s.head_dim for s in adapter.sites])
 
 
 def _fit(ex, groups: list, opts: DiagnoseOptions) -> tuple:
@@ -175,7 +188,7 @@ def run_steps(ex, prep: Prepared, opts: DiagnoseOptions, timings: dict) -> StepR
         fit_sums, fits, null_sums, corpus, where, grams = _fit(ex, groups, opts)
         null_fits = [s.fit() for s in null_sums]
         timings["fit"] = time.perf_counter() - t0
-        spectra_plan = SpectraPlan.of(corpus.n_texts, opts)
+        spectra_plan = SpectraPlan.of(corpus.n_texts, opts, prep.eigenvalues_per_text()[:corpus.n_texts])
         finish_spectra = _start_spectra(ex, groups, fits, null_fits, [s.head_power() for s in fit_sums], where,
                                         grams, opts, spectra_plan, fit_sums)
         del grams
