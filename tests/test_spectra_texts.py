@@ -74,18 +74,22 @@ def test_the_sample_does_not_depend_on_the_batches(runs):
 
 def test_auto_grows_the_sample_in_stages_to_the_same_tables_as_one_sample_of_that_size(model_tok, monkeypatch):
     """'auto' on 160 texts of the random model (heads of width 8): its floor of 2,048 eigenvalues a head spectrum
-    takes every text. Without the floor, 32 texts leave heads open that all texts would decide, so a second stage
-    adds 32 more; the tables equal those of one sample of 64 (the same texts, the spectra of the second stage's
-    texts added to the first's)."""
+    takes every text. Without the floor, from a first stage of a fifth of the corpus and with a target no head may
+    miss, a second stage adds the texts its open heads are predicted to need, and the tables equal those of one sample of that
+    size (the same texts, the spectra of the second stage's texts added to the first's)."""
     from attnspec.diagnostics.pipeline import spectra_plan
     texts = builtin_texts(160)
     assert _run(model_tok, texts).summary["spectra_texts"]["rule"] == "all"        # 8 eigenvalues a text
     monkeypatch.setattr(spectra_plan, "MIN_EIGENVALUES", 0)
+    monkeypatch.setattr(spectra_plan, "TARGET", 1.0)
+    monkeypatch.setattr(spectra_plan, "FIRST_SHARE", 0.2)
     auto = _run(model_tok, texts)
-    assert auto.summary["spectra_texts"] == {"rule": "auto", "texts_used": 64, "stages": [32, 64],
-                                             "predicted_agreement": 1.0, "target": 0.95}
-    assert any("from a seeded sample of 64 of the 160 texts" in n for n in auto.summary["notes"])
-    fixed = _run(model_tok, texts, spectra_texts=64)
+    plan = auto.summary["spectra_texts"]
+    assert plan["rule"] == "auto" and plan["stages"][0] == 32 and len(plan["stages"]) == 2, plan
+    n = plan["stages"][1]
+    assert 32 < n < 160 and plan["predicted_agreement"] == 1.0, plan
+    assert any(f"from a seeded sample of {n} of the 160 texts" in note for note in auto.summary["notes"])
+    fixed = _run(model_tok, texts, spectra_texts=n)
     numeric = [c for c in auto.heads.columns if auto.heads[c].dtype.kind in "fi"]
     assert np.allclose(auto.heads[numeric].to_numpy(float), fixed.heads[numeric].to_numpy(float), rtol=1e-6,
                        atol=1e-9, equal_nan=True)
