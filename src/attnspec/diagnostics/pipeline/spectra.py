@@ -303,6 +303,7 @@ class LayerSpectra:
     head_dim: int = 0
     d_out: int = 0
     boot_cka: np.ndarray | float = 0.0             # (n_boot, H, H): sum_b w_rb IF[b] (cka_influence)
+    _departures: dict = field(default_factory=dict, repr=False, compare=False)   # departure_replicates by key
 
     def __post_init__(self):
         H = self.n_heads
@@ -325,6 +326,7 @@ class LayerSpectra:
         self.gram = self.gram + r["gram"]
         self.gram_free = self.gram_free + r["gram_free"]
         self.boot_cka = self.boot_cka + r["boot_cka"]
+        self._departures.clear()
         self.order.append(np.asarray(r["order"], dtype=np.int64))
         self.lengths.append(np.asarray(r["lengths"], dtype=np.int64))
         self.corpus_order.append(np.asarray(r.get("corpus_order", r["order"]), dtype=np.int64))
@@ -367,16 +369,23 @@ class LayerSpectra:
                 for o, n in zip(self.order, self.lengths)]
         return np.concatenate(cols) if cols else np.zeros(0, np.int64)
 
-    def departure_replicates(self, column_of, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def departure_replicates(self, column_of, w: np.ndarray, key=None) -> tuple[np.ndarray, np.ndarray]:
         """Bootstrap replicates ``(n_boot, H)`` of each head's departure from its Gaussian equivalent
         (``spec_w1_rel``: W1 over the equivalent's mean eigenvalue) and of its null head's, each pooled
         eigenvalue weighted by its text's weight ``w[:, column_of(order)]``
-        (:func:`..statistics.bootstrap.weighted_relative_w1`)."""
+        (:func:`..statistics.bootstrap.weighted_relative_w1`). ``key``: what identifies the texts' weights
+        (``(seed, n_boot)`` of :func:`..statistics.bootstrap.weights`, drawn per text): a second call with the
+        same key returns the first's arrays (the spectra plan's prediction and the tables ask for the same)."""
+        if key is not None and key in self._departures:
+            return self._departures[key]
         ih = self.text_index(column_of)
         rel = lambda a, b, h: weighted_relative_w1(self.pooled(self.heads[a][h]), self.pooled(self.heads[b][h]),  # noqa: E731
                                                    ih, w)
-        return (np.stack([rel("act", "ge", h) for h in range(self.n_heads)], 1),
-                np.stack([rel("null", "nullge", h) for h in range(self.n_heads)], 1))
+        out = (np.stack([rel("act", "ge", h) for h in range(self.n_heads)], 1),
+               np.stack([rel("null", "nullge", h) for h in range(self.n_heads)], 1))
+        if key is not None:
+            self._departures[key] = out
+        return out
 
     @staticmethod
     def pooled(arrays: list) -> np.ndarray:

@@ -182,7 +182,7 @@ def closing_heads(spectra: list, fit_sums: list, seed: int, n_boot: int, thresho
             continue
         ids = np.unique(np.concatenate(sp.order))
         column = lambda order: np.searchsorted(ids, np.asarray(order, dtype=np.int64))  # noqa: E731
-        d, d0 = sp.departure_replicates(column, weights(seed, ids, n_boot))
+        d, d0 = sp.departure_replicates(column, weights(seed, ids, n_boot), key=(seed, n_boot))
         lo, hi = interval(sel.selection_score(d, d0), level)
         p, p0 = sp.departure_replicates(column, np.ones((1, ids.size)))
         score = sel.selection_score(p, p0)[0]

@@ -85,6 +85,7 @@ class TextWeights:
         self.ids = np.unique(np.asarray(text_ids, dtype=np.int64))
         self.w = weights(seed, self.ids, n_boot)
         self.n_boot = n_boot
+        self.seed = seed
 
     def column(self, order) -> np.ndarray:
         """Columns of :attr:`w` of the texts ``order``."""
@@ -284,7 +285,7 @@ def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, 
     reps = corrected_beta(fs.boot_scores, ns.boot_scores if has_null else None)
     if reps is not None:
         out["beta_corrected"] = reps
-    d, d0 = sp.departure_replicates(tw.column, tw.w)
+    d, d0 = sp.departure_replicates(tw.column, tw.w, key=(tw.seed, tw.n_boot))
     out["spec_w1_rel"], out["selection_score"] = d, sel.selection_score(d, d0)
     q = fs.query
     if q is not None and q.n_boot == tw.n_boot:
