@@ -495,7 +495,8 @@ def options_of(args: argparse.Namespace, **fixed):
     option the declarations refuse is a :class:`CLIError` naming its flag."""
     from ..diagnostics.options import DiagnoseOptions, OptionError
     values = dict(n_texts=args.n_texts, max_length=args.max_length, bucket_size=args.bucket_size,
-                  pack=True if args.pack else None, spectra_texts=args.spectra_texts, n_boot=args.n_boot, seed=args.seed, removal=_removal(args),
+                  pack=True if args.pack else None, spectra_texts=args.spectra_texts, n_boot=args.n_boot,
+                  seed=args.seed, removal=_removal(args),
                   mean_ablation=args.mean_ablation, gradient=not args.no_gradient,
                   removal_positions=args.removal_positions, removal_texts=args.removal_texts,
                   removal_vocab=args.removal_vocab, removal_target=args.removal_target, screen_top=args.screen_top,

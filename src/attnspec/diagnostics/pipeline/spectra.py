@@ -165,9 +165,10 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     already summed exactly these numbers (same contexts, same tiles, same centering), and the tables
     read them from there (:func:`..result.tables.build_tables`).
 
-    ``texts``: the corpus positions whose spectra are taken (the spectra texts, :mod:`.spectra_plan`; None: all). The Gram sums and the CKA influences (the dependence statistics) always cover
-    every text of the batch; the spectra (heads, layer, removed heads) only the batch's texts in ``texts``,
-    each exactly as without a sample (the draws are per text). ``dependence=False`` (a later stage of the
+    ``texts``: the corpus positions whose spectra are taken (the spectra texts, :mod:`.spectra_plan`; None:
+    all). The Gram sums and the CKA influences (the dependence statistics) always cover every text of the
+    batch; the spectra (heads, layer, removed heads) only the batch's texts in ``texts``, each exactly as
+    without a sample (the draws are per text). ``dependence=False`` (a later stage of the
     spectra texts, :mod:`.spectra_plan`, whose batches were already counted): no Gram sum, influence or corpus
     entry, only the spectra of the texts ``texts``.
 

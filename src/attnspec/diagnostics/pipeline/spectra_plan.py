@@ -7,8 +7,9 @@ seed are nested, and the removal samples are taken in the same order):
 
 * an integer ``n``: those ``n`` texts;
 * ``'all'``: every text;
-* ``'auto'`` (the default): half the corpus (:data:`FIRST_SHARE`), at least :data:`START` texts, and enough that every pooled head
-  spectrum holds :data:`MIN_EIGENVALUES` eigenvalues (a text of ``l`` tokens adds ``min(l - 1, d_head)``); then,
+* ``'auto'`` (the default): half the corpus (:data:`FIRST_SHARE`), at least :data:`START` texts, and enough
+  that every pooled head spectrum holds :data:`MIN_EIGENVALUES` eigenvalues (a text of ``l`` tokens adds
+  ``min(l - 1, d_head)``); then,
   when the heads' selection verdicts are not *predicted* to agree with those of the whole corpus on at least
   :data:`TARGET` of the heads, one more stage, up to the size predicted to reach it (the whole corpus beyond
   :data:`GROW_AT_MOST` of it).
@@ -22,7 +23,7 @@ stage and pays the recomputation once at most.
 **The floor.** The verdict prediction alone lets the ranking of heads near the null move: on the planted
 models of ``benchmarks/bench_validity.py`` (head width 16, texts of about 25 tokens: 32 texts give 512
 eigenvalues) 32 of 64 texts changed the AUC of ``selection_score`` for per-query heads (a property it does not
-rank, near chance) by up to 0.07 while the verdicts held; on MiniLM (32 texts, about 900 eigenvalues) the
+rank, near chance) by up to 0.14 while the verdicts held; on MiniLM (32 texts, about 900 eigenvalues) the
 selection score ranked heads at Spearman 0.96 against all 64 texts, on Gemma 3 270M (32 texts of 128 tokens,
 about 4,000 eigenvalues) at 0.996.
 
@@ -181,7 +182,7 @@ def closing_heads(spectra: list, fit_sums: list, seed: int, n_boot: int, thresho
         if n_used >= n_texts or fs.n_tokens < min_tokens or not sp.order:
             continue
         ids = np.unique(np.concatenate(sp.order))
-        column = lambda order: np.searchsorted(ids, np.asarray(order, dtype=np.int64))  # noqa: E731
+        column = lambda order, ids=ids: np.searchsorted(ids, np.asarray(order, dtype=np.int64))  # noqa: E731
         d, d0 = sp.departure_replicates(column, weights(seed, ids, n_boot), key=(seed, n_boot))
         lo, hi = interval(sel.selection_score(d, d0), level)
         p, p0 = sp.departure_replicates(column, np.ones((1, ids.size)))
