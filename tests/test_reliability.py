@@ -295,7 +295,12 @@ def test_signal_removes_the_forward_cache(models, tmp_path, monkeypatch, capsys,
         os.kill(os.getpid(), sig)
         return kept
     monkeypatch.setattr(forward_cache.ForwardCache, "put", put_then_signal)
-    rc = _diagnose(models["bert"], tmp_path / "out")
+    # the command line leaves a SIGINT that its parent ignores ignored (``cmd &`` in a script): not this test's case
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        rc = _diagnose(models["bert"], tmp_path / "out")
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == code and seen
     assert err[-1] == f"attnspec diagnose: interrupted by {signal.Signals(sig).name}; temporary files removed"
