@@ -75,6 +75,17 @@ class RuleMask:
     def numpy(self):
         return self.dense().numpy()
 
+    def texts(self, idx: torch.Tensor) -> "RuleMask":
+        """The same rule for the texts ``idx`` of the batch (``(len(idx), Lq, Lk)``).
+
+        Examples
+        --------
+        >>> m = RuleMask(torch.tensor([[True, True], [True, False]]), torch.tensor([[True, True], [True, False]]), True)
+        >>> m.texts(torch.tensor([1])).dense().int().tolist()
+        [[[1, 0], [0, 0]]]
+        """
+        return RuleMask(self.keys[idx], self.queries[idx], self.causal, self.window)
+
     def equals(self, other: "RuleMask") -> bool:
         return (self.causal == other.causal and self.window == other.window and self.shape == other.shape
                 and torch.equal(self.keys, other.keys) and torch.equal(self.queries, other.queries))

@@ -266,8 +266,8 @@ def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
 
 
 def batch_rows(obj, idx: torch.Tensor, B: int):
-    """``obj`` (a tensor, or a dict, list or tuple of them) with its first axis cut to the rows ``idx`` where that
-    axis is the batch's ``B`` texts; other entries as they are.
+    """``obj`` (a tensor or a :class:`~attnspec.models.rule_mask.RuleMask`, or a dict, list or tuple of them) with
+    its first axis cut to the rows ``idx`` where that axis is the batch's ``B`` texts; other entries as they are.
 
     Examples
     --------
@@ -279,6 +279,8 @@ def batch_rows(obj, idx: torch.Tensor, B: int):
     """
     if isinstance(obj, torch.Tensor):
         return obj[idx.to(obj.device)] if obj.dim() and obj.shape[0] == B else obj
+    if isinstance(obj, RuleMask):
+        return obj.texts(idx)
     if isinstance(obj, (tuple, list)):
         return type(obj)(batch_rows(o, idx, B) for o in obj)
     if isinstance(obj, dict):
@@ -308,11 +310,8 @@ def select_texts(batch: dict, records: list, keep: list[int]) -> tuple[dict, lis
     def rows(r):
         if not isinstance(r, AttentionCall):
             return batch_rows(r, idx, B)
-        allowed = (dataclasses.replace(r.allowed, keys=r.allowed.keys[idx], queries=r.allowed.queries[idx])
-                   if isinstance(r.allowed, RuleMask) else batch_rows(r.allowed, idx, B))
-        return dataclasses.replace(r, query=batch_rows(r.query, idx, B), key=batch_rows(r.key, idx, B),
-                                   value=batch_rows(r.value, idx, B), allowed=allowed,
-                                   position_bias=batch_rows(r.position_bias, idx, B))
+        return dataclasses.replace(r, **{f: batch_rows(getattr(r, f), idx, B)
+                                         for f in ("query", "key", "value", "allowed", "position_bias")})
     return out, [rows(r) for r in records]
 
 

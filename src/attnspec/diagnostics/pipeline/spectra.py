@@ -24,19 +24,18 @@ spectrum (:mod:`..statistics.spectral`).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from ...models.rule_mask import RuleMask
 from ..statistics import dependence as dep
 from ..statistics import identification as ident
+from ..statistics import selection as sel
 from ..statistics import spectral
 from ..statistics.bootstrap import weighted, weighted_relative_w1
 from ..statistics.noise import Draw, TextNoise
-from .collect import LayerBatch
+from .collect import LayerBatch, batch_rows
 from .fit import null_tile_weights
 
 __all__ = ["LayerSpectra", "layer_batch_spectra", "cka_influence", "HEAD_SPECTRA", "LAYER_SPECTRA",
@@ -50,13 +49,6 @@ LAYER_SPECTRA = ("act", "ge", "free")
 INFLUENCE_BYTES = 32 * 2 ** 20
 
 
-def _texts_of(allowed: "torch.Tensor | RuleMask", idx: torch.Tensor) -> "torch.Tensor | RuleMask":
-    """The allowed sets of the texts ``idx`` of a batch (a rule stays a rule)."""
-    if isinstance(allowed, RuleMask):
-        return dataclasses.replace(allowed, keys=allowed.keys[idx], queries=allowed.queries[idx])
-    return allowed[idx]
-
-
 def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Uncentered contexts ``(B, H, L, d_v)`` of the head (every text of the batch) and, for the texts ``idx``
     of the batch (default all), of its equivalent, the null head and its equivalent ``(len(idx), H, L, d_v)``.
@@ -68,7 +60,7 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
     sub = torch.arange(B) if idx is None else idx
     n = int(sub.numel())
     order, valid = [lb.order[int(b)] for b in sub], lb.valid[sub]
-    allowed = lb.allowed if idx is None else _texts_of(lb.allowed, sub)
+    allowed = lb.allowed if idx is None else batch_rows(lb.allowed, sub, B)
     Vs = Vg if idx is None else Vg[sub]
     out = {k: torch.zeros(B if k == "act" else n, H, L, dv, dtype=lb.dtype) for k in HEAD_SPECTRA}
     z_ge = TextNoise(seed, Draw.GE_NOISE, i, order, valid)
@@ -369,6 +361,12 @@ class LayerSpectra:
         cols = [np.repeat(column_of(o), np.minimum(n - 1, width).clip(min=0))
                 for o, n in zip(self.order, self.lengths)]
         return np.concatenate(cols) if cols else np.zeros(0, np.int64)
+
+    def departures(self, h: int) -> tuple[dict, dict]:
+        """Head ``h``'s departure from its Gaussian equivalent and its null head's from theirs
+        (:func:`..statistics.selection.spectral_departure` of the pooled spectra: ``w1_rel``, ``ks``, ...)."""
+        return (sel.spectral_departure(self.head("act", h), self.head("ge", h)),
+                sel.spectral_departure(self.head("null", h), self.head("nullge", h)))
 
     def departure_replicates(self, column_of, w: np.ndarray, key=None) -> tuple[np.ndarray, np.ndarray]:
         """Bootstrap replicates ``(n_boot, H)`` of each head's departure from its Gaussian equivalent

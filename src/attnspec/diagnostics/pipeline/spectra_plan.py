@@ -185,8 +185,8 @@ def closing_heads(spectra: list, fit_sums: list, seed: int, n_boot: int, thresho
         column = lambda order, ids=ids: np.searchsorted(ids, np.asarray(order, dtype=np.int64))  # noqa: E731
         d, d0 = sp.departure_replicates(column, weights(seed, ids, n_boot), key=(seed, n_boot))
         lo, hi = interval(sel.selection_score(d, d0), level)
-        p, p0 = sp.departure_replicates(column, np.ones((1, ids.size)))
-        score = sel.selection_score(p, p0)[0]
+        point = np.array([[d["w1_rel"] for d in sp.departures(h)] for h in range(sp.n_heads)])   # as the tables
+        score = sel.selection_score(point[:, 0], point[:, 1])
         with np.errstate(invalid="ignore", divide="ignore"):
             open_now = np.isfinite(lo) & np.isfinite(hi) & (lo < threshold) & (hi >= threshold)
             half = np.where(score >= threshold, score - lo, hi - score)        # toward the threshold

@@ -117,8 +117,7 @@ def _head_rows(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
     dead = fs.head_power() <= 0          # zero output (a pruned W_O or V slice): ..statistics.spectral.head_eigs
     rows = []
     for h in range(H):
-        d = sel.spectral_departure(sp.head("act", h), sp.head("ge", h))
-        d0 = sel.spectral_departure(sp.head("null", h), sp.head("nullge", h))
+        d, d0 = sp.departures(h)
         score = float(sel.selection_score(np.array(d["w1_rel"]), np.array(d0["w1_rel"])))
         others = np.where(offdiag[h])[0]
         s_h = float(f["score_scale"][h])
