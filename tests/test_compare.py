@@ -3,8 +3,6 @@ replicates, the compare and track commands and their HTML pages (headless Chromi
 import copy
 import json
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pandas as pd
@@ -21,6 +19,7 @@ from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.diagnostics import Diagnosis, diagnose  # noqa: E402
 from attnspec.diagnostics.statistics.bootstrap import interval  # noqa: E402
 from attnspec.models import load_model  # noqa: E402
+from _chromium import chromium, screenshot  # noqa: E402
 
 KW = dict(n_boot=50, seed=0, removal="exact", gradient=False, progress=False)
 HD = 16          # head width of the tiny BERT
@@ -154,22 +153,6 @@ def test_mismatched_geometry_is_matched_and_said(diags):
     assert "geometry differs" in c.summary["notes"][0]
 
 
-def _chromium():
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
-def _render(page, tmp_path):
-    png = tmp_path / "shot.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-             "--window-size=1280,2400", "--hide-scrollbars", f"--screenshot={png}"]
-    r = subprocess.run([_chromium(), *flags, page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert png.is_file() and png.stat().st_size > 10000, r.stderr[-2000:]
-    console = [ln for ln in r.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
-    assert not console, console
-
-
 def _self_contained(text):
     assert text.startswith("<!DOCTYPE html>") and "<script" not in text
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
@@ -189,8 +172,8 @@ def test_compare_command_and_report(diags, tmp_path, capsys):
     text = (tmp_path / "c" / "report.html").read_text()
     _self_contained(text)
     assert 'title="layer 1, head 2: removal_effect_diff = ' in text and text.count("data:image/png;base64,") == 2
-    if _chromium():
-        _render(tmp_path / "c" / "report.html", tmp_path)
+    if chromium():
+        screenshot(tmp_path / "c" / "report.html", tmp_path, 10000)
 
 
 def test_track_command_resumes_and_reports(bert, tok, tmp_path, capsys):
@@ -214,8 +197,8 @@ def test_track_command_resumes_and_reports(bert, tok, tmp_path, capsys):
     text = (tmp_path / "t" / "report.html").read_text()
     _self_contained(text)
     assert text.count("data:image/png;base64,") == 1 and (tmp_path / "t" / "trajectories.png").is_file()
-    if _chromium():
-        _render(tmp_path / "t" / "report.html", tmp_path)
+    if chromium():
+        screenshot(tmp_path / "t" / "report.html", tmp_path, 10000)
     capsys.readouterr()
     assert main(["track", str(tmp_path / "nope"), "--out", str(tmp_path / "t2")]) == 2
     assert capsys.readouterr().err.strip().startswith("attnspec track: error: CHECKPOINT")

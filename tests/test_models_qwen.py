@@ -6,7 +6,6 @@ and the safetensors copy take about 105 s (4 GB peak memory); later loads of the
 the diagnosis of two short built-in texts (21 and 16 tokens, 336 heads, no removal) 7-10 s.
 """
 import hashlib
-import math
 
 import pytest
 
@@ -15,6 +14,7 @@ pytest.importorskip("gguf")
 
 from attnspec.models import loading  # noqa: E402
 from attnspec.models.loading import ModelLoadError, cache_dir, load_model  # noqa: E402
+from _gguf_builtins import check_cached_copy, check_small_diagnosis  # noqa: E402
 
 N_LAYERS, N_HEADS, N_KV, WIDTH, VOCAB = 24, 14, 2, 896, 151936
 
@@ -108,18 +108,7 @@ def test_loads_qwen2_sdpa(qwen):
 
 @pytest.mark.slow
 def test_diagnosis_small(qwen):
-    import attnspec
-    import torch
-    from attnspec.data import builtin_texts
-    model, tok = qwen
-    before = {k: v.clone() for k, v in list(model.state_dict().items())[:12]}
-    d = attnspec.diagnose(model, tok, builtin_texts(2), removal=False, gradient=False, min_tokens=0)
-    h = d.heads
-    assert len(h) == N_LAYERS * N_HEADS
-    assert not h["score_scale"].isna().any() and not h["beta_hat"].isna().any()
-    assert all(math.isfinite(x) and x > 0 for x in h["score_scale"])
-    assert any("grouped-query" in n for n in d.summary["notes"])
-    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    check_small_diagnosis(*qwen, N_LAYERS, N_HEADS)
 
 
 # --- the cached safetensors copy (fast; skipped before the first conversion; last, so
@@ -129,19 +118,6 @@ def test_cached_copy():
     target = cache_dir() / "qwen2.5-0.5b-f32"
     if not (target / "config.json").is_file():
         pytest.skip("no cached qwen2.5-0.5b copy yet (the slow tests create it)")
-    import transformers
-    cfg = transformers.AutoConfig.from_pretrained(target, local_files_only=True)
-    assert cfg.model_type == "qwen2" and cfg.architectures == ["Qwen2ForCausalLM"]
-    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (N_LAYERS, N_HEADS, N_KV)
-    assert cfg.hidden_size == WIDTH and cfg.vocab_size == VOCAB
-    assert not getattr(cfg, "quantization_config", None)
-    tok = transformers.AutoTokenizer.from_pretrained(target, local_files_only=True)
-    assert len(tok) == cfg.vocab_size
+    cfg, tok, keys = check_cached_copy(target, "qwen2", "Qwen2ForCausalLM", N_LAYERS, N_HEADS, N_KV, 64, WIDTH, VOCAB)
     assert tok("def f(x):\n    return x").input_ids == [750, 282, 2075, 982, 262, 470, 856]
-    from safetensors import safe_open
-    with safe_open(str(target / "model.safetensors"), "pt") as f:
-        keys = set(f.keys())
-        assert f.get_slice("model.layers.0.self_attn.k_proj.weight").get_shape() == [N_KV * 64, WIDTH]
-        assert f.get_slice("model.layers.0.self_attn.q_proj.weight").get_shape() == [N_HEADS * 64, WIDTH]
-        assert f.get_slice("model.embed_tokens.weight").get_dtype() == "F32"
     assert sum(k.endswith("self_attn.q_proj.bias") for k in keys) == N_LAYERS and "lm_head.weight" in keys

@@ -13,6 +13,7 @@ pytest.importorskip("gguf")
 
 from attnspec.models import loading, packaged  # noqa: E402
 from attnspec.models.loading import ModelLoadError, cache_dir, load_model  # noqa: E402
+from _gguf_builtins import check_cached_copy, check_small_diagnosis  # noqa: E402
 
 N_LAYERS, N_HEADS, N_KV, D_HEAD, WIDTH, VOCAB, CONTEXT = 30, 9, 3, 64, 576, 49152, 8192
 
@@ -122,18 +123,7 @@ def test_next_token_loss_is_sane(smollm2):
 
 @pytest.mark.slow
 def test_diagnosis_small(smollm2):
-    import attnspec
-    import torch
-    from attnspec.data import builtin_texts
-    model, tok = smollm2
-    before = {k: v.clone() for k, v in list(model.state_dict().items())[:12]}
-    d = attnspec.diagnose(model, tok, builtin_texts(2), removal=False, gradient=False, min_tokens=0)
-    h = d.heads
-    assert len(h) == N_LAYERS * N_HEADS
-    assert not h["score_scale"].isna().any() and not h["beta_hat"].isna().any()
-    assert all(math.isfinite(x) and x > 0 for x in h["score_scale"])
-    assert any("grouped-query" in n for n in d.summary["notes"])
-    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    check_small_diagnosis(*smollm2, N_LAYERS, N_HEADS)
 
 
 # --- the cached safetensors copy (fast; skipped before the first conversion; last, so
@@ -143,17 +133,6 @@ def test_cached_copy():
     target = cache_dir() / "smollm2-135m-f32"
     if not (target / "config.json").is_file():
         pytest.skip("no cached smollm2-135m copy yet (the slow tests create it)")
-    import transformers
-    cfg = transformers.AutoConfig.from_pretrained(target, local_files_only=True)
-    assert cfg.model_type == "llama" and cfg.architectures == ["LlamaForCausalLM"]
-    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (N_LAYERS, N_HEADS, N_KV)
-    assert cfg.hidden_size == WIDTH and cfg.vocab_size == VOCAB and cfg.max_position_embeddings == CONTEXT
-    assert not getattr(cfg, "quantization_config", None)
-    tok = transformers.AutoTokenizer.from_pretrained(target, local_files_only=True)
-    assert len(tok) == cfg.vocab_size
+    cfg, tok, _ = check_cached_copy(target, "llama", "LlamaForCausalLM", N_LAYERS, N_HEADS, N_KV, D_HEAD, WIDTH, VOCAB)
+    assert cfg.max_position_embeddings == CONTEXT
     assert tok("Hello world 12345").input_ids == [19556, 905, 216, 33, 34, 35, 36, 37]   # digits one by one
-    from safetensors import safe_open
-    with safe_open(str(target / "model.safetensors"), "pt") as f:
-        assert f.get_slice("model.layers.0.self_attn.k_proj.weight").get_shape() == [N_KV * D_HEAD, WIDTH]
-        assert f.get_slice("model.layers.0.self_attn.q_proj.weight").get_shape() == [N_HEADS * D_HEAD, WIDTH]
-        assert f.get_slice("model.embed_tokens.weight").get_dtype() == "F32"

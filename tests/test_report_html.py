@@ -1,7 +1,5 @@
 """The HTML report: self-contained, and it renders in headless Chromium without console errors."""
 import re
-import shutil
-import subprocess
 
 import pytest
 import torch
@@ -13,6 +11,7 @@ from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.diagnostics import diagnose  # noqa: E402
 from attnspec.models import load_model  # noqa: E402
 from attnspec.report import write_report  # noqa: E402
+from _chromium import chromium, screenshot  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -54,21 +53,9 @@ def test_intervals_and_how_to_read(report):
     assert "<h3>Per-query selection</h3>" in text and "<th>query_selection_rule</th>" in text
 
 
-def _chromium():
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
-@pytest.mark.skipif(_chromium() is None, reason="headless Chromium not installed")
+@pytest.mark.skipif(chromium() is None, reason="headless Chromium not installed")
 def test_renders_in_headless_chromium(report, tmp_path):
-    png = tmp_path / "shot.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-             "--window-size=1280,2400", "--hide-scrollbars", f"--screenshot={png}"]
-    r = subprocess.run([_chromium(), *flags, report.as_uri()], capture_output=True, text=True, timeout=120)
-    assert png.is_file() and png.stat().st_size > 20000, r.stderr[-2000:]
-    console = [ln for ln in r.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
-    assert not console, console
+    png = screenshot(report, tmp_path, 20000)
     # the screenshot is not blank: many distinct colours (heat maps)
     import matplotlib.image as mpimg
     import numpy as np
