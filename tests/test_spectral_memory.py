@@ -140,10 +140,10 @@ def test_free_rotation_from_r_factors_equals_q_times_r():
     out = free_rotation(M, valid, noise())
     ref, nz = torch.zeros_like(M), noise()
     for b in range(2):
-        idx = nz.idx[b].numpy()
-        Mb = M[b][:, idx].numpy()
-        G = nz.draw(b, Mb.shape)
-        ref[b][:, idx] = torch.from_numpy(_sign_fixed_qr(G - G.mean(-2, keepdims=True))[0] @ _sign_fixed_qr(Mb)[1])
+        idx = nz.idx[b]
+        Mb = M[b][:, idx]
+        G = torch.from_numpy(nz.draw(b, tuple(Mb.shape)))
+        ref[b][:, idx] = _sign_fixed_qr(G - G.mean(-2, keepdim=True))[0] @ _sign_fixed_qr(Mb)[1]
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     assert torch.allclose(out.transpose(-1, -2) @ out, M.transpose(-1, -2) @ M)   # each head's M^T M kept
     assert not out[1, :, 20:].any()                                                # padding stays 0

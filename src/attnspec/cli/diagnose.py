@@ -87,7 +87,10 @@ def register(subparsers) -> None:
     p.add_argument("--parquet", action="store_true", help="also write parquet tables")
     p.add_argument("--quiet", action="store_true", help="no progress bars (they show texts/s and the ETA of each pass)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu",
-                   help="where the model runs ('auto': CUDA, else MPS, else CPU); statistics stay in float64 on the CPU")
+                   help="where the model runs ('auto': CUDA, else MPS, else CPU)")
+    p.add_argument("--statistics-device", type=_option("statistics_device"), default="cpu",
+                   help="where the statistics run: 'cpu' (default), or 'model' (the model's device, float64 sums "
+                        "there; MPS has no float64: the CPU there); equal up to floating-point rounding")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
                    help="dtype of the model's weights and forward pass")
     p.add_argument("--device-map", choices=("auto",), default=None,
@@ -470,7 +473,7 @@ def _removal(args: argparse.Namespace) -> str:
 #: fixed here: ``threshold``, ``min_tokens``, ``max_tokens``, ``removal_bucket_size``, ``tile_bytes`` and
 #: ``reuse_forward`` keep their defaults; ``progress`` is ``--quiet``, ``model_name`` is ``--model``).
 FLAG_OF = {"n_texts": "--n-texts", "max_length": "--max-length", "bucket_size": "--bucket-size", "pack": "--pack",
-           "spectra_texts": "--spectra-texts",
+           "spectra_texts": "--spectra-texts", "statistics_device": "--statistics-device",
            "n_boot": "--n-boot", "seed": "--seed", "removal": "--removal/--no-removal", "mean_ablation": "--mean-ablation",
            "gradient": "--no-gradient", "removal_positions": "--removal-positions", "removal_texts": "--removal-texts",
            "removal_vocab": "--removal-vocab", "removal_target": "--removal-target", "screen_top": "--screen-top",
@@ -500,7 +503,8 @@ def options_of(args: argparse.Namespace, **fixed):
                   mean_ablation=args.mean_ablation, gradient=not args.no_gradient,
                   removal_positions=args.removal_positions, removal_texts=args.removal_texts,
                   removal_vocab=args.removal_vocab, removal_target=args.removal_target, screen_top=args.screen_top,
-                  screen_sample=args.screen_sample, progress=not args.quiet, model_name=args.model)
+                  screen_sample=args.screen_sample, progress=not args.quiet, model_name=args.model,
+                  statistics_device=args.statistics_device)
     values.update(fixed)
     try:
         return DiagnoseOptions(**values)

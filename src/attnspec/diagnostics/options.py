@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .statistics.bootstrap import MIN_TEXTS_FOR_INTERVALS, N_BOOT
+from .statistics.devices import STATISTICS_DEVICES
 from .statistics.selection import DIFFUSE_THRESHOLD, MIN_TOKENS_FOR_LABEL
 
 __all__ = ["DiagnoseOptions", "OptionError", "Interval", "OneOf", "Boolean", "invalid_values", "parse_flag"]
@@ -251,6 +252,9 @@ class DiagnoseOptions:
                               "attention weights")
     reuse_forward: bool | None = _option(None, Boolean(), None, doc="keep the first forward pass' records on "
                                          "disk for the spectra (default: when the model is on the CPU)")
+    statistics_device: str = _option("cpu", OneOf(STATISTICS_DEVICES), doc="where the tile statistics, Grams and "
+                                     "sums run: 'cpu', or 'model' (the model's device: CUDA; MPS has no float64, "
+                                     "so the CPU there); equal up to floating-point rounding")
     progress: bool = _option(False, Boolean(), doc="progress bars")
     model_name: str | None = _option(None, Text(), None, doc="the model's name in the summary")
 

@@ -113,27 +113,30 @@ class AttentionCall:
         t = t.to(dtype=dtype)
         return t.repeat_interleave(rep, dim=1) if rep > 1 else t
 
-    def logits(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def logits(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32,
+               device: "torch.device | str" = "cpu") -> torch.Tensor:
         """Raw logits ``(B, H, r, L)`` of the query rows ``rows`` (before masking), computed on the
-        tensors' device in ``dtype`` and returned on the CPU."""
+        tensors' device in ``dtype`` and returned on ``device``."""
         q = self.query[:, :, rows].to(dtype=dtype)
         s = (q @ self._kv(self.key, dtype).transpose(-1, -2)).mul_(self.scaling)   # in place: same numbers
         if self.softcap:
             s = s.div_(self.softcap).tanh_().mul_(self.softcap)
         if self.position_bias is not None:
             s = s.add_(self.position_bias[..., rows, :].to(dtype=dtype))
-        return s.cpu()
+        return s.to(device)
 
-    def weights(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Attention weights ``(B, H, r, L)`` of the query rows ``rows``; rows with no allowed key are 0."""
-        s = self.logits(rows, dtype)
-        ok = self.allowed[:, None, rows].to("cpu")
+    def weights(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32,
+                device: "torch.device | str" = "cpu") -> torch.Tensor:
+        """Attention weights ``(B, H, r, L)`` of the query rows ``rows`` on ``device``; rows with no allowed key
+        are 0."""
+        s = self.logits(rows, dtype, device)
+        ok = self.allowed[:, None, rows].to(s.device)
         A = torch.softmax(s.masked_fill_(~ok, float("-inf")), dim=-1)
         return A.nan_to_num_(nan=0.0)
 
-    def values(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Values ``(B, H_kv, L, d_v)`` on the CPU."""
-        return self.value.to(device="cpu", dtype=dtype)
+    def values(self, dtype: torch.dtype = torch.float32, device: "torch.device | str" = "cpu") -> torch.Tensor:
+        """Values ``(B, H_kv, L, d_v)`` on ``device``."""
+        return self.value.to(device=device, dtype=dtype)
 
 
 def allowed_from_mask(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causal: bool,

@@ -48,11 +48,19 @@ class RuleMask:
     def shape(self) -> tuple[int, int, int]:
         return (self.keys.shape[0], self.queries.shape[1], self.keys.shape[1])
 
+    @property
+    def device(self) -> torch.device:
+        return self.keys.device
+
+    def to(self, device: "torch.device | str") -> "RuleMask":
+        """The same rule with its booleans on ``device`` (the tiles are built there)."""
+        return RuleMask(self.keys.to(device), self.queries.to(device), self.causal, self.window)
+
     def rows(self, rows: slice) -> torch.Tensor:
         """The allowed set of the query rows ``rows``: ``(B, r, Lk)`` bool."""
         B, Lq, Lk = self.shape
-        i = torch.arange(Lq)[rows][:, None] + (Lk - Lq)
-        j = torch.arange(Lk)[None, :]
+        i = torch.arange(Lq, device=self.device)[rows][:, None] + (Lk - Lq)
+        j = torch.arange(Lk, device=self.device)[None, :]
         ok = self.queries[:, rows, None] & self.keys[:, None, :]
         if self.causal:
             ok &= (j <= i)[None]
@@ -73,7 +81,7 @@ class RuleMask:
         return self.dense()[key]
 
     def numpy(self):
-        return self.dense().numpy()
+        return self.dense().cpu().numpy()
 
     def texts(self, idx: torch.Tensor) -> "RuleMask":
         """The same rule for the texts ``idx`` of the batch (``(len(idx), Lq, Lk)``).
@@ -84,6 +92,7 @@ class RuleMask:
         >>> m.texts(torch.tensor([1])).dense().int().tolist()
         [[[1, 0], [0, 0]]]
         """
+        idx = idx.to(self.device)
         return RuleMask(self.keys[idx], self.queries[idx], self.causal, self.window)
 
     def equals(self, other: "RuleMask") -> bool:

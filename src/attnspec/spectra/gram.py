@@ -20,11 +20,13 @@ def gram_eigenvalues(Y: np.ndarray, eigvalsh: Callable[[np.ndarray], np.ndarray]
 
     Parameters
     ----------
-    Y : ndarray, shape (..., l, n)
-        One matrix or a stack of them (leading axes are batch axes, e.g. draws).
+    Y : ndarray or torch.Tensor, shape (..., l, n)
+        One matrix or a stack of them (leading axes are batch axes, e.g. draws). A tensor's Gram is formed
+        by torch on the tensor's device, and handed to ``eigvalsh``.
     eigvalsh : callable, optional
-        Ascending eigenvalues of a stack of symmetric matrices (default :func:`numpy.linalg.eigvalsh`;
-        the diagnosis passes torch's, faster on stacks of small matrices).
+        Ascending eigenvalues, as a numpy array, of a stack of symmetric matrices (default
+        :func:`numpy.linalg.eigvalsh`; the diagnosis passes torch's, which takes tensors on any device and is
+        faster on stacks of small matrices).
 
     Returns
     -------
@@ -38,14 +40,15 @@ def gram_eigenvalues(Y: np.ndarray, eigvalsh: Callable[[np.ndarray], np.ndarray]
     >>> gram_eigenvalues(Y)
     array([0., 2.])
     """
-    Y = np.asarray(Y)
+    if not hasattr(Y, "swapaxes") or not hasattr(Y, "ndim"):
+        Y = np.asarray(Y)
     if Y.ndim < 2:
-        raise ValueError(f"Y must have at least 2 dimensions (..., l, n), got shape {Y.shape}")
+        raise ValueError(f"Y must have at least 2 dimensions (..., l, n), got shape {tuple(Y.shape)}")
     l, n = Y.shape[-2:]
-    Yt = np.swapaxes(Y, -1, -2)
+    Yt = Y.swapaxes(-1, -2)
     if n < l:
         ev = eigvalsh(Yt @ Y)
-        pad = np.zeros(Y.shape[:-2] + (l - n,), dtype=ev.dtype)
+        pad = np.zeros(tuple(Y.shape[:-2]) + (l - n,), dtype=ev.dtype)
         ev = np.concatenate([pad, ev], axis=-1)
     else:
         ev = eigvalsh(Y @ Yt)

@@ -4,8 +4,9 @@ For transformers models the inputs of every attention call are recorded whatever
 SDPA, FlashAttention; :mod:`attnspec.models.attention_calls`): queries and keys after the position
 encoding, values, and the allowed set from the mask the model itself built (causal, padding, sliding
 window, per-layer patterns). Attention rows are then recomputed on demand, one query tile at a time,
-in float32 on the CPU (float64 for a float64 model): a diagnosis never holds ``(B, H, L, L)`` for more than one tile of one layer
-per worker thread. Custom modules and ``nn.MultiheadAttention`` are read through their hooks
+in float32 (float64 for a float64 model) on the statistics' device (the CPU, or the model's device with
+``statistics_device='model'``, :mod:`..statistics.devices`): a diagnosis never holds ``(B, H, L, L)`` for more
+than one tile of one layer per worker thread. Custom modules and ``nn.MultiheadAttention`` are read through their hooks
 (:func:`attnspec.models.capture`), which materialize the weights of the layer.
 
 Peak memory of this step beyond the model's own forward pass, per batch of ``B`` texts padded to
@@ -42,14 +43,15 @@ class LayerBatch:
         Layer (site) index.
     site : AttentionSite
     valid, special : bool Tensor ``(B, L)``
-        Real tokens; special tokens ([CLS], <bos>, ...).
+        Real tokens; special tokens ([CLS], <bos>, ...). Every tensor of a layer batch is on the statistics'
+        device (:attr:`device`).
     order : list of int
         Position of each text of the batch in the caller's list (seeds per text).
     allowed : bool Tensor or RuleMask ``(B, L, L)``
         Query ``i`` may attend key ``j`` (the model's own mask, padding removed; ``allowed[:, rows]`` gives the
         rows of a tile, built from the rule when the model passed no mask tensor: :mod:`attnspec.models.rule_mask`).
     values : Tensor ``(B, H_kv, L, d_v)``
-        Values per key/value head, float32 on the CPU.
+        Values per key/value head, in ``dtype``.
     weights_of : callable
         ``rows -> (B, H, r, L)`` attention weights of the query rows ``rows`` (``dtype``).
     tile_rows : int
@@ -57,7 +59,7 @@ class LayerBatch:
     dtype : torch.dtype
         Compute dtype of the statistics: float64 for a float64 model, float32 otherwise.
     keys : Tensor ``(B, H_kv, L_k, d)``, optional
-        Keys per key/value head (after RoPE), on the CPU, for the key null of the fit step; None when the
+        Keys per key/value head (after RoPE), for the key null of the fit step; None when the
         attention weights were captured without them.
     tokens : LongTensor ``(B, L)``, optional
         Token ids of the queries and keys (the content rules of per-query selection); None for inputs
@@ -92,9 +94,14 @@ class LayerBatch:
         return self.valid.sum(1)
 
     @property
+    def device(self) -> torch.device:
+        """Where the layer's statistics run."""
+        return self.valid.device
+
+    @property
     def groups(self) -> torch.Tensor:
         """Key/value head of each query head ``(H,)``."""
-        return torch.tensor([self.site.kv_group(h) for h in range(self.site.n_heads)])
+        return torch.tensor([self.site.kv_group(h) for h in range(self.site.n_heads)], device=self.device)
 
     def tiles(self) -> Iterator[slice]:
         """Consecutive query-row slices covering ``0..L``."""
@@ -177,36 +184,38 @@ def compute_dtype(adapter: ModelAdapter) -> torch.dtype:
 
 
 def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, tile_bytes: int,
-               dtype: torch.dtype) -> LayerBatch:
+               dtype: torch.dtype, device: torch.device) -> LayerBatch:
     if call.n_heads != site.n_heads or call.n_kv_heads != site.n_kv_heads:
         raise RuntimeError(f"{site.name}: attention call has {call.n_heads} query / {call.n_kv_heads} key-value "
                            f"heads, the adapter expects {site.n_heads} / {site.n_kv_heads}")
     B, L = batch["attention_mask"].shape
-    return LayerBatch(i, site, batch["attention_mask"].bool(), batch["special"].bool(), batch["order"],
-                      call.allowed, _real_values(call.values(dtype), batch["attention_mask"].bool()),
-                      lambda rows: call.weights(rows, dtype),
-                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype, call.key.to(device="cpu", dtype=dtype),
-                      _tokens(site, batch))
+    valid = batch["attention_mask"].to(device).bool()
+    return LayerBatch(i, site, valid, batch["special"].to(device).bool(), batch["order"],
+                      call.allowed.to(device), _real_values(call.values(dtype, device), valid),
+                      lambda rows: call.weights(rows, dtype, device),
+                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype, call.key.to(device=device, dtype=dtype),
+                      _tokens(site, batch, device))
 
 
-def _from_capture(i: int, site: AttentionSite, rec: dict, batch: dict, tile_bytes: int, dtype: torch.dtype) -> LayerBatch:
-    A = rec["weights"].to(device="cpu", dtype=dtype)
-    valid = batch["attention_mask"].bool()
+def _from_capture(i: int, site: AttentionSite, rec: dict, batch: dict, tile_bytes: int, dtype: torch.dtype,
+                  device: torch.device) -> LayerBatch:
+    A = rec["weights"].to(device=device, dtype=dtype)
+    valid = batch["attention_mask"].to(device).bool()
     B, L = valid.shape
-    allowed = site.allowed(batch["attention_mask"])
-    return LayerBatch(i, site, valid, batch["special"].bool(), batch["order"], allowed,
-                      _real_values(rec["values"].to(device="cpu", dtype=dtype), valid), lambda rows: A[:, :, rows],
-                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype, tokens=_tokens(site, batch))
+    allowed = site.allowed(batch["attention_mask"]).to(device)
+    return LayerBatch(i, site, valid, batch["special"].to(device).bool(), batch["order"], allowed,
+                      _real_values(rec["values"].to(device=device, dtype=dtype), valid), lambda rows: A[:, :, rows],
+                      _tile_rows(B, site.n_heads, L, tile_bytes), dtype, tokens=_tokens(site, batch, device))
 
 
-def _tokens(site: AttentionSite, batch: dict) -> torch.Tensor | None:
-    """The batch's token ids ``(B, L)`` on the CPU where queries and keys are those tokens (self-attention of a
+def _tokens(site: AttentionSite, batch: dict, device: torch.device) -> torch.Tensor | None:
+    """The batch's token ids ``(B, L)`` on ``device`` where queries and keys are those tokens (self-attention of a
     single-stack model or of an encoder), else None."""
     ids = batch.get("input_ids")
     if (ids is None or getattr(site, "role", "self") != "self" or getattr(site, "stack", None) == "decoder"
             or tuple(ids.shape) != tuple(batch["attention_mask"].shape)):
         return None
-    return ids.to("cpu")
+    return ids.to(device)
 
 
 def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
@@ -327,9 +336,9 @@ def _share_equal_masks(calls: list[AttentionCall]) -> None:
             c.allowed = same
 
 
-def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes: int = DEFAULT_TILE_BYTES
-                  ) -> list[LayerBatch]:
-    """One :class:`LayerBatch` per layer from the records of :func:`record`.
+def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes: int = DEFAULT_TILE_BYTES,
+                  device: "torch.device | str" = "cpu") -> list[LayerBatch]:
+    """One :class:`LayerBatch` per layer from the records of :func:`record`, its tensors on ``device``.
 
     Parameters
     ----------
@@ -340,6 +349,9 @@ def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes:
         :func:`record`'s result (or the same records read back from a :class:`.forward_cache.ForwardCache`).
     tile_bytes : int
         Budget of one tile of attention weights (bytes); sets :attr:`LayerBatch.tile_rows`.
+    device : torch.device or str
+        Where the statistics run (:func:`..statistics.devices.statistics_device`): the recorded inputs are moved
+        there and the attention rows recomputed there.
 
     Returns
     -------
@@ -353,13 +365,13 @@ def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes:
     >>> [lb.index for lb in lbs], lbs[0].tile_rows, list(lbs[0].tiles())
     ([0, 1], 2, [slice(0, 2, None), slice(2, 4, None), slice(4, 6, None)])
     """
-    dtype = compute_dtype(adapter)
-    return [(_from_call if isinstance(r, AttentionCall) else _from_capture)(i, s, r, batch, tile_bytes, dtype)
+    dtype, device = compute_dtype(adapter), torch.device(device)
+    return [(_from_call if isinstance(r, AttentionCall) else _from_capture)(i, s, r, batch, tile_bytes, dtype, device)
             for i, (s, r) in enumerate(zip(adapter.sites, records))]
 
 
 def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_BYTES,
-            head_only: bool = True) -> list[LayerBatch]:
+            head_only: bool = True, device: "torch.device | str" = "cpu") -> list[LayerBatch]:
     """:func:`record` then :func:`layer_batches`: one forward pass, one :class:`LayerBatch` per layer.
 
     Parameters
@@ -371,12 +383,14 @@ def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_B
         Budget of one tile of attention weights (bytes).
     head_only : bool
         Skip the LM head when the adapter can.
+    device : torch.device or str
+        Where the statistics run (:func:`layer_batches`).
 
     Returns
     -------
     list of LayerBatch
         One per attention site, in site order, the same as ``layer_batches(adapter, batch, record(adapter,
-        batch, head_only), tile_bytes)``.
+        batch, head_only), tile_bytes, device)``.
 
     Examples
     --------
@@ -385,7 +399,7 @@ def collect(adapter: ModelAdapter, batch: dict, tile_bytes: int = DEFAULT_TILE_B
     >>> len(lbs), lbs[1].site.n_heads, lbs[1].lengths.tolist(), lbs[1].tile_rows
     (2, 2, [6, 6], 5)
     """
-    return layer_batches(adapter, batch, record(adapter, batch, head_only), tile_bytes)
+    return layer_batches(adapter, batch, record(adapter, batch, head_only), tile_bytes, device)
 
 
 def tiny_layer(layer: int = 0, seed: int = 0) -> tuple[ModelAdapter, dict, LayerBatch]:

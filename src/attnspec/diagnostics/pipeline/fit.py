@@ -31,6 +31,7 @@ from ..statistics import identification as ident
 from ..statistics import selection as sel
 from ..statistics import spectral
 from ..statistics.bootstrap import N_BOOT, weighted, weights
+from ..statistics.devices import host
 from ..statistics.noise import Draw, TextNoise
 from ..statistics.query_selection import QuerySelectionSums
 from .resources import _layer_pool
@@ -88,11 +89,11 @@ class LayerFitSums:
     def update(self, lb: LayerBatch, W: torch.Tensor, seed: int = 0, n_boot: int = N_BOOT) -> "LayerFitSums":
         """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)``; ``seed`` and ``n_boot``
         key the texts' bootstrap weights."""
-        W = W.to(lb.dtype)
+        W = W.to(lb.device, lb.dtype)
         H = lb.site.n_heads
         Vg = lb.grouped_values()
-        ctx = np.zeros((H, Vg.shape[-1]))
-        C = torch.zeros(Vg.shape, dtype=lb.dtype)
+        ctx = torch.zeros((H, Vg.shape[-1]), dtype=torch.float64, device=lb.device)
+        C = torch.zeros(Vg.shape, dtype=lb.dtype, device=lb.device)
         w = weights(seed, lb.order, n_boot)
         K = lb.grouped_keys()       # the key null of the temperature correction (identification.key_null_weights)
         noise = None if K is None else TextNoise(seed, Draw.KEY_NULL, lb.index, lb.order, lb.valid)
@@ -107,11 +108,11 @@ class LayerFitSums:
             self.query.update(A, rows, al, lb.valid, lb.tokens, w, lb.special)
             C[:, :, rows] = A @ Vg
             real = (C[:, :, rows] * q[:, None, :, None]).transpose(0, 1)       # (H, B, r, d_v)
-            ctx += real.reshape(H, -1, real.shape[-1]).double().sum(1).numpy()  # one reduced axis: 3x faster
+            ctx += real.reshape(H, -1, real.shape[-1]).double().sum(1)   # one reduced axis: 3x faster
         p, c = spectral.value_power(lb.values, lb.groups, W, lb.valid)
         self.value_power = self.value_power + p
         self.value_count += c
-        self.context_sum = self.context_sum + ctx
+        self.context_sum = self.context_sum + host(ctx)
         self.gram = self.gram + dep.gram_blocks(spectral.center(C, lb.valid))
         self.n_tokens += float(lb.valid.sum())
         return self
@@ -221,7 +222,7 @@ class MaskStore:
             if k is None:
                 kept.append(lb.allowed)
                 rule = isinstance(lb.allowed, RuleMask)
-                packed.append(lb.allowed if rule else np.packbits(lb.allowed.numpy(), axis=-1))
+                packed.append(lb.allowed if rule else np.packbits(host(lb.allowed), axis=-1))
                 k = len(kept) - 1
             which.append(k)
         self.batches.append((lb0.valid, list(lb0.order), lb0.valid.shape[1], which, packed))
@@ -229,12 +230,15 @@ class MaskStore:
     def __iter__(self):
         """Yields ``(valid, order, allowed_of_layer)`` per batch; ``allowed_of_layer(i)`` ``(B, L, L)``."""
         for valid, order, L, which, packed in self.batches:
-            yield valid, order, (lambda i, w=which, p=packed, L=L: _unpacked(p[w[i]], L))
+            yield valid, order, (lambda i, w=which, p=packed, L=L, d=valid.device: _unpacked(p[w[i]], L, d))
 
 
-def _unpacked(kept: "np.ndarray | RuleMask", L: int) -> "torch.Tensor | RuleMask":
-    """A stored allowed set as the steps read it: bit-packed ``(B, L, ceil(L / 8))`` bytes unpacked, a rule as it is."""
-    return kept if isinstance(kept, RuleMask) else torch.from_numpy(np.unpackbits(kept, axis=-1, count=L).astype(bool))
+def _unpacked(kept: "np.ndarray | RuleMask", L: int, device: torch.device) -> "torch.Tensor | RuleMask":
+    """A stored allowed set as the steps read it, on ``device``: bit-packed ``(B, L, ceil(L / 8))`` bytes unpacked,
+    a rule as it is."""
+    if isinstance(kept, RuleMask):
+        return kept
+    return torch.from_numpy(np.unpackbits(kept, axis=-1, count=L).astype(bool)).to(device)
 
 
 @dataclass

@@ -7,7 +7,8 @@ in a thread pool, and returns the step's mergeable accumulators (:mod:`.run` mer
 * :func:`first_order_pass` and :func:`exact_pass` (step 4): first-order and exact head removal.
 
 Every batch is collected by :mod:`.collect` (one forward pass, the attention inputs of every layer,
-rows recomputed in tiles); statistics are accumulated in float64 on the CPU.
+rows recomputed in tiles) onto the statistics' ``device`` (:mod:`..statistics.devices`): the tile statistics,
+Grams and float64 sums run there, and only per-layer results (sums, eigenvalues) come back to the host.
 """
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ __all__: list[str] = []        # internal: the pipeline's parts (the public API 
 
 def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Callable[[int, Any], None],
                tile_bytes: int, desc: str, progress: bool, on_batch: Callable | None = None,
-               cache: forward_cache.ForwardCache | None = None, texts: frozenset | None = None) -> None:
+               cache: forward_cache.ForwardCache | None = None, texts: frozenset | None = None,
+               device: "torch.device | str" = "cpu") -> None:
     """Collect each batch (from ``cache`` when it kept the batch, else by a forward pass, then kept in
     ``cache``), cut to its texts in ``texts`` when given (corpus positions, :func:`.collect.select_texts`), run
-    ``fn`` on its layers in a thread pool and hand results over in order."""
+    ``fn`` on its layers (their tensors on ``device``) in a thread pool and hand results over in order."""
     from tqdm.auto import tqdm
     threads = torch.get_num_threads()
     n_texts = sum(int(b["attention_mask"].shape[0]) for b in batches)
@@ -47,7 +49,7 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
             keep = [k for k, t in enumerate(batch["order"]) if texts is None or t in texts]
             if len(keep) < len(batch["order"]):
                 batch, records = select_texts(batch, records, keep)
-            lbs = layer_batches(adapter, batch, records, tile_bytes)
+            lbs = layer_batches(adapter, batch, records, tile_bytes, device)
             del records
             if on_batch is not None:
                 on_batch(batch, lbs)
@@ -77,12 +79,12 @@ def _run_layers(lbs: list[LayerBatch], fn: Callable[[LayerBatch], Any], on_resul
 
 
 def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
-             cache: forward_cache.ForwardCache | None = None, seed: int = 0, n_boot: int = N_BOOT
-             ) -> tuple[list[LayerFitSums], MaskStore, CorpusStats]:
-    """Step 2 over ``batches``: per-layer fit sums (with ``n_boot`` bootstrap replicates keyed by
+             cache: forward_cache.ForwardCache | None = None, seed: int = 0, n_boot: int = N_BOOT,
+             device: "torch.device | str" = "cpu") -> tuple[list[LayerFitSums], MaskStore, CorpusStats]:
+    """Step 2 over ``batches`` on ``device``: per-layer fit sums (with ``n_boot`` bootstrap replicates keyed by
     ``seed``), the kept masks and the corpus counts (the forward passes' records are kept in ``cache``
     for step 3 when given)."""
-    W = [s.w_out().cpu() for s in adapter.sites]
+    W = [s.w_out().to(device) for s in adapter.sites]
     sums = [LayerFitSums() for _ in adapter.sites]
     masks, corpus = MaskStore(), CorpusStats()
 
@@ -90,19 +92,21 @@ def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: b
         masks.add(lbs)
         corpus.update(batch)
     _per_layer(adapter, batches, lambda lb: LayerFitSums().update(lb, W[lb.index], seed, n_boot),
-               lambda i, r: sums.__setitem__(i, sums[i].merge(r)), tile_bytes, "fit", progress, on_batch, cache)
+               lambda i, r: sums.__setitem__(i, sums[i].merge(r)), tile_bytes, "fit", progress, on_batch, cache,
+               device=device)
     return sums, masks, corpus
 
 
 def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powers: list, seed: int,
                  tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
                  cache: forward_cache.ForwardCache | None = None, grams: list | None = None,
-                 n_boot: int = N_BOOT, texts: frozenset | None = None, dependence: bool = True) -> list[LayerSpectra]:
-    """Step 3 over ``batches``: per-layer pooled spectra of the spectra texts ``texts`` (corpus positions;
+                 n_boot: int = N_BOOT, texts: frozenset | None = None, dependence: bool = True,
+                 device: "torch.device | str" = "cpu") -> list[LayerSpectra]:
+    """Step 3 over ``batches`` on ``device``: per-layer pooled spectra of the spectra texts ``texts`` (corpus positions;
     None: all) and Gram sums of every text (batches kept in ``cache`` are read from it instead of a second
     forward pass); with ``grams`` (step 2's merged Gram sums per layer) also the CKA influence sums of the
     ``n_boot`` bootstrap replicates; ``dependence=False``: the spectra of ``texts`` only (a later stage)."""
-    W = [s.w_out().cpu() for s in adapter.sites]
+    W = [s.w_out().to(device) for s in adapter.sites]
     store = "float64" if compute_dtype(adapter) == torch.float64 else "float32"
     cut = texts if not dependence else None     # a later stage: its batches cut to its texts before the work
     acc = [LayerSpectra(s.n_heads, store, head_dim=s.head_dim, d_out=s.d_out) for s in adapter.sites]
@@ -112,7 +116,7 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
                                               powers[lb.index], seed, g[lb.index],
                                               weights(seed, lb.order, n_boot) if g[lb.index] is not None else None,
                                               texts, dependence),
-               lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache, texts=cut)
+               lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache, texts=cut, device=device)
     return acc
 
 

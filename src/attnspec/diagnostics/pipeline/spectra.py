@@ -34,6 +34,7 @@ from ..statistics import identification as ident
 from ..statistics import selection as sel
 from ..statistics import spectral
 from ..statistics.bootstrap import weighted, weighted_relative_w1
+from ..statistics.devices import host
 from ..statistics.noise import Draw, TextNoise
 from .collect import LayerBatch, batch_rows
 from .fit import null_tile_weights
@@ -57,12 +58,12 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
     H, i = lb.site.n_heads, lb.index
     Vg = lb.grouped_values()
     B, _, L, dv = Vg.shape
-    sub = torch.arange(B) if idx is None else idx
+    sub = torch.arange(B, device=lb.device) if idx is None else idx
     n = int(sub.numel())
     order, valid = [lb.order[int(b)] for b in sub], lb.valid[sub]
     allowed = lb.allowed if idx is None else batch_rows(lb.allowed, sub, B)
     Vs = Vg if idx is None else Vg[sub]
-    out = {k: torch.zeros(B if k == "act" else n, H, L, dv, dtype=lb.dtype) for k in HEAD_SPECTRA}
+    out = {k: torch.zeros(B if k == "act" else n, H, L, dv, dtype=lb.dtype, device=lb.device) for k in HEAD_SPECTRA}
     z_ge = TextNoise(seed, Draw.GE_NOISE, i, order, valid)
     z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, order, valid)
     nulls = (null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], seed,
@@ -128,7 +129,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     if int(max_bytes) < 1:
         raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
     B, H, L, dh = M.shape
-    G = torch.from_numpy(np.ascontiguousarray(gram, dtype=np.float64)).view(H, dh, H, dh)
+    G = torch.from_numpy(np.ascontiguousarray(gram, dtype=np.float64)).to(M.device).view(H, dh, H, dh)
     out = np.empty((B, H, H))
     step = max(1, int(max_bytes) // max(1, 8 * L * H * dh * 2))       # the product and its elementwise one
     for b0 in range(0, B, step):
@@ -136,7 +137,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
         b = X.shape[0]
         for g in range(H):
             U = X[:, g].reshape(b * L, dh) @ G[g, :, g:].reshape(dh, (H - g) * dh)   # M_bg C_gh, h >= g
-            IF = (U.view(b, L, H - g, dh) * X[:, g:].transpose(1, 2)).sum(dim=(1, 3)).numpy()
+            IF = host((U.view(b, L, H - g, dh) * X[:, g:].transpose(1, 2)).sum(dim=(1, 3)))
             out[b0:b0 + b, g, g:] = IF
             out[b0:b0 + b, g:, g] = IF
     return out
@@ -198,8 +199,8 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     valid = lb.valid
     H, dh, i = lb.site.n_heads, lb.site.head_dim, lb.index
     keep = [b for b, t in enumerate(lb.order) if texts is None or t in texts]
-    idx = None if len(keep) == len(lb.order) else torch.tensor(keep, dtype=torch.long)
-    Wh = W.to(lb.dtype).view(H, dh, -1)
+    idx = None if len(keep) == len(lb.order) else torch.tensor(keep, dtype=torch.long, device=lb.device)
+    Wh = W.to(lb.device, lb.dtype).view(H, dh, -1)
     K = Wh @ Wh.transpose(-1, -2)                       # W_O^h W_O^{hT}: head spectra and removed-head Grams
     M = _contexts(lb, f, f0, seed, idx)
     M["act"] = spectral.center(M["act"], valid)
@@ -208,7 +209,7 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         Mfree = free(M["act"], valid, lb.order)
         counted = {"gram": dep.gram_blocks(M["act"]) if gram is None else 0.0, "gram_free": dep.gram_blocks(Mfree),
                    "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None
-                   else 0.0, "corpus_order": np.asarray(lb.order, dtype=np.int64), "corpus_lengths": lb.valid.sum(1).numpy()}
+                   else 0.0, "corpus_order": np.asarray(lb.order, dtype=np.int64), "corpus_lengths": host(lb.valid.sum(1))}
     else:
         counted = {"gram": 0.0, "gram_free": 0.0, "boot_cka": 0.0, "corpus_order": np.zeros(0, np.int64),
                    "corpus_lengths": np.zeros(0, np.int64)}
@@ -218,7 +219,7 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     elif not dependence:
         Mfree = free(M["act"], valid, lb.order)
     order = np.asarray([lb.order[b] for b in keep], dtype=np.int64)
-    lengths = valid.sum(1).numpy()
+    lengths = host(valid.sum(1))
     if not keep:                                        # none of the batch's texts is a spectra text
         none = np.zeros(0)
         return {"heads": {k: [none] * H for k in HEAD_SPECTRA}, "layer": {k: none for k in LAYER_SPECTRA},

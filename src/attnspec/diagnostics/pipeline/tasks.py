@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 
 from ..options import DiagnoseOptions
+from ..statistics.devices import statistics_device
 from . import forward_cache
 from .collect import compute_dtype
 from .fit import null_sums
@@ -84,7 +85,8 @@ def drop_run_cache(run_id: str) -> bool:
 def fit_task(adapter, run_id: str, batches: list, opts: DiagnoseOptions, progress: bool = False) -> tuple:
     """Step 2 on ``batches``: ``(fit sums, kept masks, corpus counts, worker address)``."""
     cache = run_cache(run_id, adapter, opts.reuse_forward, create=True)
-    sums, masks, corpus = fit_pass(adapter, batches, opts.tile_bytes, progress, cache, opts.seed, opts.n_boot)
+    sums, masks, corpus = fit_pass(adapter, batches, opts.tile_bytes, progress, cache, opts.seed, opts.n_boot,
+                                   statistics_device(opts.statistics_device, adapter.model))
     return sums, masks, corpus, here()
 
 
@@ -109,7 +111,7 @@ def spectra_task(adapter, run_id: str, batches: list, fits: list, null_fits: lis
     cache = run_cache(run_id, adapter, opts.reuse_forward, create=False)
     hit = cache is not None and all(cache.has(tuple(b["order"])) for b in batches)
     out = spectra_pass(adapter, batches, fits, null_fits, powers, opts.seed, opts.tile_bytes, progress, cache,
-                       grams, opts.n_boot, texts, dependence)
+                       grams, opts.n_boot, texts, dependence, statistics_device(opts.statistics_device, adapter.model))
     return out, hit
 
 

@@ -9,6 +9,7 @@ import torch
 
 from ..statistics import selection as sel
 from ..statistics.bootstrap import N_BOOT
+from ..statistics.devices import statistics_device
 from ..statistics.removal import spearman, spearman_table
 from ..pipeline.fit import CorpusStats
 from ..pipeline.removal_plan import EXACT_MODES, RemovalPlan
@@ -36,8 +37,9 @@ _NOTE_NO_INTERVALS = ("no intervals: {why}; every interval is NaN and every verd
 def options_used(adapter, opts, mode: str, source: str, plan: RemovalPlan | None = None) -> dict:
     """What the diagnosis was asked and what it used: ``options`` (every field of the
     :class:`attnspec.DiagnoseOptions`), ``options_not_applied`` (the options set to something other than their
-    default that this model, these inputs or this removal mode ignore, each with the reason), and the model's
-    ``dtype`` and ``device`` (of its first parameter).
+    default that this model, these inputs or this removal mode ignore, each with the reason), the model's
+    ``dtype`` and ``device`` (of its first parameter), and ``statistics_device``, where the statistics ran
+    (:func:`..statistics.devices.statistics_device`).
 
     Parameters
     ----------
@@ -60,8 +62,8 @@ def options_used(adapter, opts, mode: str, source: str, plan: RemovalPlan | None
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, _ = tiny_causal_lm()
     >>> u = options_used(ad, DiagnoseOptions(removal="none", removal_vocab=64, screen_top=2), "none", "inputs")
-    >>> sorted(u["options_not_applied"]), u["dtype"], u["device"]
-    (['removal_vocab', 'screen_top'], 'torch.float32', 'cpu')
+    >>> sorted(u["options_not_applied"]), u["dtype"], u["device"], u["statistics_device"]
+    (['removal_vocab', 'screen_top'], 'torch.float32', 'cpu', 'cpu')
     """
     import dataclasses
     exact = mode in EXACT_MODES
@@ -83,7 +85,8 @@ def options_used(adapter, opts, mode: str, source: str, plan: RemovalPlan | None
     not_applied = {k: reason for k, reason in why.items() if reason is not None and used[k] != fields[k]}
     p = next(iter(adapter.model.parameters()), None)
     return {"options": used, "options_not_applied": not_applied,
-            "dtype": str(p.dtype) if p is not None else None, "device": str(p.device) if p is not None else None}
+            "dtype": str(p.dtype) if p is not None else None, "device": str(p.device) if p is not None else None,
+            "statistics_device": str(statistics_device(opts.statistics_device, adapter.model))}
 
 
 def removal_summary(heads: pd.DataFrame, plan: RemovalPlan, screen_code) -> dict:

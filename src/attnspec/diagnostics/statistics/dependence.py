@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .devices import host
+
 __all__ = ["gram_blocks", "cka_matrix", "output_inner", "pair_table_arrays"]
 
 
@@ -56,12 +58,12 @@ def gram_blocks(M: torch.Tensor) -> np.ndarray:
     """
     B, H, L, dh = M.shape
     X = M.transpose(1, 2).reshape(B * L, H * dh)
-    C = torch.empty(H * dh, H * dh, dtype=X.dtype)
+    C = torch.empty(H * dh, H * dh, dtype=X.dtype, device=X.device)
     for g in range(H):                      # blocks (g, h >= g), mirrored: half the products of X^T X
         blk = X[:, g * dh:(g + 1) * dh].T @ X[:, g * dh:]
         C[g * dh:(g + 1) * dh, g * dh:] = blk
         C[g * dh:, g * dh:(g + 1) * dh] = blk.T
-    return C.double().numpy()                               # in M's dtype per batch, summed in float64
+    return host(C.double())                                 # in M's dtype per batch, summed in float64 on the host
 
 
 def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:

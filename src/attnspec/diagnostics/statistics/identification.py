@@ -33,6 +33,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .devices import host, like
+
 __all__ = ["row_scores", "score_sums", "fit_from_sums", "symmetric_slopes", "surrogate_weights", "null_weights",
            "key_null_weights"]
 
@@ -136,9 +138,9 @@ def _sums(S: torch.Tensor, A: torch.Tensor, fm: torch.Tensor, n: torch.Tensor, p
     yr = (n * torch.nan_to_num(Ar, nan=0.0) - 1) * fm
     S = S * fm
     dims = (2, 3) if per_text else (0, 2, 3)
-    d = lambda t: t.sum(dim=dims, dtype=torch.float64).numpy()  # noqa: E731
+    d = lambda t: host(t.sum(dim=dims, dtype=torch.float64))  # noqa: E731
     N = fm.sum(dim=dims, dtype=torch.float64)
-    N = N.expand(*N.shape[:-1], A.shape[1]).numpy()
+    N = host(N.expand(*N.shape[:-1], A.shape[1]))
     return {f"{prefix}N": N, f"{prefix}sxx": d(S * S), f"{prefix}sxy": d(S * y), f"{prefix}syy": d(y * y),
             f"{prefix}rsxy": -d(S * yr)}
 
@@ -265,7 +267,7 @@ def surrogate_weights(A: torch.Tensor, allowed: torch.Tensor, scale: np.ndarray,
     ([[[1.0, 1.0]]], 0.3466, 0.3466)
     """
     S, _, n = row_scores(A, allowed)
-    t = lambda v: torch.as_tensor(v, dtype=A.dtype)[None, :, None, None]  # noqa: E731
+    t = lambda v: like(v, A)[None, :, None, None]  # noqa: E731
     Sstd = S / t(np.where(scale > 0, scale, 1.0))
     return (1 + t(beta) * Sstd + t(alpha) * Z.to(A.dtype)) / n * allowed[:, None]
 
@@ -309,7 +311,7 @@ def null_weights(allowed: torch.Tensor, scale: np.ndarray, Q: torch.Tensor, K: t
              [1., 1., 1.]]])
     """
     G = Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5
-    logits = G * torch.as_tensor(scale, dtype=G.dtype)[None, :, None, None]
+    logits = G * like(scale, G)[None, :, None, None]
     logits = logits.masked_fill(~allowed[:, None], float("-inf"))
     return torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)
 

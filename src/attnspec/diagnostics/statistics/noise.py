@@ -60,7 +60,7 @@ class TextNoise:
     text_ids : sequence of int
         Position of each row of the batch in the caller's list of texts.
     valid : bool tensor ``(B, L)``
-        Real tokens of each row.
+        Real tokens of each row; the draws are made on the host and returned on ``valid``'s device.
 
     Draws advance each text's generator: call :meth:`full` draws first, then :meth:`rows` on
     consecutive query tiles in increasing order.
@@ -82,7 +82,8 @@ class TextNoise:
     """
 
     def __init__(self, seed: int, purpose: Draw, layer: int, text_ids: Sequence[int], valid: torch.Tensor):
-        self.valid = valid.bool()
+        self.device = valid.device
+        self.valid = valid.bool().cpu()
         self.idx = [v.nonzero().squeeze(1) for v in self.valid]
         #: ``(first, stop)`` of each text whose real tokens are one run (right or left padding): its draws
         #: are placed by slicing instead of index lists (same numbers, fewer copies)
@@ -108,7 +109,7 @@ class TextNoise:
         for b, (g, idx, run) in enumerate(zip(self.gens, self.idx, self.runs)):
             z = self._normal(g, (*lead, idx.numel(), *tail), dtype)
             out[b][(slice(None),) * nl + (slice(*run) if run else idx,)] = z
-        return out
+        return out.to(self.device)
 
     def rows(self, rows: slice, lead: tuple[int, ...], tail: tuple[int, ...] | None = None,
              dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -138,4 +139,4 @@ class TextNoise:
                 out[b][(slice(None),) * nl + ((qi, ki) if run else (qi[:, None], ki[None, :]))] = z
             else:
                 out[b][(slice(None),) * nl + (qi,)] = z
-        return out
+        return out.to(self.device)

@@ -89,6 +89,8 @@ import math
 import numpy as np
 import torch
 
+from .devices import host
+
 __all__ = ["QuerySelectionSums", "OFFSETS", "CONTENT_RULES", "MARGIN", "MIN_QUERIES", "MIN_TOKENS_FOR_LABEL",
            "VERDICTS", "COLUMNS", "NAMED_RULES", "verdict"]
 
@@ -299,7 +301,7 @@ class QuerySelectionSums:
             E += [torch.zeros(B, H, k, dtype=torch.float64, device=dev)]
             N += [torch.zeros(B, H, k, dtype=torch.float64, device=dev)]
             C += [torch.zeros(B, k, dtype=torch.float64, device=dev)]
-        O, E, N, C = (torch.cat(x, -1).cpu().numpy() for x in (O, E, N, C))  # per text: (B, H, R) x 3, (B, R)
+        O, E, N, C = (host(torch.cat(x, -1)) for x in (O, E, N, C))  # per text: (B, H, R) x 3, (B, R)
         self.observed += O.sum(0)
         self.expected += E.sum(0)
         self.capacity += N.sum(0)

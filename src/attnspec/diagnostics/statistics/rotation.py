@@ -44,38 +44,40 @@ def helmert_basis(n: int) -> np.ndarray:
     return np.where(i < k, 1.0, np.where(i == k, -k, 0.0)) / np.sqrt(k * (k + 1.0))
 
 
-def _sign_fixed_qr(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sign_fixed_qr(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Reduced QR of ``X`` ``(..., n, k)`` with ``R``'s diagonal made non-negative (unique and continuous
     in ``X`` at full rank)."""
-    Q, R = torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(X)))
+    Q, R = torch.linalg.qr(X)
     s = torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(R.dtype)
-    return (Q * s[..., None, :]).numpy(), (R * s[..., :, None]).numpy()
+    return Q * s[..., None, :], R * s[..., :, None]
 
 
-def _sign_fixed_r(X: np.ndarray) -> torch.Tensor:
-    """``R`` of :func:`_sign_fixed_qr` alone (no ``Q`` formed), as a tensor."""
-    R = torch.linalg.qr(torch.from_numpy(np.ascontiguousarray(X)), mode="r")[1]
+def _sign_fixed_r(X: torch.Tensor) -> torch.Tensor:
+    """``R`` of :func:`_sign_fixed_qr` alone (no ``Q`` formed)."""
+    R = torch.linalg.qr(X, mode="r")[1]
     return R * torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(R.dtype)[..., :, None]
 
 
-def _rotate_text(Mb: np.ndarray, idx: np.ndarray, draw, out: np.ndarray) -> None:
-    """Free rotation of one text's centered contexts ``Mb[:, idx]`` (``Mb`` ``(H, L, dh)``, ``idx`` its
-    ``n`` real tokens), written to ``out[:, idx]``; the heads' factorizations in one batched call each, so
-    that the temporaries are ``O(H n d_head)`` above ``d_head + 1`` tokens, the size of the draw."""
+def _rotate_text(Mb: torch.Tensor, idx: torch.Tensor, draw, out: torch.Tensor) -> None:
+    """Free rotation of one text's centered contexts ``Mb[:, idx]`` (``Mb`` ``(H, L, dh)`` float64, ``idx`` its
+    ``n`` real tokens), written to ``out[:, idx]``; ``draw(shape)`` a standard normal float64 tensor on ``Mb``'s
+    device. The heads' factorizations run in one batched call each, so that the temporaries are
+    ``O(H n d_head)`` above ``d_head + 1`` tokens, the size of the draw."""
     H, _, dh = Mb.shape
-    n = idx.size
+    n = idx.numel()
     m = n - 1
     if m < 1:
         return
+    X = Mb[:, idx]
     if m <= dh:                                        # token space: O_h = E O0_h E^T, O0_h Haar on R^m
-        E = helmert_basis(n)
-        out[:, idx] = E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ Mb[:, idx]))
+        E = torch.from_numpy(helmert_basis(n)).to(Mb)
+        out[:, idx] = E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ X))
         return
     G = draw((H, n, dh))
-    G -= G.mean(-2, keepdims=True)
-    R = _sign_fixed_r(Mb[:, idx])                      # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
+    G -= G.mean(-2, keepdim=True)
+    R = _sign_fixed_r(X)                               # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
     R_G = _sign_fixed_r(G)                             # G_h = F_h R_G: F_h = G_h R_G^{-1}, a Haar dh-frame
-    out[:, idx] = (torch.from_numpy(G) @ torch.linalg.solve_triangular(R_G, R, upper=True)).numpy()   # F_h R_h
+    out[:, idx] = G @ torch.linalg.solve_triangular(R_G, R, upper=True)   # F_h R_h
 
 
 def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
@@ -93,7 +95,8 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     inputs up to rounding give equal rotations.
     Cost per head and text ``O(n_b min(n_b, d_head)^2)``, draws per text (:class:`TextNoise`), so the result
     depends neither on batching nor on padding. Memory: the float64 input and output ``(B, H, L, d_head)``
-    and one text's draw ``(H, n_b, d_head)``; the factorizations run one text at a time.
+    and one text's draw ``(H, n_b, d_head)``; the factorizations run one text at a time, on ``M``'s device
+    (the draws are made on the host and moved there).
 
     Parameters
     ----------
@@ -121,9 +124,9 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     >>> torch.allclose(R[0, 0].T @ R[0, 0], M[0, 0].T @ M[0, 0]), torch.allclose(R, M)
     (True, False)
     """
-    B, H, L, dh = M.shape
-    Mn = M.double().numpy()
-    out = np.zeros_like(Mn)
-    for b in range(B):
-        _rotate_text(Mn[b], noise.idx[b].numpy(), lambda shape, b=b: noise.draw(b, shape), out[b])
-    return torch.from_numpy(out).to(M.dtype)
+    Mn = M.double()
+    out = torch.zeros_like(Mn)
+    for b in range(M.shape[0]):
+        _rotate_text(Mn[b], noise.idx[b].to(M.device),
+                     lambda shape, b=b: torch.from_numpy(noise.draw(b, shape)).to(M.device), out[b])
+    return out.to(M.dtype)

@@ -55,6 +55,7 @@ import numpy as np
 import torch
 
 from ...spectra import ks_distance, moments, split_outliers, wasserstein1
+from .devices import host
 
 __all__ = ["baseline_sums", "baselines", "spectral_departure", "selection_score", "label", "DIFFUSE_THRESHOLD",
            "BETA_MAX_DIFFUSE", "MIN_TOKENS_FOR_LABEL", "LABELS"]
@@ -154,12 +155,12 @@ def baseline_sums(A: torch.Tensor, allowed: torch.Tensor, valid: torch.Tensor, s
     qc = q & ~special.bool()
     mx = (A * al).amax(-1)                                            # (B, H, L)
     dq = q[:, None].double()
-    return {"ent": (ent.double() * dq).sum(dim=(0, 2)).numpy(), "nq": float(q.sum()),
+    return {"ent": host((ent.double() * dq).sum(dim=(0, 2))), "nq": float(q.sum()),
             "logn": float((torch.log(n) * q).sum()),
-            "ent_ratio": (torch.where(n[:, None] > 1, ent.double() / torch.log(n[:, None]).clamp_min(1e-12), 0.0)
-                          * (q & (n > 1))[:, None]).sum(dim=(0, 2)).numpy(),
+            "ent_ratio": host((torch.where(n[:, None] > 1, ent.double() / torch.log(n[:, None]).clamp_min(1e-12), 0.0)
+                               * (q & (n > 1))[:, None]).sum(dim=(0, 2))),
             "nq2": float((q & (n > 1)).sum()),
-            "conf": (mx.double() * qc[:, None]).sum(dim=(0, 2)).numpy(), "nconf": float(qc.sum())}
+            "conf": host((mx.double() * qc[:, None]).sum(dim=(0, 2))), "nconf": float(qc.sum())}
 
 
 def baselines(s: dict) -> dict[str, np.ndarray]:

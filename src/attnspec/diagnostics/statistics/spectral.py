@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ...spectra import gram_eigenvalues
+from .devices import DEVICE_EIGVALSH_MAX_N, host
 from .rotation import free_rotation, helmert_basis  # noqa: F401  (re-exported: spectra and their free sum)
 
 __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "layer_eigs_without_each",
@@ -126,11 +127,12 @@ def value_power(V: torch.Tensor, groups: torch.Tensor, W: torch.Tensor, valid: t
     Wh = W.double().view(H, dh, -1)
     K = Wh @ Wh.transpose(-1, -2)                           # (H, dh, dh)
     p = (G[groups] * K).sum(dim=(1, 2))
-    return p.numpy(), float(valid.sum()) * Wh.shape[-1]
+    return host(p), float(valid.sum()) * Wh.shape[-1]
 
 
 def sqrt_psd(K: torch.Tensor) -> torch.Tensor:
-    """Symmetric square root of a batch of PSD matrices (negative eigenvalues from rounding count as 0).
+    """Symmetric square root of a batch of PSD matrices (negative eigenvalues from rounding count as 0), computed
+    in float64 on the host and returned on ``K``'s device.
 
     Parameters
     ----------
@@ -149,14 +151,16 @@ def sqrt_psd(K: torch.Tensor) -> torch.Tensor:
     tensor([[2., 0.],
             [0., 3.]])
     """
-    w, U = np.linalg.eigh(K.double().numpy())
-    return torch.from_numpy((U * np.sqrt(np.maximum(w, 0))[..., None, :]) @ np.swapaxes(U, -1, -2)).to(K.dtype)
+    w, U = np.linalg.eigh(host(K.double()))
+    return torch.from_numpy((U * np.sqrt(np.maximum(w, 0))[..., None, :]) @ np.swapaxes(U, -1, -2)).to(K.device, K.dtype)
 
 
 def symmetric_eigenvalues(A: np.ndarray | torch.Tensor) -> np.ndarray:
     """Ascending eigenvalues of symmetric ``A`` ``(..., n, n)`` (lower triangle read), in ``A``'s precision:
     ``torch.linalg.eigvalsh``, the LAPACK ``syevd`` that ``numpy.linalg.eigvalsh`` calls, 1.3-1.6x faster
-    on the stacks of small matrices of a diagnosis (no copy for a contiguous numpy array).
+    on the stacks of small matrices of a diagnosis (no copy for a contiguous numpy array). A tensor on another
+    device is solved there up to ``n =`` :data:`.devices.DEVICE_EIGVALSH_MAX_N`, on the host above; the
+    eigenvalues are returned on the host.
 
     Examples
     --------
@@ -164,7 +168,9 @@ def symmetric_eigenvalues(A: np.ndarray | torch.Tensor) -> np.ndarray:
     array([1., 3.])
     """
     At = A if isinstance(A, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(A))
-    return torch.linalg.eigvalsh(At).numpy()
+    if At.device.type != "cpu" and At.shape[-1] > DEVICE_EIGVALSH_MAX_N:
+        At = At.cpu()
+    return host(torch.linalg.eigvalsh(At))
 
 
 def _top(ev: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -207,7 +213,7 @@ def head_eigs(M: torch.Tensor, Ksqrt: torch.Tensor, lengths: np.ndarray, scale: 
     >>> [e.shape for e in ev], np.allclose(ev[0], np.linalg.eigvalsh(Z @ Z.T)[-3:] * 4 / 5)
     ([(3,), (3,)], True)
     """
-    Z = (M @ Ksqrt[None].to(M.dtype)).numpy()               # float32 unless the model is float64
+    Z = M @ Ksqrt[None].to(M.dtype)                         # float32 unless the model is float64
     ev = gram_eigenvalues(Z, symmetric_eigenvalues)                                # (B, H, L) ascending
     B, H, L = ev.shape
     r = np.minimum(lengths - 1, M.shape[-1])
@@ -246,7 +252,7 @@ def layer_eigs(Y: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray
     ((3,), True)
     """
     d_out = Y.shape[-1]
-    Yn = Y.numpy() if Y.dtype == torch.float64 else Y.float().numpy()   # float32 unless the model is float64
+    Yn = Y if Y.dtype == torch.float64 else Y.float()      # float32 unless the model is float64
     ev = gram_eigenvalues(Yn, symmetric_eigenvalues).astype(np.float64) * (lengths[:, None] / (d_out * scale))
     r = np.minimum(lengths - 1, d_out)
     lead = ev.shape[:-2]
