@@ -59,3 +59,55 @@ def test_a_mask_shared_by_every_layer_is_written_once(tmp_path):
         assert qkv + shared.numel() <= size < qkv + 2 * shared.numel()
         for a, b in zip(calls, back):
             assert torch.equal(a.allowed, b.allowed) and torch.equal(a.key, b.key)
+
+
+def test_the_first_pass_writes_one_layer_at_a_time(tmp_path):
+    """Written during the forward pass (``record``'s sink), a layer's recorded inputs are freed before the next
+    layer runs, and the batch read back equals the records kept in memory, bit for bit."""
+    import weakref
+
+    from attnspec.diagnostics.pipeline.collect import record
+    from attnspec.models.tiny import tiny_causal_lm
+    ad, batch = tiny_causal_lm(n_layers=4)
+    alive_at_add = []
+    with ForwardCache(directory=str(tmp_path)) as cache:
+        w = cache.writer((0, 1))
+        refs = []
+
+        def add(i, call):
+            alive_at_add.append(sum(r() is not None for r in refs))
+            refs.append(weakref.ref(call.query))
+            w.add(i, call)
+        assert record(ad, batch, sink=add) is None
+        back = cache.finish((0, 1), w, len(ad.sites))
+        assert cache.get((0, 1)) is not None
+        kept = record(ad, batch)
+        for a, b in zip(kept, back):
+            for name in ("query", "key", "value"):
+                assert torch.equal(getattr(a, name), getattr(b, name)), name
+            assert torch.equal(a.weights(), b.weights())
+    assert len(alive_at_add) == 4 and max(alive_at_add) <= 1, alive_at_add
+
+
+def test_a_failed_write_keeps_the_rest_of_the_batch_in_memory(tmp_path, monkeypatch):
+    """A write that fails (a full disk) leaves the batch readable: the records written before it from the file,
+    the others from memory; the batch is not kept for the spectra step."""
+    from attnspec.diagnostics.pipeline import forward_cache
+    g = torch.Generator().manual_seed(3)
+    calls = [_call(g) for _ in range(3)]
+    real, count = forward_cache.BatchWriter._place, [0]
+
+    def place(self, name, v):
+        count[0] += 1
+        if count[0] > 6:                       # the second record's tensors
+            raise OSError(28, "No space left on device")
+        return real(self, name, v)
+    monkeypatch.setattr(forward_cache.BatchWriter, "_place", place)
+    with ForwardCache(directory=str(tmp_path)) as cache:
+        w = cache.writer(7)
+        for i, c in enumerate(calls):
+            w.add(i, c)
+        back = cache.finish(7, w, 3)
+        assert cache.get(7) is None and w.memory.keys() == {1, 2}
+        for a, b in zip(calls, back):
+            assert torch.equal(a.query, b.query) and torch.equal(a.allowed, b.allowed)

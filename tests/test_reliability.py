@@ -286,15 +286,15 @@ def test_signal_removes_the_forward_cache(models, tmp_path, monkeypatch, capsys,
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    put = forward_cache.ForwardCache.put
+    finish = forward_cache.ForwardCache.finish
     seen = []
 
-    def put_then_signal(self, key, records):
-        kept = put(self, key, records)
+    def finish_then_signal(self, key, writer, n):      # a batch just written during the first forward pass
+        records = finish(self, key, writer, n)
         seen.append(self.dir)
         os.kill(os.getpid(), sig)
-        return kept
-    monkeypatch.setattr(forward_cache.ForwardCache, "put", put_then_signal)
+        return records
+    monkeypatch.setattr(forward_cache.ForwardCache, "finish", finish_then_signal)
     # the command line leaves a SIGINT that its parent ignores ignored (``cmd &`` in a script): not this test's case
     ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

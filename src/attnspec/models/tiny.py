@@ -17,8 +17,8 @@ from .adapters import ModelAdapter, adapt
 __all__ = ["tiny_causal_lm"]
 
 
-def tiny_causal_lm(seed: int = 0, n_texts: int = 2, length: int = 6) -> tuple[ModelAdapter, dict]:
-    """A seeded 2-layer, 2-head GPT-2 (``transformers.GPT2LMHeadModel``, eval mode) and a batch of
+def tiny_causal_lm(seed: int = 0, n_texts: int = 2, length: int = 6, n_layers: int = 2) -> tuple[ModelAdapter, dict]:
+    """A seeded 2-head GPT-2 of ``n_layers`` layers (``transformers.GPT2LMHeadModel``, eval mode) and a batch of
     ``n_texts`` random texts of ``length`` tokens (``input_ids``, ``attention_mask``, ``special`` (none),
     ``order``).
 
@@ -30,7 +30,7 @@ def tiny_causal_lm(seed: int = 0, n_texts: int = 2, length: int = 6) -> tuple[Mo
     """
     import transformers
 
-    cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50, n_positions=16,
+    cfg = transformers.GPT2Config(n_embd=32, n_layer=n_layers, n_head=2, vocab_size=50, n_positions=16,
                                   bos_token_id=0, eos_token_id=0)
     torch.manual_seed(seed)
     model = transformers.GPT2LMHeadModel(cfg).eval()

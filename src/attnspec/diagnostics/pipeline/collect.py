@@ -218,12 +218,16 @@ def _tokens(site: AttentionSite, batch: dict, device: torch.device) -> torch.Ten
     return ids.to(device)
 
 
-def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
+def record(adapter: ModelAdapter, batch: dict, head_only: bool = True,
+           sink: Callable[[int, AttentionCall], None] | None = None) -> list | None:
     """Run ``batch`` through the model once (no gradient): per layer what the other steps read.
 
     Returns one record per attention site: an :class:`AttentionCall` (transformers models, any kernel)
     or ``{"weights": (B, H, L, L), "values": (B, H_kv, L, d_v)}`` (custom modules, read by hooks).
-    ``head_only``: skip the LM head when the adapter can. The model's outputs are not changed.
+    ``head_only``: skip the LM head when the adapter can. The model's outputs are not changed. With ``sink``
+    (transformers models), each call is handed to ``sink(site index, call)`` as the forward pass makes it and
+    not kept (a :class:`.forward_cache.BatchWriter` writes it to disk), and ``None`` is returned: the recorded
+    inputs of one layer are in memory at a time, not those of the whole model.
 
     Parameters
     ----------
@@ -232,11 +236,13 @@ def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
         ``input_ids``, ``attention_mask`` (``(B, L)``).
     head_only : bool
         Skip the LM head when the adapter can run the base model alone.
+    sink : callable, optional
+        ``sink(i, call)`` for the call of site ``i`` (module docstring); refused for custom modules (hooks).
 
     Returns
     -------
-    list
-        One record per attention site, in site order.
+    list or None
+        One record per attention site, in site order (None with ``sink``).
 
     Raises
     ------
@@ -253,25 +259,32 @@ def record(adapter: ModelAdapter, batch: dict, head_only: bool = True) -> list:
     sites = adapter.sites
     run = adapter.run_base if (head_only and adapter.can_reuse) else adapter.run
     if adapter.kind == "generic":
+        if sink is not None:
+            raise ValueError("sink: custom attention modules are read by hooks, whose records are not streamed")
         with torch.no_grad(), capture(sites) as cap:
             run(batch)
         return [{"weights": cap.weights[i], "values": cap.values[i]} for i in range(len(sites))]
-    calls: dict[int, AttentionCall] = {}
+    calls: dict[int, AttentionCall | None] = {}
     by_module = {id(s.module): i for i, s in enumerate(sites)}
+    masks: list = []                 # the batch's distinct allowed sets: equal ones shared (B L^2 bytes each)
 
     def keep(call: AttentionCall) -> None:
         i = by_module.get(id(call.module))
-        if i is not None:
+        if i is None:
+            return
+        call.allowed = _shared(call.allowed, masks)
+        if sink is None:
             calls[i] = call
+        else:
+            sink(i, call)
+            calls[i] = None
     with torch.no_grad(), record_attention_calls(keep, valid=batch["attention_mask"]):
         run(on_device(batch, adapter))
     missing = [s.name for i, s in enumerate(sites) if i not in calls]
     if missing:
         raise RuntimeError(f"no attention call was recorded for {', '.join(missing[:3])}: this module does not "
                            "dispatch through transformers' attention functions")
-    out = [calls[i] for i in range(len(sites))]
-    _share_equal_masks(out)
-    return out
+    return None if sink is not None else [calls[i] for i in range(len(sites))]
 
 
 def batch_rows(obj, idx: torch.Tensor, B: int):
@@ -324,16 +337,15 @@ def select_texts(batch: dict, records: list, keep: list[int]) -> tuple[dict, lis
     return out, [rows(r) for r in records]
 
 
-def _share_equal_masks(calls: list[AttentionCall]) -> None:
-    """Layers whose allowed sets are equal share one: ``B L^2`` bytes per distinct dense mask of the batch
-    (e.g. sliding and global), not per layer."""
-    kept: list = []
-    for c in calls:
-        same = next((k for k in kept if same_mask(k, c.allowed)), None)
-        if same is None:
-            kept.append(c.allowed)
-        else:
-            c.allowed = same
+def _shared(allowed, kept: list):
+    """``allowed``, or the equal allowed set already in ``kept`` (appended when new): layers whose allowed sets
+    are equal share one, ``B L^2`` bytes per distinct dense mask of the batch (e.g. sliding and global), not per
+    layer."""
+    same = next((k for k in kept if k is allowed or same_mask(k, allowed)), None)
+    if same is None:
+        kept.append(allowed)
+        return allowed
+    return same
 
 
 def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes: int = DEFAULT_TILE_BYTES,

@@ -32,8 +32,8 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
                tile_bytes: int, desc: str, progress: bool, on_batch: Callable | None = None,
                cache: forward_cache.ForwardCache | None = None, texts: frozenset | None = None,
                device: "torch.device | str" = "cpu") -> None:
-    """Collect each batch (from ``cache`` when it kept the batch, else by a forward pass, then kept in
-    ``cache``), cut to its texts in ``texts`` when given (corpus positions, :func:`.collect.select_texts`), run
+    """Collect each batch (from ``cache`` when it kept the batch, else by a forward pass, whose records are
+    written to ``cache`` layer by layer as the model makes them and read back memory-mapped), cut to its texts in ``texts`` when given (corpus positions, :func:`.collect.select_texts`), run
     ``fn`` on its layers (their tensors on ``device``) in a thread pool and hand results over in order."""
     from tqdm.auto import tqdm
     threads = torch.get_num_threads()
@@ -42,7 +42,11 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
         for batch in batches:
             key = tuple(batch["order"])
             records = cache.get(key) if cache is not None else None
-            if records is None:
+            writer = cache.writer(key) if records is None and cache is not None and adapter.kind != "generic" else None
+            if writer is not None:              # written layer by layer during the forward pass, read back mapped
+                record(adapter, batch, sink=writer.add)
+                records = cache.finish(key, writer, len(adapter.sites))
+            elif records is None:
                 records = record(adapter, batch)
                 if cache is not None:
                     cache.put(key, records)

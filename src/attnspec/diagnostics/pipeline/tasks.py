@@ -39,6 +39,14 @@ class _LockedCache:
         with self.lock:
             return self.cache.put(key, records)
 
+    def writer(self, key):
+        with self.lock:
+            return self.cache.writer(key)
+
+    def finish(self, key, writer, n: int) -> list:
+        with self.lock:
+            return self.cache.finish(key, writer, n)
+
     def has(self, key) -> bool:
         with self.lock:
             return key in self.cache.paths
