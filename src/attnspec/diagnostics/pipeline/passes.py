@@ -33,7 +33,8 @@ def _per_layer(adapter, batches, fn: Callable[[LayerBatch], Any], on_result: Cal
                cache: forward_cache.ForwardCache | None = None, texts: frozenset | None = None,
                device: "torch.device | str" = "cpu") -> None:
     """Collect each batch (from ``cache`` when it kept the batch, else by a forward pass, whose records are
-    written to ``cache`` layer by layer as the model makes them and read back memory-mapped), cut to its texts in ``texts`` when given (corpus positions, :func:`.collect.select_texts`), run
+    written to ``cache`` layer by layer as the model makes them and read back memory-mapped), cut to its texts
+    in ``texts`` when given (corpus positions, :func:`.collect.select_texts`), run
     ``fn`` on its layers (their tensors on ``device``) in a thread pool and hand results over in order."""
     from tqdm.auto import tqdm
     threads = torch.get_num_threads()
