@@ -125,8 +125,9 @@ def peak_terms(geometry: list, L: int, B: int = 1, itemsize: int = 4, threads: i
     """Terms (MB) of the diagnosis' peak beyond the plain forward pass, for ``B`` texts of ``L`` tokens.
 
     ``geometry``: per layer ``(H, H_kv, d_head, d_out)``. Terms: ``qkv``, the recorded attention inputs of
-    all layers, ``sum_layers B L (H + 2 H_kv) d_head`` numbers of ``itemsize`` bytes (the forward cache's
-    pages of a batch stay mapped until its last layer is processed); ``masks``, one ``B L^2``-byte allowed
+    the layers in flight, ``threads`` times the largest layer's ``B L (H + 2 H_kv) d_head`` numbers of
+    ``itemsize`` bytes (the forward cache writes each layer's record as the model makes it and the steps read
+    them back memory-mapped; without the cache, on an accelerator, every layer's); ``masks``, one ``B L^2``-byte allowed
     set per distinct mask tensor the model passes its attention (``dense_masks``: none for causal SDPA on
     unpadded texts, whose allowed set is kept as its rule, :mod:`attnspec.models.rule_mask`); ``grams``, the
     three float64 head-pair Gram sums per layer, ``3 (H d_head)^2 8`` bytes; ``layer``, one spectra layer in
@@ -134,7 +135,7 @@ def peak_terms(geometry: list, L: int, B: int = 1, itemsize: int = 4, threads: i
     float64) plus the removed-head Grams' budget ``max(32 MiB, 64 min(L, d_out)^2)``.
     """
     mb = 2.0 ** 20
-    qkv = sum(B * L * (h + 2 * kv) * d * itemsize for h, kv, d, _ in geometry) / mb
+    qkv = threads * max(B * L * (h + 2 * kv) * d * itemsize for h, kv, d, _ in geometry) / mb
     masks = dense_masks * B * L * L / mb
     grams = sum(3 * (h * d) ** 2 * 8 for h, _, d, _ in geometry) / mb
     layer = max(12 * B * h * L * d * 4 + max(32 * mb, 64 * min(L, o) ** 2) for h, _, d, o in geometry) / mb

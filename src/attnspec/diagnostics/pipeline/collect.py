@@ -10,10 +10,11 @@ than one tile of one layer per worker thread. Custom modules and ``nn.MultiheadA
 (:func:`attnspec.models.capture`), which materialize the weights of the layer.
 
 Peak memory of this step beyond the model's own forward pass, per batch of ``B`` texts padded to
-``L`` tokens: the recorded queries, keys and values of all layers (``B L (H + 2 H_kv) d`` numbers per
-layer, in the model's dtype), the allowed sets (``B L^2`` bytes per distinct mask, shared by the layers
-that have it) and one tile of
-``B H r L`` float32 weights per worker thread, with ``r = max(1, tile_bytes / (4 B H L))`` rows.
+``L`` tokens: the recorded queries, keys and values (``B L (H + 2 H_kv) d`` numbers per layer, in the
+model's dtype) of one layer at a time when :func:`record` streams them to the forward cache (its ``sink``;
+the CPU default), of all layers otherwise; the allowed sets (``B L^2`` bytes per distinct mask, shared by the
+layers that have it) and one tile of ``B H r L`` float32 weights per worker thread, with
+``r = max(1, tile_bytes / (4 B H L))`` rows.
 """
 from __future__ import annotations
 
