@@ -10,7 +10,8 @@ the fits depend only on the multiset of texts:
 * the value-path power ``sum_b ||P V_h W_O^h||_F^2`` and ``sum_b l_b d_out`` (:mod:`..statistics.spectral`);
 * the sum of each head's context over real tokens (mean ablation);
 * the head-pair Gram sum of the centered contexts (:func:`..statistics.dependence.gram_blocks`), which the spectra
-  step needs to accumulate each text's influence on the CKA (its bootstrap, :mod:`..result.intervals`);
+  step needs to accumulate each text's influence on the CKA (its bootstrap, :mod:`..result.intervals`), and the
+  numerators of the CKA null in closed form (:func:`..statistics.dependence.free_null_sums`, ``(H, H)``);
 * per-query selection: each head's attention mass on the keys of each positional and content rule, its
   expectation under the null and its capacity, with their bootstrap replicates
   (:class:`..statistics.query_selection.QuerySelectionSums`), from the same tiles.
@@ -85,6 +86,7 @@ class LayerFitSums:
     boot_scores: dict | None = None
     gram: np.ndarray | float = 0.0
     query: QuerySelectionSums | None = None
+    free_null: np.ndarray | float = 0.0
 
     def update(self, lb: LayerBatch, W: torch.Tensor, seed: int = 0, n_boot: int = N_BOOT) -> "LayerFitSums":
         """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)``; ``seed`` and ``n_boot``
@@ -113,7 +115,9 @@ class LayerFitSums:
         self.value_power = self.value_power + p
         self.value_count += c
         self.context_sum = self.context_sum + host(ctx)
-        self.gram = self.gram + dep.gram_blocks(spectral.center(C, lb.valid))
+        Mc = spectral.center(C, lb.valid)
+        self.gram = self.gram + dep.gram_blocks(Mc)
+        self.free_null = self.free_null + dep.free_null_sums(Mc, lb.valid)
         self.n_tokens += float(lb.valid.sum())
         return self
 
@@ -126,7 +130,7 @@ class LayerFitSums:
                             self.value_power + other.value_power, self.value_count + other.value_count,
                             self.context_sum + other.context_sum, self.n_tokens + other.n_tokens,
                             _add(self.boot_scores, other.boot_scores), self.gram + other.gram,
-                            self.query.merge(other.query))
+                            self.query.merge(other.query), self.free_null + other.free_null)
 
     def fit(self) -> dict[str, np.ndarray]:
         """``score_scale``, ``beta_hat``, ``alpha_hat``, ``r2`` per head."""

@@ -10,7 +10,8 @@ their spectra are taken, the layer outputs, the free rotation in float64) and th
 budget (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`), i.e. linear in ``L`` beyond one tile of weights.
 
 The spectra are taken on the **spectra texts** (:mod:`.spectra_plan`: a seeded sample of the corpus, grown in
-stages by default), while the Gram sums behind the dependence statistics cover every text: the eigensolves,
+stages by default), and so is the free rotation behind the ``free`` layer spectrum, while the dependence
+statistics (each text's influence on the CKA against step 2's Gram sum) cover every text: the eigensolves,
 about ``6 H + 3`` per text and layer, are most of this step's cost. A sampled text's eigenvalues are those it
 has without a sample (per-text draws), and the bootstrap over the spectra texts widens the spectral columns'
 intervals accordingly.
@@ -150,7 +151,7 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
 
     ``heads[key][h]``: eigenvalues of head ``h`` for ``key`` in :data:`HEAD_SPECTRA`; ``layer[key]`` for
     :data:`LAYER_SPECTRA`; ``removed[h]`` / ``removed_ge[h]``: the layer (its equivalent) without head
-    ``h``; ``gram`` / ``gram_free``: head-pair Gram blocks of the contexts and of their free rotations.
+    ``h``; ``gram``: head-pair Gram blocks of the contexts.
     ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers;
     ``boot_cka``: ``sum_b w_rb IF[b]`` ``(n_boot, H, H)`` (:func:`cka_influence`) for the merged Gram sum
     ``gram`` of step 2 and the texts' bootstrap weights ``w`` (0.0 without them). Given step 2's ``gram``,
@@ -193,8 +194,8 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     >>> all(np.allclose(one["heads"][k][h], r["heads"][k][h][5:], rtol=1e-5, atol=1e-6)
     ...     for k in HEAD_SPECTRA for h in (0, 1))
     True
-    >>> bool(np.array_equal(one["gram_free"], r["gram_free"]))             # the dependence statistics: every text
-    True
+    >>> one["corpus_order"].tolist()                      # the dependence statistics: every text
+    [0, 1]
     """
     valid = lb.valid
     H, dh, i = lb.site.n_heads, lb.site.head_dim, lb.index
@@ -204,20 +205,15 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     K = Wh @ Wh.transpose(-1, -2)                       # W_O^h W_O^{hT}: head spectra and removed-head Grams
     M = _contexts(lb, f, f0, seed, idx)
     M["act"] = spectral.center(M["act"], valid)
-    free = lambda Mc, v, o: spectral.free_rotation(Mc, v, TextNoise(seed, Draw.FREE_ROTATION, i, o, v))  # noqa: E731
     if dependence:                                      # the dependence statistics: every text of the batch
-        Mfree = free(M["act"], valid, lb.order)
-        counted = {"gram": dep.gram_blocks(M["act"]) if gram is None else 0.0, "gram_free": dep.gram_blocks(Mfree),
+        counted = {"gram": dep.gram_blocks(M["act"]) if gram is None else 0.0,
                    "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None
                    else 0.0, "corpus_order": np.asarray(lb.order, dtype=np.int64), "corpus_lengths": host(lb.valid.sum(1))}
     else:
-        counted = {"gram": 0.0, "gram_free": 0.0, "boot_cka": 0.0, "corpus_order": np.zeros(0, np.int64),
+        counted = {"gram": 0.0, "boot_cka": 0.0, "corpus_order": np.zeros(0, np.int64),
                    "corpus_lengths": np.zeros(0, np.int64)}
     if idx is not None:                                 # the spectra of the spectra texts only
         M["act"], valid = M["act"][idx], valid[idx]
-        Mfree = Mfree[idx] if dependence else free(M["act"], valid, [lb.order[b] for b in keep])
-    elif not dependence:
-        Mfree = free(M["act"], valid, lb.order)
     order = np.asarray([lb.order[b] for b in keep], dtype=np.int64)
     lengths = host(valid.sum(1))
     if not keep:                                        # none of the batch's texts is a spectra text
@@ -225,6 +221,7 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         return {"heads": {k: [none] * H for k in HEAD_SPECTRA}, "layer": {k: none for k in LAYER_SPECTRA},
                 "order": order, "lengths": lengths, "removed": np.zeros((H, 0)), "removed_ge": np.zeros((H, 0)),
                 **counted}
+    Mfree = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, order.tolist(), valid))
     Ks = spectral.sqrt_psd(K)
     heads = {}
     for k in HEAD_SPECTRA:          # centered in place of the raw contexts; the null ones dropped once used
@@ -289,7 +286,6 @@ class LayerSpectra:
     removed: list = field(default_factory=list)     # per head: list of arrays
     removed_ge: list = field(default_factory=list)
     gram: np.ndarray | float = 0.0
-    gram_free: np.ndarray | float = 0.0
     order: list = field(default_factory=list)      # per batch: positions of its spectra texts (b,)
     lengths: list = field(default_factory=list)    # per batch: real tokens of its spectra texts (b,)
     corpus_order: list = field(default_factory=list)     # per batch: positions of all its texts (B,)
@@ -318,7 +314,6 @@ class LayerSpectra:
             self.removed[h].append(keep(r["removed"][h]))
             self.removed_ge[h].append(keep(r["removed_ge"][h]))
         self.gram = self.gram + r["gram"]
-        self.gram_free = self.gram_free + r["gram_free"]
         self.boot_cka = self.boot_cka + r["boot_cka"]
         self._departures.clear()
         self.order.append(np.asarray(r["order"], dtype=np.int64))
@@ -346,7 +341,7 @@ class LayerSpectra:
             out.layer[k] = self.layer[k] + other.layer[k]
         out.removed = [a + b for a, b in zip(self.removed, other.removed)]
         out.removed_ge = [a + b for a, b in zip(self.removed_ge, other.removed_ge)]
-        out.gram, out.gram_free = self.gram + other.gram, self.gram_free + other.gram_free
+        out.gram = self.gram + other.gram
         out.order, out.lengths = self.order + other.order, self.lengths + other.lengths
         out.corpus_order = self.corpus_order + other.corpus_order
         out.corpus_lengths = self.corpus_lengths + other.corpus_lengths

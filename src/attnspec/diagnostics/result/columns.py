@@ -26,7 +26,7 @@ _ROLE = ("self (queries, keys and values from one sequence) or cross (an encoder
          "encoder output: keys and values from the encoder).")
 
 _CKA_BOOT = (" Linearized: each text's first-order influence on the CKA numerators is re-weighted; the null "
-             "(free rotations) is held fixed.")
+             "(its expectation under free rotations) is held fixed.")
 
 COLUMNS: dict[str, dict[str, str]] = {
     "heads": {
@@ -125,7 +125,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "cka_mean": "Mean linear CKA (Kornblith et al. 2019) between this head's centered contexts and the other heads'.",
         "cka_max": "Largest CKA with another head of the layer.",
         "cka_partner": "The head with that largest CKA (-1 for a single-head layer).",
-        "cka_null_mean": "cka_mean after independent Haar rotations of every head (independent heads, same size).",
+        "cka_null_mean": ("cka_mean expected after independent Haar rotations of every head (independent heads, same "
+                          "size), in closed form (pairs table, cka_null)."),
         "cka_excess": "cka_mean - cka_null_mean.",
         "cka_excess_lo": _LO.format("cka_excess") + _CKA_BOOT,
         "cka_excess_hi": _HI.format("cka_excess"),
@@ -211,7 +212,9 @@ COLUMNS: dict[str, dict[str, str]] = {
         "head_a": "First head of the pair.",
         "head_b": "Second head of the pair.",
         "cka": "Linear CKA of the two heads' centered contexts (1: equal up to rotation and scale).",
-        "cka_null": "The same after independent Haar rotations (the value of independent heads at this size).",
+        "cka_null": ("Its expectation after independent Haar rotations of each head's context in the text's centered "
+                     "token space (the value of independent heads at this size), in closed form: the sum over texts "
+                     "of norm(M_a)^2 norm(M_b)^2 / (n - 1), over the Frobenius norms of the two heads' own Gram sums."),
         "cka_excess": "cka - cka_null.",
         "cka_excess_lo": _LO.format("cka_excess") + _CKA_BOOT,
         "cka_excess_hi": _HI.format("cka_excess"),

@@ -37,7 +37,8 @@ intervals at :data:`..statistics.bootstrap.LEVEL`).
   ``F_gh = ||C_gh||_F^2`` and ``C = sum_b C^b`` the Gram sum over texts; to first order in the weights
   ``F_gh(w) = 2 sum_b w_b <C_gh, C^b_gh> - F_gh``, whose weighted sums the spectra step accumulates
   (:func:`..pipeline.spectra.cka_influence`; exact ``C`` from step 2, so one extra pass is not needed). The null
-  CKA (free rotations) is held fixed, like the fitted equivalents.
+  CKA (its expectation under free rotations, :func:`..statistics.dependence.cka_free_null`) is held fixed, like
+  the fitted equivalents.
 """
 from __future__ import annotations
 
@@ -96,18 +97,20 @@ def _pairs(lo_hi: tuple[np.ndarray, np.ndarray], name: str) -> dict[str, np.ndar
     return {f"{name}_lo": lo_hi[0], f"{name}_hi": lo_hi[1]}
 
 
-def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
+def cka_excess_replicates(sp: LayerSpectra, cka_null: np.ndarray) -> np.ndarray | None:
     """Bootstrap replicates of the excess CKA ``cka - cka_null`` of every pair of heads of a layer.
 
     Linearized (module docstring): ``F_gh(w) = 2 sum_b w_b <C_gh, C^b_gh> - F_gh`` with
     ``F_gh = ||C_gh||_F^2``, then ``CKA_gh(w) = F_gh(w) / sqrt(F_gg(w) F_hh(w))`` (NaN for a replicate
-    whose ``F_gg(w)`` leaves the positive range); the null CKA of the free rotation is held fixed.
+    whose ``F_gg(w)`` leaves the positive range); the null CKA is held fixed.
 
     Parameters
     ----------
     sp : LayerSpectra
-        The layer's spectra accumulator, with ``gram`` (``C``), ``gram_free`` and ``boot_cka``
+        The layer's spectra accumulator, with ``gram`` (``C``) and ``boot_cka``
         (``(n_boot, H, H)`` weighted sums of :func:`..pipeline.spectra.cka_influence`).
+    cka_null : numpy.ndarray
+        ``(H, H)`` null CKA (:func:`..statistics.dependence.cka_free_null`).
 
     Returns
     -------
@@ -116,8 +119,8 @@ def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
 
     Examples
     --------
-    Two heads on 40 texts, head 1 = head 0 + independent noise; the null Gram ``gram_free`` is the
-    identity (null CKA 0 between heads), so the excess is the CKA itself:
+    Two heads on 40 texts, head 1 = head 0 + independent noise; with a null CKA of 0 between the heads the
+    excess is the CKA itself:
 
     >>> import numpy as np, torch
     >>> from attnspec.diagnostics.statistics.bootstrap import interval, weighted
@@ -129,8 +132,8 @@ def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
     >>> M = torch.from_numpy(M - M.mean(2, keepdims=True))
     >>> C = gram_blocks(M)
     >>> w = weights(0, range(40), 100)
-    >>> sp = LayerSpectra(2, gram=C, gram_free=np.eye(4), boot_cka=weighted(w, cka_influence(M, C)))
-    >>> reps = cka_excess_replicates(sp)
+    >>> sp = LayerSpectra(2, gram=C, boot_cka=weighted(w, cka_influence(M, C)))
+    >>> reps = cka_excess_replicates(sp, np.eye(2))
     >>> reps.shape, round(float(cka_matrix(C, 2)[0, 1]), 2)
     ((100, 2, 2), 0.51)
     >>> [round(float(v), 2) for v in interval(reps[:, 0, 1])]         # 95 % interval around it
@@ -149,7 +152,7 @@ def cka_excess_replicates(sp: LayerSpectra) -> np.ndarray | None:
         cka = reps / (d[:, :, None] * d[:, None, :])
     zero = np.diag(F) <= 0                   # a head with zero contexts (a dead head) shares nothing: 0, as cka_matrix
     cka[:, zero, :], cka[:, :, zero] = 0.0, 0.0
-    return cka - dep.cka_matrix(sp.gram_free, H)[None]
+    return cka - np.asarray(cka_null)[None]
 
 
 def corrected_beta(sums: dict[str, np.ndarray], null_sums: dict[str, np.ndarray] | None = None
@@ -298,7 +301,7 @@ def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, 
     full = sp.pooled(sp.layer["act"])
     out["removal_spec_shift"] = np.stack([weighted_relative_w1(sp.pooled(sp.removed[h]), full, il, tw.w)
                                           for h in range(H)], 1)
-    ex = cka_excess_replicates(sp)
+    ex = cka_excess_replicates(sp, dep.cka_free_null(sp.gram, fs.free_null, H)) if np.ndim(sp.gram) == 2 else None
     if ex is not None and H > 1:
         off = ~np.eye(H, dtype=bool)
         with np.errstate(invalid="ignore"):

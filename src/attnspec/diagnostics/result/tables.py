@@ -204,7 +204,7 @@ def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner, sp: LayerSpectra, 
     """The layer's pairs with their ``dependence`` verdict (:mod:`.dependence_verdict`)."""
     groups = np.array([site.kv_group(h) for h in range(site.n_heads)])
     g, hh, ck, ck0, corr, shared = dep.pair_table_arrays(cka, cka0, inner, groups)
-    reps = cka_excess_replicates(sp)
+    reps = cka_excess_replicates(sp, cka0)
     lo, hi = interval(reps[:, g, hh]) if reps is not None else (np.full(g.size, np.nan), np.full(g.size, np.nan))
     ex = ck - ck0
     tau = dv.margin_of(bool(site.causal) and _role(site) == "self")
@@ -344,7 +344,7 @@ def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: La
     layer's bootstrap replicates go to ``replicates[i]`` when a list is given."""
     if np.ndim(sp.gram) != 2:       # step 3 was given step 2's Gram sum and did not recompute it
         sp = dataclasses.replace(sp, gram=fs.gram)
-    cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_matrix(sp.gram_free, site.n_heads)
+    cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_free_null(sp.gram, fs.free_null, site.n_heads)
     inner = dep.output_inner(sp.gram, W.double().numpy(), site.n_heads)
     reps = head_replicates(fs, ns, sp, tw) if tw.n_boot and fs.boot_scores is not None else None
     if replicates is not None:

@@ -5,8 +5,9 @@ over tokens (``N x d_head``):
 
 * ``cka``: linear CKA (Kornblith et al. 2019), ``||M_g^T M_h||_F^2 / (||M_g^T M_g||_F ||M_h^T M_h||_F)``
   in [0, 1]: 1 when the two heads' token representations agree up to rotation and scale;
-* ``cka_null``: the same after :func:`~attnspec.diagnostics.statistics.spectral.free_rotation` (heads put in
-  generic position, independently per text): the value independent heads give at this size;
+* ``cka_null``: its expectation after :func:`~attnspec.diagnostics.statistics.spectral.free_rotation` (each
+  head's context rotated by an independent Haar rotation of the text's centered token space): the value
+  independent heads give at this size, in closed form (:func:`free_null_sums`, :func:`cka_free_null`);
   ``cka_excess = cka - cka_null``;
 * ``output_corr``: ``<Y_g, Y_h>_F / (||Y_g|| ||Y_h||)`` of the heads' centered outputs in the
   residual stream (``Y_h = M_h W_O^h``): positive = the heads reinforce each other, negative = cancel;
@@ -25,7 +26,7 @@ import torch
 
 from .devices import host
 
-__all__ = ["gram_blocks", "cka_matrix", "output_inner", "pair_table_arrays"]
+__all__ = ["gram_blocks", "cka_matrix", "free_null_sums", "cka_free_null", "output_inner", "pair_table_arrays"]
 
 
 def gram_blocks(M: torch.Tensor) -> np.ndarray:
@@ -106,6 +107,97 @@ def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:
     dd = np.outer(d, d)
     with np.errstate(invalid="ignore", divide="ignore"):      # a head with zero contexts shares nothing: 0
         return np.where(dd > 0, fro2 / np.where(dd > 0, dd, 1.0), 0.0)
+
+
+def free_null_sums(M: torch.Tensor, valid: torch.Tensor) -> np.ndarray:
+    """The expected squared head-pair Gram blocks under independent Haar rotations, summed over the batch.
+
+    With ``O_bg, O_bh`` independent Haar rotations of text ``b``'s centered token space (dimension
+    ``n_b - 1``), ``O_bg^T O_bh`` is Haar too and ``E ||A^T O B||_F^2 = ||A||_F^2 ||B||_F^2 / (n_b - 1)`` for
+    ``A, B`` in that space; the cross terms of different texts have mean 0. Hence, for ``g != h``,
+    ``E ||sum_b (O_bg M_bg)^T (O_bh M_bh)||_F^2 = sum_b ||M_bg||_F^2 ||M_bh||_F^2 / (n_b - 1)``: the numerator of the
+    rotated heads' CKA (:func:`cka_free_null`) without drawing a rotation or forming their ``(H d_head)^2``
+    Gram. Texts of one real token (no centered space) add nothing.
+
+    Parameters
+    ----------
+    M : torch.Tensor, shape (B, H, L, d_head)
+        Centered contexts (0 at padding), on any device.
+    valid : torch.Tensor of bool, shape (B, L)
+        Real tokens.
+
+    Returns
+    -------
+    numpy.ndarray, shape (H, H)
+        ``sum_b s_b s_b^T / (n_b - 1)`` with ``s_bh = ||M_bh||_F^2``, float64 (the diagonal is not a CKA
+        numerator: :func:`cka_free_null` sets it to 1).
+
+    Examples
+    --------
+    The closed form against the mean over drawn rotations (:func:`..statistics.spectral.free_rotation`):
+
+    >>> import numpy as np, torch
+    >>> from attnspec.diagnostics.statistics.noise import Draw, TextNoise
+    >>> from attnspec.diagnostics.statistics.spectral import center, free_rotation
+    >>> valid = torch.ones(3, 6, dtype=torch.bool)
+    >>> M = center(torch.randn(3, 2, 6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64), valid)
+    >>> draws = [gram_blocks(free_rotation(M, valid, TextNoise(s, Draw.FREE_ROTATION, 0, [0, 1, 2], valid)))
+    ...          for s in range(2000)]
+    >>> mc = np.mean([(C[:4, 4:] ** 2).sum() for C in draws])
+    >>> round(float(free_null_sums(M, valid)[0, 1] / mc), 2)
+    1.0
+    """
+    s = (M.double() ** 2).sum(dim=(2, 3))                               # (B, H)
+    m = (valid.sum(1) - 1).to(s.dtype)                                  # n_b - 1
+    s = s * torch.where(m > 0, 1.0 / m.clamp_min(1), 0.0)[:, None].sqrt()
+    return host(s.T @ s)
+
+
+def cka_free_null(C: np.ndarray, null: np.ndarray, H: int) -> np.ndarray:
+    """The CKA of heads in generic position: its expectation under independent Haar rotations of every head.
+
+    The rotations keep each head's own Gram block (``C_gg``), so the denominators are the heads' own, and
+    the numerators are their expectation :func:`free_null_sums` (the ratio of expectations, exact as the
+    numerator's fluctuation over rotations, relative order ``(d_head^2 sum_b 1)^(-1/2)``, vanishes):
+    ``cka_null[g, h] = null[g, h] / (||C_gg||_F ||C_hh||_F)`` for ``g != h``, 1 on the diagonal, 0 in the rows
+    and columns of a head whose contexts are all zero (as :func:`cka_matrix`).
+
+    Parameters
+    ----------
+    C : numpy.ndarray
+        ``(H*dh, H*dh)`` Gram matrix of :func:`gram_blocks`.
+    null : numpy.ndarray
+        ``(H, H)`` sums of :func:`free_null_sums` over the same texts.
+    H : int
+        Number of heads.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, H)`` symmetric.
+
+    Examples
+    --------
+    Two heads of 4 independent Gaussian columns on 200 texts of 30 tokens: their CKA is about its null, of
+    order ``d_head / (n - 1)``:
+
+    >>> import numpy as np, torch
+    >>> from attnspec.diagnostics.statistics.spectral import center
+    >>> valid = torch.ones(200, 30, dtype=torch.bool)
+    >>> M = center(torch.randn(200, 2, 30, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64), valid)
+    >>> C = gram_blocks(M)
+    >>> null = cka_free_null(C, free_null_sums(M, valid), 2)
+    >>> round(float(null[0, 1]), 3), round(float(cka_matrix(C, 2)[0, 1]), 3), float(null[0, 0])
+    (0.001, 0.001, 1.0)
+    """
+    dh = C.shape[0] // H
+    blocks = C.reshape(H, dh, H, dh)
+    d = np.sqrt(np.einsum("gagb,gagb->g", blocks, blocks))               # ||C_gg||_F
+    dd = np.outer(d, d)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(dd > 0, np.asarray(null, dtype=np.float64) / np.where(dd > 0, dd, 1.0), 0.0)
+    np.fill_diagonal(out, np.where(d > 0, 1.0, 0.0))
+    return out
 
 
 def output_inner(C: np.ndarray, W: np.ndarray, H: int) -> np.ndarray:
