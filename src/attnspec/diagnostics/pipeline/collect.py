@@ -19,6 +19,7 @@ layers that have it) and one tile of ``B H r L`` float32 weights per worker thre
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -51,8 +52,10 @@ class LayerBatch:
     allowed : bool Tensor or RuleMask ``(B, L, L)``
         Query ``i`` may attend key ``j`` (the model's own mask, padding removed; ``allowed[:, rows]`` gives the
         rows of a tile, built from the rule when the model passed no mask tensor: :mod:`attnspec.models.rule_mask`).
-    values : Tensor ``(B, H_kv, L, d_v)``
-        Values per key/value head, in ``dtype``.
+    values_of : callable
+        ``() -> (B, H_kv, L, d_v)`` values per key/value head in ``dtype``, padding set to 0; read through
+        :attr:`values`, built when the layer's statistics first need them (a batch's layer batches are made
+        together, and the values of layers not yet processed then take no memory).
     weights_of : callable
         ``rows -> (B, H, r, L)`` attention weights of the query rows ``rows`` (``dtype``).
     tile_rows : int
@@ -83,12 +86,17 @@ class LayerBatch:
     special: torch.Tensor
     order: list
     allowed: "torch.Tensor | RuleMask"
-    values: torch.Tensor
+    values_of: Callable[[], torch.Tensor]
     weights_of: Callable[[slice], torch.Tensor]
     tile_rows: int
     dtype: torch.dtype = torch.float32
     keys: torch.Tensor | None = None
     tokens: torch.Tensor | None = None
+
+    @functools.cached_property
+    def values(self) -> torch.Tensor:
+        """Values per key/value head ``(B, H_kv, L, d_v)`` (:attr:`values_of`, built once)."""
+        return self.values_of()
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -192,7 +200,7 @@ def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, ti
     B, L = batch["attention_mask"].shape
     valid = batch["attention_mask"].to(device).bool()
     return LayerBatch(i, site, valid, batch["special"].to(device).bool(), batch["order"],
-                      call.allowed.to(device), _real_values(call.values(dtype, device), valid),
+                      call.allowed.to(device), lambda: _real_values(call.values(dtype, device), valid),
                       lambda rows: call.weights(rows, dtype, device),
                       _tile_rows(B, site.n_heads, L, tile_bytes), dtype, call.key.to(device=device, dtype=dtype),
                       _tokens(site, batch, device))
@@ -205,7 +213,7 @@ def _from_capture(i: int, site: AttentionSite, rec: dict, batch: dict, tile_byte
     B, L = valid.shape
     allowed = site.allowed(batch["attention_mask"]).to(device)
     return LayerBatch(i, site, valid, batch["special"].to(device).bool(), batch["order"], allowed,
-                      _real_values(rec["values"].to(device=device, dtype=dtype), valid), lambda rows: A[:, :, rows],
+                      lambda: _real_values(rec["values"].to(device=device, dtype=dtype), valid), lambda rows: A[:, :, rows],
                       _tile_rows(B, site.n_heads, L, tile_bytes), dtype, tokens=_tokens(site, batch, device))
 
 
