@@ -156,11 +156,11 @@ def free_null_sums(M: torch.Tensor, valid: torch.Tensor) -> np.ndarray:
 def cka_free_null(C: np.ndarray, null: np.ndarray, H: int) -> np.ndarray:
     """The CKA of heads in generic position: its expectation under independent Haar rotations of every head.
 
-    The rotations keep each head's own Gram block (``C_gg``), so the denominators are the heads' own, and
-    the numerators are their expectation :func:`free_null_sums` (the ratio of expectations, exact as the
-    numerator's fluctuation over rotations, relative order ``(d_head^2 sum_b 1)^(-1/2)``, vanishes):
+    The rotations keep each head's own Gram block (``C_gg``), so the CKA's denominators do not move and its
+    expectation is exactly its numerator's expectation (:func:`free_null_sums`) over them:
     ``cka_null[g, h] = null[g, h] / (||C_gg||_F ||C_hh||_F)`` for ``g != h``, 1 on the diagonal, 0 in the rows
-    and columns of a head whose contexts are all zero (as :func:`cka_matrix`).
+    and columns of a head whose contexts are all zero (as :func:`cka_matrix`). A single drawn rotation, the
+    null before, scatters around it (on MiniLM, 8 texts of 32 tokens: by 25 % relative standard deviation).
 
     Parameters
     ----------
