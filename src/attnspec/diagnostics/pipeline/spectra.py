@@ -92,8 +92,9 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     Computed without the texts' ``(H d_head)^2`` Grams, as ``IF[b, g, h] = <M_bg C_gh, M_bh>_F`` (sum over
     tokens and columns), for ``h >= g`` only (``IF[b]`` is symmetric, ``C_hg = C_gh^T``): one float64
     product ``(texts x tokens, d_head) @ (d_head, (H - g) d_head)`` per head ``g``, over blocks of texts
-    whose product takes at most ``max_bytes``; ``(H + 1) / (2 H)`` of the multiplications of the texts'
-    Grams. Float64, since the replicates are differences of large sums (``2 sum w IF - F``).
+    whose product takes at most ``max_bytes`` (a text longer than that: over chunks of its tokens, the sum
+    being one over tokens); ``(H + 1) / (2 H)`` of the multiplications of the texts' Grams. Float64, since
+    the replicates are differences of large sums (``2 sum w IF - F``).
 
     Parameters
     ----------
@@ -122,7 +123,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     >>> IF.shape, np.allclose(IF.sum(0), (blocks ** 2).sum(axis=(1, 3)))
     ((3, 2, 2), True)
 
-    Text by text (the smallest budget), the same numbers:
+    Token by token (the smallest budget), the same numbers:
 
     >>> bool(np.allclose(cka_influence(M, C, max_bytes=1), IF, rtol=1e-14, atol=0))
     True
@@ -131,16 +132,19 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
         raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
     B, H, L, dh = M.shape
     G = torch.from_numpy(np.ascontiguousarray(gram, dtype=np.float64)).to(M.device).view(H, dh, H, dh)
-    out = np.empty((B, H, H))
-    step = max(1, int(max_bytes) // max(1, 8 * L * H * dh * 2))       # the product and its elementwise one
+    out = np.zeros((B, H, H))
+    per_token = 8 * H * dh * 2                                         # the product and its elementwise one
+    chunk = max(1, min(L, int(max_bytes) // per_token))                # tokens at once (a long text: in chunks)
+    step = max(1, int(max_bytes) // (per_token * L)) if chunk == L else 1
     for b0 in range(0, B, step):
-        X = M[b0:b0 + step].double()                                  # (b, H, L, dh)
-        b = X.shape[0]
-        for g in range(H):
-            U = X[:, g].reshape(b * L, dh) @ G[g, :, g:].reshape(dh, (H - g) * dh)   # M_bg C_gh, h >= g
-            IF = host((U.view(b, L, H - g, dh) * X[:, g:].transpose(1, 2)).sum(dim=(1, 3)))
-            out[b0:b0 + b, g, g:] = IF
-            out[b0:b0 + b, g:, g] = IF
+        for l0 in range(0, L, chunk):
+            X = M[b0:b0 + step, :, l0:l0 + chunk].double()            # (b, H, l, dh)
+            b, l = X.shape[0], X.shape[2]
+            for g in range(H):
+                U = X[:, g].reshape(b * l, dh) @ G[g, :, g:].reshape(dh, (H - g) * dh)   # M_bg C_gh, h >= g
+                out[b0:b0 + b, g, g:] += host((U.view(b, l, H - g, dh) * X[:, g:].transpose(1, 2)).sum(dim=(1, 3)))
+    iu = np.triu_indices(H, 1)
+    out[:, iu[1], iu[0]] = out[:, iu[0], iu[1]]                        # IF[b] is symmetric
     return out
 
 
