@@ -25,11 +25,21 @@ SRC = Path(__file__).parents[1] / "src" / "attnspec"
 ARCHS = ("anisotropic", "staged", "spd", "diffuse")
 
 
+#: Columns whose definition changed after the tables were stored: the CKA null was one drawn free rotation, it is
+#: now its expectation in closed form (``dependence.cka_free_null``); on these 4-input checkpoints one draw
+#: scattered by 50-85 % around it (40 seeds of the former code: ``staged`` 0.037 +- 0.031 against the closed
+#: form's 0.033, ``spd`` 0.176 +- 0.089 against 0.182), so the stored draw is not reproduced, and neither is
+#: what is computed from it. Every other column still is.
+NULL_DRAWN = {"cka_null_mean", "cka_null", "cka_excess", "cka_excess_lo", "cka_excess_hi", "cka_excess_background",
+              "dependence", "dependence_partner", "n_dependent_pairs", "n_dependent_heads"}
+
+
 def _same_tables(new_dir_or_diag, old_dir: Path) -> None:
     """Every column of the stored tables is reproduced (new columns added since are allowed), to 1e-3 relative:
     the tables were stored on the earlier development machine, and float32 kernels of another CPU round
     differently (on an AVX2-only CPU distances moved by up to 1.3e-4 relative; wiring errors move them by far
-    more). The KS columns, suprema over a few dozen eigenvalues, may move by one or two steps of 1/32."""
+    more). The KS columns, suprema over a few dozen eigenvalues, may move by one or two steps of 1/32. The
+    columns of :data:`NULL_DRAWN` are left out."""
     for table in ("heads", "layers", "pairs"):
         old = pd.read_csv(old_dir / f"{table}.csv")
         if isinstance(new_dir_or_diag, Path):
@@ -39,6 +49,8 @@ def _same_tables(new_dir_or_diag, old_dir: Path) -> None:
         assert len(new) == len(old), table
         for col in old.columns:
             assert col in new, f"{table}.{col} missing"
+            if col in NULL_DRAWN:
+                continue
             a, b = old[col].to_numpy(), new[col].to_numpy()
             if a.dtype.kind in "fi" and b.dtype.kind in "fi":
                 atol = 1 / 16 if col.endswith("_ks") else 1e-7
