@@ -53,7 +53,9 @@ class RuleMask:
         return self.keys.device
 
     def to(self, device: "torch.device | str") -> "RuleMask":
-        """The same rule with its booleans on ``device`` (the tiles are built there)."""
+        """The same rule with its booleans on ``device`` (the tiles are built there); itself when already there."""
+        if torch.device(device) == self.device:
+            return self
         return RuleMask(self.keys.to(device), self.queries.to(device), self.causal, self.window)
 
     def rows(self, rows: slice) -> torch.Tensor:
