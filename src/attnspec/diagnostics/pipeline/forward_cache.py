@@ -248,9 +248,9 @@ class BatchWriter:
         self._shared.clear()
         return ok and not self.memory
 
-    def records(self, n: int | None = None) -> list:
-        """The records of sites ``0..n-1`` (default: those added), written ones memory-mapped from the file."""
-        idx = range(n if n is not None else len(set(self.layout) | set(self.memory)))
+    def records(self, n: int) -> list:
+        """The records of sites ``0..n-1``, written ones memory-mapped from the file, the others from memory."""
+        idx = range(n)
         written = [i for i in idx if i in self.layout]
         back = dict(zip(written, _read(self.path, [self.meta[i] for i in written], [self.layout[i] for i in written])))
         return [back[i] if i in back else self.memory[i] for i in idx]
