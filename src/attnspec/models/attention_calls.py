@@ -108,17 +108,17 @@ class AttentionCall:
     def n_kv_heads(self) -> int:
         return self.key.shape[1]
 
-    def _kv(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        rep = self.n_heads // self.n_kv_heads
-        t = t.to(dtype=dtype)
-        return t.repeat_interleave(rep, dim=1) if rep > 1 else t
-
     def logits(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32,
                device: "torch.device | str" = "cpu") -> torch.Tensor:
         """Raw logits ``(B, H, r, L)`` of the query rows ``rows`` (before masking), computed on the
-        tensors' device in ``dtype`` and returned on ``device``."""
+        tensors' device in ``dtype`` and returned on ``device``. Query head ``h`` reads key head
+        ``h // (H / H_kv)``: the ``H / H_kv`` query heads of a key head are stacked as the rows of one
+        product with its keys, so the keys are never copied per query head."""
         q = self.query[:, :, rows].to(dtype=dtype)
-        s = (q @ self._kv(self.key, dtype).transpose(-1, -2)).mul_(self.scaling)   # in place: same numbers
+        B, H, r, d = q.shape
+        k = self.key.to(dtype=dtype)
+        s = q.reshape(B, k.shape[1], (H // k.shape[1]) * r, d) @ k.transpose(-1, -2)    # (B, H_kv, g r, L)
+        s = s.view(B, H, r, -1).mul_(self.scaling)                                       # in place: same numbers
         if self.softcap:
             s = s.div_(self.softcap).tanh_().mul_(self.softcap)
         if self.position_bias is not None:
