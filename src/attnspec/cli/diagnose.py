@@ -67,6 +67,10 @@ def register(subparsers) -> None:
                         "dependence statistics use every text): a seeded sample of N >= 8, 'all', or 'auto' (default): "
                         "32 texts and at least 2048 eigenvalues a head spectrum, doubled until the selection verdicts "
                         "are predicted to agree with all texts' on 95%% of heads")
+    p.add_argument("--removal-spectra", type=_option("removal_spectra"), default="first-order",
+                   help="the layer's spectrum without each head (removal_spec_shift): 'first-order' (default: the "
+                        "Rayleigh quotients of the layer's eigenvectors, one eigendecomposition a text) or 'exact' "
+                        "(one a head and text)")
     _add_removal_options(p)
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")
     p.add_argument("--n-boot", type=_option("n_boot"), default=200,
@@ -474,6 +478,7 @@ def _removal(args: argparse.Namespace) -> str:
 #: ``reuse_forward`` keep their defaults; ``progress`` is ``--quiet``, ``model_name`` is ``--model``).
 FLAG_OF = {"n_texts": "--n-texts", "max_length": "--max-length", "bucket_size": "--bucket-size", "pack": "--pack",
            "spectra_texts": "--spectra-texts", "statistics_device": "--statistics-device",
+           "removal_spectra": "--removal-spectra",
            "n_boot": "--n-boot", "seed": "--seed", "removal": "--removal/--no-removal", "mean_ablation": "--mean-ablation",
            "gradient": "--no-gradient", "removal_positions": "--removal-positions", "removal_texts": "--removal-texts",
            "removal_vocab": "--removal-vocab", "removal_target": "--removal-target", "screen_top": "--screen-top",
@@ -504,7 +509,7 @@ def options_of(args: argparse.Namespace, **fixed):
                   removal_positions=args.removal_positions, removal_texts=args.removal_texts,
                   removal_vocab=args.removal_vocab, removal_target=args.removal_target, screen_top=args.screen_top,
                   screen_sample=args.screen_sample, progress=not args.quiet, model_name=args.model,
-                  statistics_device=args.statistics_device)
+                  statistics_device=args.statistics_device, removal_spectra=args.removal_spectra)
     values.update(fixed)
     try:
         return DiagnoseOptions(**values)

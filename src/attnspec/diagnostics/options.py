@@ -24,6 +24,7 @@ from typing import Any
 from .statistics.bootstrap import MIN_TEXTS_FOR_INTERVALS, N_BOOT
 from .statistics.devices import STATISTICS_DEVICES
 from .statistics.selection import DIFFUSE_THRESHOLD, MIN_TOKENS_FOR_LABEL
+from .statistics.spectral import REMOVAL_SPECTRA
 
 __all__ = ["DiagnoseOptions", "OptionError", "Interval", "OneOf", "Boolean", "invalid_values", "parse_flag"]
 
@@ -217,6 +218,9 @@ class DiagnoseOptions:
                                            "this many, 'all', or 'auto': at least 32 texts and 2,048 eigenvalues a "
                                            "head spectrum, doubled until the selection verdicts are predicted to "
                                            "agree with all texts' on 95 % of heads")
+    removal_spectra: str = _option("first-order", OneOf(REMOVAL_SPECTRA), doc="the layer's spectrum without each "
+                                   "head (removal_spec_shift): 'first-order' (the Rayleigh quotients of the layer's "
+                                   "eigenvectors, one eigendecomposition a text) or 'exact' (one a head and text)")
     # --- labels and intervals
     threshold: float = _option(DIFFUSE_THRESHOLD, Interval(float, 0), doc="selection-score threshold of the "
                                "labels (default log 2)")

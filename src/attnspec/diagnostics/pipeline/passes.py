@@ -106,11 +106,12 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
                  tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
                  cache: forward_cache.ForwardCache | None = None, grams: list | None = None,
                  n_boot: int = N_BOOT, texts: frozenset | None = None, dependence: bool = True,
-                 device: "torch.device | str" = "cpu") -> list[LayerSpectra]:
+                 device: "torch.device | str" = "cpu", removal_spectra: str = "first-order") -> list[LayerSpectra]:
     """Step 3 over ``batches`` on ``device``: per-layer pooled spectra of the spectra texts ``texts`` (corpus positions;
     None: all) and Gram sums of every text (batches kept in ``cache`` are read from it instead of a second
     forward pass); with ``grams`` (step 2's merged Gram sums per layer) also the CKA influence sums of the
-    ``n_boot`` bootstrap replicates; ``dependence=False``: the spectra of ``texts`` only (a later stage)."""
+    ``n_boot`` bootstrap replicates; ``dependence=False``: the spectra of ``texts`` only (a later stage);
+    ``removal_spectra``: how the layer without each head is taken (:data:`..statistics.spectral.REMOVAL_SPECTRA`)."""
     W = [s.w_out().to(device) for s in adapter.sites]
     store = "float64" if compute_dtype(adapter) == torch.float64 else "float32"
     cut = texts if not dependence else None     # a later stage: its batches cut to its texts before the work
@@ -120,7 +121,7 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
                lambda lb: layer_batch_spectra(lb, W[lb.index], fits[lb.index], null_fits[lb.index],
                                               powers[lb.index], seed, g[lb.index],
                                               weights(seed, lb.order, n_boot) if g[lb.index] is not None else None,
-                                              texts, dependence),
+                                              texts, dependence, removal_spectra),
                lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache, texts=cut, device=device)
     return acc
 

@@ -6,15 +6,19 @@ equivalent's, the free sum of its heads, and the layer without each head (normal
 The four contexts ``A V`` (head, equivalent, null, null equivalent) are built one query tile at a
 time; the spectra need only the contexts ``(B, H, L, d_head)``. Memory of one layer batch: about
 ``12 B H L d_head`` numbers (the head's and its equivalent's centered contexts, the null ones until
-their spectra are taken, the layer outputs, the free rotation in float64) and the removed-head Grams'
-budget (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`), i.e. linear in ``L`` beyond one tile of weights.
+their spectra are taken, the layer outputs, the free rotation in float64) and the budget of the layer without
+each head (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`, or one text's first-order products, about
+``4 H min(L, d_out) d_head`` numbers, when they need more), i.e. linear in ``L`` beyond one tile of weights
+and, for texts shorter than ``d_out``, one ``L x L`` eigendecomposition.
 
 The spectra are taken on the **spectra texts** (:mod:`.spectra_plan`: a seeded sample of the corpus, grown in
 stages by default), and so is the free rotation behind the ``free`` layer spectrum, while the dependence
 statistics (each text's influence on the CKA against step 2's Gram sum) cover every text: the eigensolves,
-about ``6 H + 3`` per text and layer, are most of this step's cost. A sampled text's eigenvalues are those it
-has without a sample (per-text draws), and the bootstrap over the spectra texts widens the spectral columns'
-intervals accordingly.
+``4 H`` head spectra and 3 layer spectra per text and layer (with ``removal_spectra='exact'`` ``2 H`` more, the
+layer without each head; by default that spectrum comes to first order from the layer's own
+eigendecomposition, :func:`..statistics.spectral.layer_eigs_first_order`), are most of this step's cost.
+A sampled text's eigenvalues are those it has without a sample (per-text draws), and the bootstrap over the
+spectra texts widens the spectral columns' intervals accordingly.
 
 :class:`LayerSpectra` keeps the pooled eigenvalues (one array per batch and spectrum, texts in batch
 order) with each batch's text positions and lengths, and the head-pair Gram sums; merging concatenates
@@ -150,12 +154,15 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
 
 def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int,
                         gram: np.ndarray | None = None, w: np.ndarray | None = None,
-                        texts: frozenset | None = None, dependence: bool = True) -> dict:
+                        texts: frozenset | None = None, dependence: bool = True,
+                        removal_spectra: str = "first-order") -> dict:
     """Spectra of one layer on one batch.
 
     ``heads[key][h]``: eigenvalues of head ``h`` for ``key`` in :data:`HEAD_SPECTRA`; ``layer[key]`` for
     :data:`LAYER_SPECTRA`; ``removed[h]`` / ``removed_ge[h]``: the layer (its equivalent) without head
-    ``h``; ``gram``: head-pair Gram blocks of the contexts.
+    ``h`` (``removal_spectra``: to first order from the layer's eigenvectors,
+    :func:`..statistics.spectral.layer_eigs_first_order`, or exactly, :func:`..statistics.spectral.layer_eigs_without_each`);
+    ``gram``: head-pair Gram blocks of the contexts.
     ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers;
     ``boot_cka``: ``sum_b w_rb IF[b]`` ``(n_boot, H, H)`` (:func:`cka_influence`) for the merged Gram sum
     ``gram`` of step 2 and the texts' bootstrap weights ``w`` (0.0 without them). Given step 2's ``gram``,
@@ -238,13 +245,17 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         B, _, L, _ = Mk.shape
         return Mk.transpose(1, 2).reshape(B, L, H * dh) @ Wh.reshape(H * dh, -1)
 
-    Y, Yge = out(M["act"]), out(M["ge"])
-    layer = {"act": spectral.layer_eigs(Y, lengths, c_layer), "ge": spectral.layer_eigs(Yge, lengths, c_layer),
-             "free": spectral.layer_eigs(out(Mfree), lengths, c_layer)}
-    return {"heads": heads, "layer": layer, "order": order, "lengths": lengths,
-            "removed": spectral.layer_eigs_without_each(M["act"], Wh, lengths, c_layer, K=K, Y=Y),
-            "removed_ge": spectral.layer_eigs_without_each(M["ge"], Wh, lengths, c_layer, K=K, Y=Yge),
-            **counted}
+    layer, removed = {"free": spectral.layer_eigs(out(Mfree), lengths, c_layer)}, {}
+    for k in ("act", "ge"):                             # the layer and the layer without each head
+        Y = out(M[k])
+        if removal_spectra == "exact":
+            layer[k] = spectral.layer_eigs(Y, lengths, c_layer)
+            removed[k] = spectral.layer_eigs_without_each(M[k], Wh, lengths, c_layer, K=K, Y=Y)
+        else:
+            layer[k], removed[k] = spectral.layer_eigs_first_order(M[k], Wh, lengths, c_layer, K=K, Y=Y)
+        del Y
+    return {"heads": heads, "layer": layer, "order": order, "lengths": lengths, "removed": removed["act"],
+            "removed_ge": removed["ge"], **counted}
 
 
 @dataclass

@@ -119,7 +119,8 @@ def spectra_task(adapter, run_id: str, batches: list, fits: list, null_fits: lis
     cache = run_cache(run_id, adapter, opts.reuse_forward, create=False)
     hit = cache is not None and all(cache.has(tuple(b["order"])) for b in batches)
     out = spectra_pass(adapter, batches, fits, null_fits, powers, opts.seed, opts.tile_bytes, progress, cache,
-                       grams, opts.n_boot, texts, dependence, statistics_device(opts.statistics_device, adapter.model))
+                       grams, opts.n_boot, texts, dependence, statistics_device(opts.statistics_device, adapter.model),
+                       opts.removal_spectra)
     return out, hit
 
 

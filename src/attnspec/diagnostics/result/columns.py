@@ -135,7 +135,11 @@ COLUMNS: dict[str, dict[str, str]] = {
         "dependence_partner": ("The partner of the head's dependent pair that clears the margin by most; -1 when the "
                                "head is not dependent."),
         "energy_share": "Share of the layer's output energy sum_h ||Y_h||^2 carried by this head.",
-        "removal_spec_shift": "(a) W1 between the layer's output spectrum with and without the head, over its mean eigenvalue.",
+        "removal_spec_shift": ("(a) W1 between the layer's output spectrum with and without the head, over its mean "
+                               "eigenvalue. The spectrum without the head is taken to first order by default "
+                               "(removal_spectra='first-order'): each text's Rayleigh quotients of the layer-without-"
+                               "the-head Gram on the layer's own eigenvectors, exact in their mean; 'exact' diagonalizes "
+                               "that Gram per head and text."),
         "removal_spec_shift_lo": _LO.format("removal_spec_shift") + _SPEC_BOOT,
         "removal_spec_shift_hi": _HI.format("removal_spec_shift"),
         "removal_spec_shift_ge": ("(a) The same shift for the layer's Gaussian equivalent losing the same head: the "

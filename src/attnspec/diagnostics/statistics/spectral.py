@@ -24,7 +24,8 @@ from .devices import DEVICE_EIGVALSH_MAX_N, host
 from .rotation import free_rotation, helmert_basis  # noqa: F401  (re-exported: spectra and their free sum)
 
 __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "layer_eigs_without_each",
-           "removed_blocks", "REMOVED_GRAM_BYTES", "free_rotation", "helmert_basis"]
+           "layer_eigs_first_order", "removed_blocks", "REMOVED_GRAM_BYTES", "REMOVAL_SPECTRA", "free_rotation",
+           "helmert_basis"]
 
 
 def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -391,3 +392,139 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
     ev = np.maximum(ev, 0.0) * (lengths[:, None, None] / (d_out * scale))
     r = np.minimum(lengths - 1, d_out)
     return np.stack([_top(ev[:, h], r) for h in range(H)])
+
+
+#: Values of the ``removal_spectra`` option: how the layer's spectrum without each head is computed
+#: (:func:`layer_eigs_first_order`, :func:`layer_eigs_without_each`).
+REMOVAL_SPECTRA = ("first-order", "exact")
+
+
+def symmetric_eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ascending eigenvalues ``(..., n)`` and eigenvectors ``(..., n, n)`` (columns) of symmetric ``A``, on ``A``'s
+    device and in its precision (solved on the host above :data:`.devices.DEVICE_EIGVALSH_MAX_N` on another device).
+
+    Examples
+    --------
+    >>> w, Q = symmetric_eigh(torch.tensor([[2.0, 1.0], [1.0, 2.0]], dtype=torch.float64))
+    >>> w.tolist(), bool(torch.allclose(Q @ torch.diag(w) @ Q.T, torch.tensor([[2.0, 1.0], [1.0, 2.0]], dtype=torch.float64)))
+    ([1.0, 3.0], True)
+    """
+    if A.device.type != "cpu" and A.shape[-1] > DEVICE_EIGVALSH_MAX_N:
+        w, Q = torch.linalg.eigh(A.cpu())
+        return w.to(A.device), Q.to(A.device)
+    return torch.linalg.eigh(A)
+
+
+def _first_order_blocks(B: int, per_text: int, max_bytes: int) -> list[slice]:
+    """Consecutive text slices of ``max(1, max_bytes // per_text)`` texts."""
+    t = max(1, int(max_bytes) // max(1, int(per_text)))
+    return [slice(b, min(B, b + t)) for b in range(0, B, t)]
+
+
+def layer_eigs_first_order(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scale: float,
+                           max_bytes: int = REMOVED_GRAM_BYTES, K: torch.Tensor | None = None,
+                           Y: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled spectrum of the layer output and, to first order, of the layer without each head:
+    ``((n,), (H, n))``, normalized as :func:`layer_eigs`.
+
+    For each text, one eigendecomposition of the smaller Gram of the layer output ``Y`` (``G = Y Y^T`` for
+    ``l <= d_out``, else ``Y^T Y``), ``G = Q diag(lambda) Q^T``, gives the layer's eigenvalues ``lambda`` and, for
+    each head ``h``, the eigenvalues of ``G_{-h}`` (the Gram of ``Y_{-h} = Y - M_h W_O^h``) as the Rayleigh
+    quotients on the layer's eigenvectors, ``q_i^T G_{-h} q_i = lambda_i + q_i^T (G_{-h} - G) q_i``, sorted:
+    exact to first order in the head's output (``d lambda_i = q_i^T dG q_i``), exact in their sum
+    (``tr G_{-h}``: the mean eigenvalue is exact), and each one a mean of ``G_{-h}``'s eigenvalues (the quotients
+    are majorized by them, Schur-Horn), so the spread is at most that of the exact spectrum. The head's
+    correction is a product of ``d_head``-wide factors, never ``G_{-h}`` itself: with ``T_h = Y W_O^{hT}``,
+    ``A = Q^T M_h`` and ``C = Q^T T_h`` (``l <= d_out``),
+    ``q_i^T (G_{-h} - G) q_i = -2 sum_k A_ik C_ik + sum_k (A K_h)_ik A_ik`` with ``K_h = W_O^h W_O^{hT}``; with
+    ``a = W_O^h Q``, ``P = M_h^T Y Q`` and ``N = M_h^T M_h`` (``l > d_out``),
+    ``-2 sum_k a_ki P_ki + sum_k a_ki (N a)_ki``. Cost per text: one eigendecomposition of
+    ``n = min(l, d_out)`` and products of ``O(H d_head (l d_out + n^2))``, against ``H`` eigensolves of ``n``
+    for :func:`layer_eigs_without_each` (exact).
+
+    The Gram is formed in ``M``'s dtype and decomposed in float64; the quotients' products run in ``M``'s dtype
+    with float64 sums. Texts are taken in blocks of at most ``max_bytes`` of temporaries (at least one text).
+
+    Parameters
+    ----------
+    M : torch.Tensor, shape (B, H, L, d_head)
+        Centered contexts.
+    Wh : torch.Tensor, shape (H, d_head, d_out)
+        Output projection per head.
+    lengths : numpy.ndarray of int, shape (B,)
+    scale : float
+        Value-path power used for every row.
+    max_bytes : int
+        Budget of the temporaries of one block of texts (>= 1).
+    K : torch.Tensor, shape (H, d_head, d_head), optional
+        ``W_O^h W_O^{hT}`` when the caller has it.
+    Y : torch.Tensor, shape (B, L, d_out), optional
+        The layer output ``sum_g M_g W_O^g`` when the caller has it.
+
+    Returns
+    -------
+    layer : numpy.ndarray, shape (n,)
+        The top ``min(l_b - 1, d_out)`` eigenvalues of each text, pooled (as :func:`layer_eigs`).
+    removed : numpy.ndarray, shape (H, n)
+        Row ``h``: the first-order eigenvalues of the layer without head ``h``, the same count per text.
+
+    Examples
+    --------
+    Three heads with small outputs beside a large one: the first-order spectra are close to the exact ones,
+    have their exact mean, and the layer's spectrum is :func:`layer_eigs`'s:
+
+    >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
+    >>> M = center(torch.randn(2, 4, 6, 3, generator=g, dtype=torch.float64), torch.ones(2, 6, dtype=torch.bool))
+    >>> Wh = torch.randn(4, 3, 8, generator=g, dtype=torch.float64) * torch.tensor([1.0, 0.1, 0.1, 0.1])[:, None, None]
+    >>> n = np.array([6, 6])
+    >>> layer, fo = layer_eigs_first_order(M, Wh, n, 1.0)
+    >>> exact = layer_eigs_without_each(M, Wh, n, 1.0)
+    >>> fo.shape, np.allclose(fo.mean(1), exact.mean(1)), bool(np.abs(fo - exact)[1:].max() < 0.01 * layer.max())
+    ((4, 10), True, True)
+    >>> bool(np.allclose(layer, layer_eigs(torch.einsum("bhld,hde->ble", M, Wh), n, 1.0)))
+    True
+
+    Without a head's output (here a zero ``W_O`` slice) the layer does not change:
+
+    >>> Wz = Wh.clone(); Wz[2] = 0
+    >>> layer, fo = layer_eigs_first_order(M, Wz, n, 1.0)
+    >>> bool(np.allclose(fo[2], layer))
+    True
+
+    Texts longer than ``d_out`` take the ``d_out x d_out`` Gram, with the same quotients:
+
+    >>> M = center(torch.randn(1, 2, 9, 3, generator=g, dtype=torch.float64), torch.ones(1, 9, dtype=torch.bool))
+    >>> Wh = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
+    >>> layer, fo = layer_eigs_first_order(M, Wh, np.array([9]), 1.0)
+    >>> fo.shape, np.allclose(fo.sum(1), layer_eigs_without_each(M, Wh, np.array([9]), 1.0).sum(1))
+    ((2, 4), True)
+    """
+    W = Wh.to(M.device, M.dtype)
+    B, H, L, dh = M.shape
+    d_out = W.shape[-1]
+    Y = torch.einsum("bhld,hde->ble", M, W) if Y is None else Y.to(M.dtype)
+    K = (W @ W.transpose(-1, -2)) if K is None else K.to(M.dtype)
+    n = min(L, d_out)
+    lam = torch.empty((B, n), dtype=torch.float64, device=M.device)
+    shifted = torch.empty((B, H, n), dtype=torch.float64, device=M.device)
+    per_text = 12 * n * n + 16 * H * dh * max(L, n) + (4 * H * dh * d_out if L > d_out else 0)
+    for bs in _first_order_blocks(B, per_text, max_bytes):
+        Yb, Mb = Y[bs], M[bs]
+        G = Yb @ Yb.transpose(-1, -2) if L <= d_out else Yb.transpose(-1, -2) @ Yb
+        w, Q = symmetric_eigh(G.double())
+        Qf = Q.to(M.dtype)                                                        # (b, n, n), columns q_i
+        if L <= d_out:
+            A = Qf.transpose(-1, -2)[:, None] @ Mb                                # Q^T M_h: (b, H, n, dh)
+            C = Qf.transpose(-1, -2)[:, None] @ torch.einsum("ble,hde->bhld", Yb, W)   # Q^T T_h
+            d = (A @ K[None] - 2 * C).mul_(A).sum(-1, dtype=torch.float64)       # (b, H, n)
+        else:
+            a = W[None] @ Qf[:, None]                                             # W_O^h Q: (b, H, dh, n)
+            P = (Mb.transpose(-1, -2) @ Yb[:, None]) @ Qf[:, None]                # M_h^T Y Q
+            d = ((Mb.transpose(-1, -2) @ Mb) @ a - 2 * P).mul_(a).sum(-2, dtype=torch.float64)
+        lam[bs] = w
+        shifted[bs] = (w[:, None] + d).clamp_min_(0.0).sort(dim=-1).values
+    norm = lengths[:, None] / (d_out * scale)
+    r = np.minimum(lengths - 1, d_out)
+    layer = _top(np.maximum(host(lam), 0.0) * norm, r)
+    ev = host(shifted) * norm[:, None]
+    return layer, np.stack([_top(ev[:, h], r) for h in range(H)])

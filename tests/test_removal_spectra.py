@@ -1,0 +1,81 @@
+"""The layer's spectrum without each head to first order (``removal_spectra='first-order'``, the default) against
+its exact eigenvalues (``'exact'``): the first-order spectra agree to first order in the head's output (the error
+falls like its square), have the exact mean, and take both Gram forms; on MiniLM they change only the
+``removal_spec_shift`` columns, which rank the heads as the exact ones do."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from attnspec.diagnostics.statistics.spectral import center, layer_eigs_first_order, layer_eigs_without_each
+
+
+def _heads(B: int, H: int, L: int, dh: int, d_out: int, small: float, seed: int = 0):
+    """Centered contexts and output projections whose head 0 is ``small`` times the size of the others."""
+    g = torch.Generator().manual_seed(seed)
+    M = center(torch.randn(B, H, L, dh, generator=g, dtype=torch.float64), torch.ones(B, L, dtype=torch.bool))
+    W = torch.randn(H, dh, d_out, generator=g, dtype=torch.float64)
+    W[0] *= small
+    return M, W
+
+
+@pytest.mark.parametrize("L, d_out", [(12, 40), (40, 12)], ids=["tokens <= d_out", "tokens > d_out"])
+def test_first_order_error_falls_like_the_square_of_the_head(L, d_out):
+    lengths = np.full(2, L)
+    errors = []
+    for small in (0.1, 0.05, 0.025):
+        M, W = _heads(2, 4, L, 3, d_out, small)
+        layer, fo = layer_eigs_first_order(M, W, lengths, 1.0)
+        exact = layer_eigs_without_each(M, W, lengths, 1.0)
+        np.testing.assert_allclose(fo.sum(1), exact.sum(1), rtol=1e-10)          # the mean is exact
+        shift = np.abs(exact[0] - layer).max()                                     # first order in `small`
+        errors.append((np.abs(fo[0] - exact[0]).max(), shift))
+    (e1, s1), (e2, s2), (e3, s3) = errors
+    assert 1.6 < s1 / s2 < 2.4 and 1.6 < s2 / s3 < 2.4                            # the shift halves
+    assert e1 / e2 > 3.0 and e2 / e3 > 3.0                                        # the error quarters
+    assert e3 < 0.05 * s3
+
+
+def test_first_order_blocks_and_padding_change_nothing():
+    M, W = _heads(3, 5, 10, 4, 30, 1.0, seed=1)
+    valid = torch.ones(3, 10, dtype=torch.bool)
+    valid[1, 7:] = False                                                           # a shorter text, padded
+    M = center(M, valid)
+    lengths = valid.sum(1).numpy()
+    whole = layer_eigs_first_order(M, W, lengths, 2.0)
+    text_by_text = layer_eigs_first_order(M, W, lengths, 2.0, max_bytes=1)
+    np.testing.assert_array_equal(whole[0], text_by_text[0])
+    np.testing.assert_allclose(whole[1], text_by_text[1], rtol=1e-12, atol=1e-14)
+    alone = layer_eigs_first_order(M[1:2, :, :7], W, lengths[1:2], 2.0)           # the short text without padding
+    n = lengths[0] - 1
+    np.testing.assert_allclose(whole[1][:, n:n + 6], alone[1], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(whole[0][n:n + 6], alone[0], rtol=1e-9, atol=1e-12)
+
+
+def test_minilm_first_order_changes_only_the_spectral_shift():
+    from attnspec import diagnose
+    from attnspec.data import builtin_texts
+    from attnspec.models import load_model
+    torch.set_num_threads(1)
+    model, tok = load_model("minilm")
+    texts = builtin_texts(12)
+    d = {how: diagnose(model, tok, texts, removal=False, gradient=False, min_tokens=0, n_boot=20,
+                       removal_spectra=how) for how in ("exact", "first-order")}
+    ex, fo = d["exact"].heads, d["first-order"].heads
+    shifts = [c for c in ex.columns if c.startswith("removal_spec_shift")]
+    assert len(shifts) == 4
+    for c in ex.columns.difference(shifts):
+        assert ex[c].equals(fo[c]), c
+    for c in ("removal_spec_shift", "removal_spec_shift_ge"):
+        assert spearmanr(ex[c], fo[c])[0] > 0.99, c
+        assert np.median(np.abs(fo[c] / ex[c] - 1)) < 0.01, c
+    assert d["first-order"].summary["options"]["removal_spectra"] == "first-order"
+    np.testing.assert_allclose(d["exact"].layers["spec_m1"], d["first-order"].layers["spec_m1"], rtol=1e-5)
+
+
+def test_an_unknown_method_is_refused_by_name():
+    from attnspec.diagnostics import DiagnoseOptions
+    with pytest.raises(ValueError, match="removal_spectra.*first-order.*exact"):
+        DiagnoseOptions(removal_spectra="second-order")
