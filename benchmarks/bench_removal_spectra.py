@@ -1,11 +1,11 @@
-"""The layer's spectrum without each head to first order against exactly (``removal_spectra``).
+"""The layer's spectrum without each head from the layer's eigenvectors against exactly (``removal_spectra``).
 
 For each model, the one-pass diagnosis (``removal=False, gradient=False``) with ``removal_spectra='exact'`` (one
-eigendecomposition per head, text and spectrum) and with ``'first-order'`` (the default: one per text,
-:func:`attnspec.diagnostics.statistics.spectral.layer_eigs_first_order`), on the texts of ``bench_scale.py --parts
+eigendecomposition per head, text and spectrum) and with ``'ritz'`` (the default: one per text,
+:func:`attnspec.diagnostics.statistics.spectral.layer_eigs_ritz`), on the texts of ``bench_scale.py --parts
 speed`` (MiniLM: 64 built-in texts; the causal LMs: 16 packed texts of 128 tokens). Prints, for
 ``removal_spec_shift`` and ``removal_spec_shift_ge``: the Spearman rank correlation over all heads, the median
-within-layer one, the percentiles (5 / 50 / 95) of first-order over exact, the heads more than 10 % off, the layers
+within-layer one, the percentiles (5 / 50 / 95) of Rayleigh-Ritz over exact, the heads more than 10 % off, the layers
 whose largest shift names the same head; the largest relative change of every other column (heads and layers);
 and the spectra step's seconds of each run (wall time: a figure only on an otherwise idle machine).
 
@@ -36,7 +36,7 @@ def _diagnoses(name: str) -> dict:
     texts = packed_texts(tok, n, 128) if ad.kind == "causal-lm" else builtin_texts(n)
     with torch.no_grad():
         return {how: diagnose(ad, tok, texts, max_length=128, removal=False, gradient=False, min_tokens=0,
-                              removal_spectra=how) for how in ("exact", "first-order")}
+                              removal_spectra=how) for how in ("exact", "ritz")}
 
 
 def _largest_other_change(a: pd.DataFrame, b: pd.DataFrame, skip: set) -> tuple[float, str]:
@@ -66,22 +66,22 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     for name in args.models.split(","):
         d = _diagnoses(name)
-        ex, fo = d["exact"].heads, d["first-order"].heads
+        ex, fo = d["exact"].heads, d["ritz"].heads
         print(f"{name} ({len(ex)} heads): spectra step {d['exact'].summary['timings_s']['spectra']:.2f} s exact, "
-              f"{d['first-order'].summary['timings_s']['spectra']:.2f} s first-order", flush=True)
+              f"{d['ritz'].summary['timings_s']['spectra']:.2f} s Rayleigh-Ritz", flush=True)
         for c in SHIFTS:
             x, y = ex[c].to_numpy(float), fo[c].to_numpy(float)
             per_layer = pd.DataFrame({"layer": ex["layer"], "x": x, "y": y}).groupby("layer")
             within = per_layer.apply(lambda g: g.x.rank().corr(g.y.rank())).median()
             same_top = per_layer.apply(lambda g: g.x.idxmax() == g.y.idxmax()).mean()
             r = y / x
-            print(f"  {c}: Spearman {spearmanr(x, y)[0]:.4f} (within layers, median {within:.3f}); first-order / "
+            print(f"  {c}: Spearman {spearmanr(x, y)[0]:.4f} (within layers, median {within:.3f}); Ritz / "
                   f"exact 5/50/95 %: {' / '.join(f'{q:.3f}' for q in np.percentile(r, [5, 50, 95]))}; "
                   f"{int((np.abs(r - 1) > 0.1).sum())} heads more than 10 % off; largest shift the same head in "
                   f"{100 * same_top:.0f} % of layers", flush=True)
         skip = set(SHIFTS) | {c + s for c in SHIFTS for s in ("_lo", "_hi")}
         for table in ("heads", "layers", "pairs"):
-            r, c = _largest_other_change(getattr(d["exact"], table), getattr(d["first-order"], table), skip)
+            r, c = _largest_other_change(getattr(d["exact"], table), getattr(d["ritz"], table), skip)
             print(f"  other {table} columns: largest relative change {r:.1e}" + (f" ({c})" if r > 0 else ""), flush=True)
 
 

@@ -30,8 +30,8 @@ ARCHS = ("anisotropic", "staged", "spd", "diffuse")
 #: scattered by 50-85 % around it (40 seeds of the former code: ``staged`` 0.037 +- 0.031 against the closed
 #: form's 0.033, ``spd`` 0.176 +- 0.089 against 0.182), so the stored draw is not reproduced, and neither is
 #: what is computed from it. Every other column still is.
-#: The tables were stored with the layer's spectrum without each head diagonalized per head (the first-order
-#: default moves ``removal_spec_shift`` on these 2- to 4-head layers): both diagnoses below ask for it.
+#: The tables were stored with the layer's spectrum without each head diagonalized per head (the Rayleigh-Ritz
+#: default moves ``removal_spec_shift`` where a text is longer than 32 tokens): both diagnoses below ask for it.
 EXACT = {"removal_spectra": "exact"}
 NULL_DRAWN = {"cka_null_mean", "cka_null", "cka_excess", "cka_excess_lo", "cka_excess_hi", "cka_excess_background",
               "dependence", "dependence_partner", "n_dependent_pairs", "n_dependent_heads"}

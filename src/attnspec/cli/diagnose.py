@@ -67,9 +67,9 @@ def register(subparsers) -> None:
                         "dependence statistics use every text): a seeded sample of N >= 8, 'all', or 'auto' (default): "
                         "32 texts and at least 2048 eigenvalues a head spectrum, doubled until the selection verdicts "
                         "are predicted to agree with all texts' on 95%% of heads")
-    p.add_argument("--removal-spectra", type=_option("removal_spectra"), default="first-order",
-                   help="the layer's spectrum without each head (removal_spec_shift): 'first-order' (default: the "
-                        "Rayleigh quotients of the layer's eigenvectors, one eigendecomposition a text) or 'exact' "
+    p.add_argument("--removal-spectra", type=_option("removal_spectra"), default="ritz",
+                   help="the layer's spectrum without each head (removal_spec_shift): 'ritz' (default: Rayleigh-Ritz "
+                        "values on blocks of 32 of the layer's eigenvectors, one eigendecomposition a text) or 'exact' "
                         "(one a head and text)")
     _add_removal_options(p)
     p.add_argument("--no-removal", action="store_true", help="same as --removal none")

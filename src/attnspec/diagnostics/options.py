@@ -218,9 +218,10 @@ class DiagnoseOptions:
                                            "this many, 'all', or 'auto': at least 32 texts and 2,048 eigenvalues a "
                                            "head spectrum, doubled until the selection verdicts are predicted to "
                                            "agree with all texts' on 95 % of heads")
-    removal_spectra: str = _option("first-order", OneOf(REMOVAL_SPECTRA), doc="the layer's spectrum without each "
-                                   "head (removal_spec_shift): 'first-order' (the Rayleigh quotients of the layer's "
-                                   "eigenvectors, one eigendecomposition a text) or 'exact' (one a head and text)")
+    removal_spectra: str = _option("ritz", OneOf(REMOVAL_SPECTRA), doc="the layer's spectrum without each head "
+                                   "(removal_spec_shift): 'ritz' (Rayleigh-Ritz values on blocks of 32 of the "
+                                   "layer's eigenvectors: one eigendecomposition a text, exact to first order and in "
+                                   "the mean, exact for texts of at most 32 tokens) or 'exact' (one a head and text)")
     # --- labels and intervals
     threshold: float = _option(DIFFUSE_THRESHOLD, Interval(float, 0), doc="selection-score threshold of the "
                                "labels (default log 2)")

@@ -7,7 +7,7 @@ The four contexts ``A V`` (head, equivalent, null, null equivalent) are built on
 time; the spectra need only the contexts ``(B, H, L, d_head)``. Memory of one layer batch: about
 ``12 B H L d_head`` numbers (the head's and its equivalent's centered contexts, the null ones until
 their spectra are taken, the layer outputs, the free rotation in float64) and the budget of the layer without
-each head (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`, or one text's first-order products, about
+each head (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`, or one text's Rayleigh-Ritz products, about
 ``4 H min(L, d_out) d_head`` numbers, when they need more), i.e. linear in ``L`` beyond one tile of weights
 and, for texts shorter than ``d_out``, one ``L x L`` eigendecomposition.
 
@@ -15,8 +15,8 @@ The spectra are taken on the **spectra texts** (:mod:`.spectra_plan`: a seeded s
 stages by default), and so is the free rotation behind the ``free`` layer spectrum, while the dependence
 statistics (each text's influence on the CKA against step 2's Gram sum) cover every text: the eigensolves,
 ``4 H`` head spectra and 3 layer spectra per text and layer (with ``removal_spectra='exact'`` ``2 H`` more, the
-layer without each head; by default that spectrum comes to first order from the layer's own
-eigendecomposition, :func:`..statistics.spectral.layer_eigs_first_order`), are most of this step's cost.
+layer without each head; by default that spectrum comes from the layer's own eigendecomposition,
+:func:`..statistics.spectral.layer_eigs_ritz`), are most of this step's cost.
 A sampled text's eigenvalues are those it has without a sample (per-text draws), and the bootstrap over the
 spectra texts widens the spectral columns' intervals accordingly.
 
@@ -155,13 +155,13 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
 def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int,
                         gram: np.ndarray | None = None, w: np.ndarray | None = None,
                         texts: frozenset | None = None, dependence: bool = True,
-                        removal_spectra: str = "first-order") -> dict:
+                        removal_spectra: str = "ritz") -> dict:
     """Spectra of one layer on one batch.
 
     ``heads[key][h]``: eigenvalues of head ``h`` for ``key`` in :data:`HEAD_SPECTRA`; ``layer[key]`` for
     :data:`LAYER_SPECTRA`; ``removed[h]`` / ``removed_ge[h]``: the layer (its equivalent) without head
-    ``h`` (``removal_spectra``: to first order from the layer's eigenvectors,
-    :func:`..statistics.spectral.layer_eigs_first_order`, or exactly, :func:`..statistics.spectral.layer_eigs_without_each`);
+    ``h`` (``removal_spectra``: Rayleigh-Ritz values on the layer's eigenvectors,
+    :func:`..statistics.spectral.layer_eigs_ritz`, or exactly, :func:`..statistics.spectral.layer_eigs_without_each`);
     ``gram``: head-pair Gram blocks of the contexts.
     ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers;
     ``boot_cka``: ``sum_b w_rb IF[b]`` ``(n_boot, H, H)`` (:func:`cka_influence`) for the merged Gram sum
@@ -252,7 +252,7 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
             layer[k] = spectral.layer_eigs(Y, lengths, c_layer)
             removed[k] = spectral.layer_eigs_without_each(M[k], Wh, lengths, c_layer, K=K, Y=Y)
         else:
-            layer[k], removed[k] = spectral.layer_eigs_first_order(M[k], Wh, lengths, c_layer, K=K, Y=Y)
+            layer[k], removed[k] = spectral.layer_eigs_ritz(M[k], Wh, lengths, c_layer, K=K, Y=Y)
         del Y
     return {"heads": heads, "layer": layer, "order": order, "lengths": lengths, "removed": removed["act"],
             "removed_ge": removed["ge"], **counted}

@@ -136,10 +136,10 @@ COLUMNS: dict[str, dict[str, str]] = {
                                "head is not dependent."),
         "energy_share": "Share of the layer's output energy sum_h ||Y_h||^2 carried by this head.",
         "removal_spec_shift": ("(a) W1 between the layer's output spectrum with and without the head, over its mean "
-                               "eigenvalue. The spectrum without the head is taken to first order by default "
-                               "(removal_spectra='first-order'): each text's Rayleigh quotients of the layer-without-"
-                               "the-head Gram on the layer's own eigenvectors, exact in their mean; 'exact' diagonalizes "
-                               "that Gram per head and text."),
+                               "eigenvalue. By default (removal_spectra='ritz') each text's spectrum without the head "
+                               "is taken as Rayleigh-Ritz values on blocks of 32 of the layer's eigenvectors: exact to "
+                               "first order, in the mean eigenvalue and for texts of at most 32 tokens; 'exact' "
+                               "diagonalizes it per head and text."),
         "removal_spec_shift_lo": _LO.format("removal_spec_shift") + _SPEC_BOOT,
         "removal_spec_shift_hi": _HI.format("removal_spec_shift"),
         "removal_spec_shift_ge": ("(a) The same shift for the layer's Gaussian equivalent losing the same head: the "

@@ -24,8 +24,8 @@ from .devices import DEVICE_EIGVALSH_MAX_N, host
 from .rotation import free_rotation, helmert_basis  # noqa: F401  (re-exported: spectra and their free sum)
 
 __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "layer_eigs_without_each",
-           "layer_eigs_first_order", "removed_blocks", "REMOVED_GRAM_BYTES", "REMOVAL_SPECTRA", "free_rotation",
-           "helmert_basis"]
+           "layer_eigs_ritz", "ritz_values", "removed_blocks", "REMOVED_GRAM_BYTES", "REMOVAL_SPECTRA", "RITZ_BLOCK",
+           "free_rotation", "helmert_basis"]
 
 
 def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -395,8 +395,11 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
 
 
 #: Values of the ``removal_spectra`` option: how the layer's spectrum without each head is computed
-#: (:func:`layer_eigs_first_order`, :func:`layer_eigs_without_each`).
-REMOVAL_SPECTRA = ("first-order", "exact")
+#: (:func:`layer_eigs_ritz`, :func:`layer_eigs_without_each`).
+REMOVAL_SPECTRA = ("ritz", "exact")
+#: Consecutive eigenvectors of the layer per Rayleigh-Ritz block of :func:`layer_eigs_ritz` (texts of at most this
+#: many tokens, or layers at most this wide, get the exact spectra). Also the largest batched eigensolve on CUDA.
+RITZ_BLOCK = 32
 
 
 def symmetric_eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -415,35 +418,84 @@ def symmetric_eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.linalg.eigh(A)
 
 
-def _first_order_blocks(B: int, per_text: int, max_bytes: int) -> list[slice]:
+def ritz_values(lam: torch.Tensor, A: torch.Tensor, C: torch.Tensor, AK: torch.Tensor, block: int = RITZ_BLOCK) -> np.ndarray:
+    """Rayleigh-Ritz values of ``G' = diag(lam) + E`` on blocks of ``block`` consecutive coordinates, with the
+    correction ``E = -A C^T - C A^T + A AK^T`` given by its ``d``-wide factors: the eigenvalues of the
+    diagonal blocks of ``G'``, ascending. The blocks end at the last coordinate (the largest ``lam``); the first
+    one takes the remainder. ``block = 1``: the diagonal of ``G'``; ``block >= n``: its eigenvalues.
+
+    Parameters
+    ----------
+    lam : torch.Tensor, shape (B, n)
+        Ascending eigenvalues of ``G`` (float64).
+    A, C, AK : torch.Tensor, shape (B, H, n, d)
+        Factors of one correction per ``H`` (one per head), rows in the order of ``lam``.
+    block : int
+        Coordinates per block (>= 1).
+
+    Returns
+    -------
+    numpy.ndarray, shape (B, H, n)
+        Float64, clipped at 0, ascending along the last axis.
+
+    Examples
+    --------
+    One block covering every coordinate gives the eigenvalues of ``G'``:
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> lam = torch.tensor([[1.0, 2.0, 5.0]], dtype=torch.float64)
+    >>> A, C = torch.randn(2, 1, 1, 3, 2, generator=g, dtype=torch.float64)
+    >>> E = -A[0, 0] @ C[0, 0].T - C[0, 0] @ A[0, 0].T + A[0, 0] @ A[0, 0].T
+    >>> exact = torch.linalg.eigvalsh(torch.diag(lam[0]) + E).clamp_min(0)
+    >>> bool(np.allclose(ritz_values(lam, A, C, A, block=3)[0, 0], exact.numpy()))
+    True
+    >>> bool(np.allclose(ritz_values(lam, A, C, A, block=1)[0, 0].sum(), exact.sum().item()))    # the trace
+    True
+    """
+    if int(block) < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    B, H, n, d = A.shape
+    r0 = n % block if n > block else 0                                          # the first block: the remainder
+    parts = []
+    for sl, k in ((slice(0, r0), r0), (slice(r0, n), min(block, n))):
+        m = sl.stop - sl.start
+        if m == 0:
+            continue
+        Ab, Cb, AKb = (X[..., sl, :].reshape(B, H, m // k, k, d) for X in (A, C, AK))
+        E = (Ab @ (AKb - Cb).transpose(-1, -2) - Cb @ Ab.transpose(-1, -2)).double()
+        E = E + torch.diag_embed(lam[:, None, sl].reshape(B, 1, m // k, k))
+        parts.append(symmetric_eigenvalues(E).reshape(B, H, m))
+    return np.sort(np.maximum(np.concatenate(parts, axis=-1), 0.0), axis=-1)
+
+
+def _ritz_text_blocks(B: int, per_text: int, max_bytes: int) -> list[slice]:
     """Consecutive text slices of ``max(1, max_bytes // per_text)`` texts."""
     t = max(1, int(max_bytes) // max(1, int(per_text)))
     return [slice(b, min(B, b + t)) for b in range(0, B, t)]
 
 
-def layer_eigs_first_order(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scale: float,
-                           max_bytes: int = REMOVED_GRAM_BYTES, K: torch.Tensor | None = None,
-                           Y: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Pooled spectrum of the layer output and, to first order, of the layer without each head:
-    ``((n,), (H, n))``, normalized as :func:`layer_eigs`.
+def layer_eigs_ritz(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scale: float,
+                    max_bytes: int = REMOVED_GRAM_BYTES, K: torch.Tensor | None = None,
+                    Y: torch.Tensor | None = None, block: int = RITZ_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled spectrum of the layer output and, from its eigenvectors, the spectrum of the layer without each
+    head: ``((n,), (H, n))``, normalized as :func:`layer_eigs`.
 
     For each text, one eigendecomposition of the smaller Gram of the layer output ``Y`` (``G = Y Y^T`` for
-    ``l <= d_out``, else ``Y^T Y``), ``G = Q diag(lambda) Q^T``, gives the layer's eigenvalues ``lambda`` and, for
-    each head ``h``, the eigenvalues of ``G_{-h}`` (the Gram of ``Y_{-h} = Y - M_h W_O^h``) as the Rayleigh
-    quotients on the layer's eigenvectors, ``q_i^T G_{-h} q_i = lambda_i + q_i^T (G_{-h} - G) q_i``, sorted:
-    exact to first order in the head's output (``d lambda_i = q_i^T dG q_i``), exact in their sum
-    (``tr G_{-h}``: the mean eigenvalue is exact), and each one a mean of ``G_{-h}``'s eigenvalues (the quotients
-    are majorized by them, Schur-Horn), so the spread is at most that of the exact spectrum. The head's
-    correction is a product of ``d_head``-wide factors, never ``G_{-h}`` itself: with ``T_h = Y W_O^{hT}``,
-    ``A = Q^T M_h`` and ``C = Q^T T_h`` (``l <= d_out``),
-    ``q_i^T (G_{-h} - G) q_i = -2 sum_k A_ik C_ik + sum_k (A K_h)_ik A_ik`` with ``K_h = W_O^h W_O^{hT}``; with
-    ``a = W_O^h Q``, ``P = M_h^T Y Q`` and ``N = M_h^T M_h`` (``l > d_out``),
-    ``-2 sum_k a_ki P_ki + sum_k a_ki (N a)_ki``. Cost per text: one eigendecomposition of
-    ``n = min(l, d_out)`` and products of ``O(H d_head (l d_out + n^2))``, against ``H`` eigensolves of ``n``
-    for :func:`layer_eigs_without_each` (exact).
+    ``l <= d_out``, else ``Y^T Y``), ``G = Q diag(lambda) Q^T``, gives the layer's eigenvalues and a basis for
+    ``G_{-h}``, the Gram of ``Y_{-h} = Y - M_h W_O^h``: its eigenvalues are taken as the Rayleigh-Ritz values of
+    ``G_{-h}`` on blocks of ``block`` consecutive eigenvectors of ``G`` (:func:`ritz_values`), i.e. the eigenvalues of
+    the block-diagonal part of ``Q^T G_{-h} Q``. They are exact to first order in the head's output (with
+    ``block = 1`` they are the Rayleigh quotients ``lambda_i + q_i^T (G_{-h} - G) q_i``, the eigenvalue derivative;
+    blocks also turn near-degenerate eigenvalues exactly), exact in their sum (``tr G_{-h}``: the mean
+    eigenvalue), majorized by the exact eigenvalues (a pinching: never more spread), and exact when one block
+    covers ``n = min(l, d_out)``. ``Q^T (G_{-h} - G) Q = -A C^T - C A^T + A (A K)^T`` comes from ``d_head``-wide
+    factors, never ``G_{-h}``: with ``T_h = Y W_O^{hT}``, ``A = Q^T M_h``, ``C = Q^T T_h``, ``K = K_h = W_O^h W_O^{hT}``
+    (``l <= d_out``); ``A = (W_O^h Q)^T``, ``C = Q^T Y^T M_h``, ``K = M_h^T M_h`` (``l > d_out``). Cost per text: one
+    eigendecomposition of ``n`` and ``O(H d_head (l d_out + n^2))`` products, against ``H`` eigensolves of ``n``
+    for :func:`layer_eigs_without_each`.
 
-    The Gram is formed in ``M``'s dtype and decomposed in float64; the quotients' products run in ``M``'s dtype
-    with float64 sums. Texts are taken in blocks of at most ``max_bytes`` of temporaries (at least one text).
+    The Gram is formed in ``M``'s dtype and decomposed in float64; the factors run in ``M``'s dtype, the blocks
+    in float64. Texts are taken in blocks of at most ``max_bytes`` of temporaries (at least one text).
 
     Parameters
     ----------
@@ -460,43 +512,44 @@ def layer_eigs_first_order(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarra
         ``W_O^h W_O^{hT}`` when the caller has it.
     Y : torch.Tensor, shape (B, L, d_out), optional
         The layer output ``sum_g M_g W_O^g`` when the caller has it.
+    block : int
+        Eigenvectors per Rayleigh-Ritz block (:data:`RITZ_BLOCK`; 1: first order).
 
     Returns
     -------
     layer : numpy.ndarray, shape (n,)
         The top ``min(l_b - 1, d_out)`` eigenvalues of each text, pooled (as :func:`layer_eigs`).
     removed : numpy.ndarray, shape (H, n)
-        Row ``h``: the first-order eigenvalues of the layer without head ``h``, the same count per text.
+        Row ``h``: the layer without head ``h``, the same count per text.
 
     Examples
     --------
-    Three heads with small outputs beside a large one: the first-order spectra are close to the exact ones,
-    have their exact mean, and the layer's spectrum is :func:`layer_eigs`'s:
+    Texts of at most :data:`RITZ_BLOCK` tokens: the exact spectra (:func:`layer_eigs`, :func:`layer_eigs_without_each`):
 
     >>> import numpy as np, torch; g = torch.Generator().manual_seed(0)
     >>> M = center(torch.randn(2, 4, 6, 3, generator=g, dtype=torch.float64), torch.ones(2, 6, dtype=torch.bool))
-    >>> Wh = torch.randn(4, 3, 8, generator=g, dtype=torch.float64) * torch.tensor([1.0, 0.1, 0.1, 0.1])[:, None, None]
+    >>> Wh = torch.randn(4, 3, 8, generator=g, dtype=torch.float64)
     >>> n = np.array([6, 6])
-    >>> layer, fo = layer_eigs_first_order(M, Wh, n, 1.0)
-    >>> exact = layer_eigs_without_each(M, Wh, n, 1.0)
-    >>> fo.shape, np.allclose(fo.mean(1), exact.mean(1)), bool(np.abs(fo - exact)[1:].max() < 0.01 * layer.max())
-    ((4, 10), True, True)
+    >>> layer, removed = layer_eigs_ritz(M, Wh, n, 1.0)
+    >>> removed.shape, np.allclose(removed, layer_eigs_without_each(M, Wh, n, 1.0))
+    ((4, 10), True)
     >>> bool(np.allclose(layer, layer_eigs(torch.einsum("bhld,hde->ble", M, Wh), n, 1.0)))
     True
 
-    Without a head's output (here a zero ``W_O`` slice) the layer does not change:
+    First order (``block=1``), three small heads beside a large one: close to exact, with the exact mean:
 
-    >>> Wz = Wh.clone(); Wz[2] = 0
-    >>> layer, fo = layer_eigs_first_order(M, Wz, n, 1.0)
-    >>> bool(np.allclose(fo[2], layer))
-    True
+    >>> Ws = Wh * torch.tensor([1.0, 0.1, 0.1, 0.1])[:, None, None]
+    >>> layer, fo = layer_eigs_ritz(M, Ws, n, 1.0, block=1)
+    >>> exact = layer_eigs_without_each(M, Ws, n, 1.0)
+    >>> np.allclose(fo.mean(1), exact.mean(1)), bool(np.abs(fo - exact)[1:].max() < 0.01 * layer.max())
+    (True, True)
 
-    Texts longer than ``d_out`` take the ``d_out x d_out`` Gram, with the same quotients:
+    Texts longer than ``d_out`` take the ``d_out x d_out`` Gram:
 
     >>> M = center(torch.randn(1, 2, 9, 3, generator=g, dtype=torch.float64), torch.ones(1, 9, dtype=torch.bool))
     >>> Wh = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
-    >>> layer, fo = layer_eigs_first_order(M, Wh, np.array([9]), 1.0)
-    >>> fo.shape, np.allclose(fo.sum(1), layer_eigs_without_each(M, Wh, np.array([9]), 1.0).sum(1))
+    >>> layer, removed = layer_eigs_ritz(M, Wh, np.array([9]), 1.0)
+    >>> removed.shape, np.allclose(removed, layer_eigs_without_each(M, Wh, np.array([9]), 1.0))
     ((2, 4), True)
     """
     W = Wh.to(M.device, M.dtype)
@@ -505,26 +558,26 @@ def layer_eigs_first_order(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarra
     Y = torch.einsum("bhld,hde->ble", M, W) if Y is None else Y.to(M.dtype)
     K = (W @ W.transpose(-1, -2)) if K is None else K.to(M.dtype)
     n = min(L, d_out)
-    lam = torch.empty((B, n), dtype=torch.float64, device=M.device)
-    shifted = torch.empty((B, H, n), dtype=torch.float64, device=M.device)
-    per_text = 12 * n * n + 16 * H * dh * max(L, n) + (4 * H * dh * d_out if L > d_out else 0)
-    for bs in _first_order_blocks(B, per_text, max_bytes):
+    lam, removed = np.empty((B, n)), np.empty((B, H, n))
+    per_text = 12 * n * n + 16 * H * dh * max(L, n) + 8 * H * n * min(block, n) + (4 * H * dh * d_out if L > d_out else 0)
+    for bs in _ritz_text_blocks(B, per_text, max_bytes):
         Yb, Mb = Y[bs], M[bs]
         G = Yb @ Yb.transpose(-1, -2) if L <= d_out else Yb.transpose(-1, -2) @ Yb
         w, Q = symmetric_eigh(G.double())
-        Qf = Q.to(M.dtype)                                                        # (b, n, n), columns q_i
+        Qt = Q.to(M.dtype).transpose(-1, -2)[:, None]                             # (b, 1, n, n), rows q_i^T
         if L <= d_out:
-            A = Qf.transpose(-1, -2)[:, None] @ Mb                                # Q^T M_h: (b, H, n, dh)
-            C = Qf.transpose(-1, -2)[:, None] @ torch.einsum("ble,hde->bhld", Yb, W)   # Q^T T_h
-            d = (A @ K[None] - 2 * C).mul_(A).sum(-1, dtype=torch.float64)       # (b, H, n)
+            A = Qt @ Mb                                                           # Q^T M_h: (b, H, n, dh)
+            C = Qt @ torch.einsum("ble,hde->bhld", Yb, W)                          # Q^T T_h
+            AK = A @ K[None]
         else:
-            a = W[None] @ Qf[:, None]                                             # W_O^h Q: (b, H, dh, n)
-            P = (Mb.transpose(-1, -2) @ Yb[:, None]) @ Qf[:, None]                # M_h^T Y Q
-            d = ((Mb.transpose(-1, -2) @ Mb) @ a - 2 * P).mul_(a).sum(-2, dtype=torch.float64)
-        lam[bs] = w
-        shifted[bs] = (w[:, None] + d).clamp_min_(0.0).sort(dim=-1).values
+            A = Qt @ W.transpose(-1, -2)[None]                                     # (W_O^h Q)^T: (b, H, n, dh)
+            C = Qt @ (Yb.transpose(-1, -2)[:, None] @ Mb)                          # Q^T Y^T M_h
+            AK = A @ (Mb.transpose(-1, -2) @ Mb)
+        lam[bs] = host(w)
+        removed[bs] = ritz_values(w, A, C, AK, block)
+        del A, C, AK, Q, Qt, G
     norm = lengths[:, None] / (d_out * scale)
     r = np.minimum(lengths - 1, d_out)
-    layer = _top(np.maximum(host(lam), 0.0) * norm, r)
-    ev = host(shifted) * norm[:, None]
+    layer = _top(np.maximum(lam, 0.0) * norm, r)
+    ev = removed * norm[:, None]
     return layer, np.stack([_top(ev[:, h], r) for h in range(H)])
