@@ -95,7 +95,7 @@ class LayerFitSums:
         H = lb.site.n_heads
         Vg = lb.grouped_values()
         ctx = torch.zeros((H, Vg.shape[-1]), dtype=torch.float64, device=lb.device)
-        C = torch.zeros(Vg.shape, dtype=lb.dtype, device=lb.device)
+        C = torch.empty(Vg.shape, dtype=lb.dtype, device=lb.device)     # every row tile is written below
         w = weights(seed, lb.order, n_boot)
         K = lb.grouped_keys()       # the key null of the temperature correction (identification.key_null_weights)
         noise = None if K is None else TextNoise(seed, Draw.KEY_NULL, lb.index, lb.order, lb.valid)

@@ -68,7 +68,8 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
     order, valid = [lb.order[int(b)] for b in sub], lb.valid[sub]
     allowed = lb.allowed if idx is None else batch_rows(lb.allowed, sub, B)
     Vs = Vg if idx is None else Vg[sub]
-    out = {k: torch.zeros(B if k == "act" else n, H, L, dv, dtype=lb.dtype, device=lb.device) for k in HEAD_SPECTRA}
+    out = {k: torch.empty(B if k == "act" else n, H, L, dv, dtype=lb.dtype, device=lb.device)   # every row tile is written
+           for k in HEAD_SPECTRA}
     z_ge = TextNoise(seed, Draw.GE_NOISE, i, order, valid)
     z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, order, valid)
     nulls = (null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], seed,
