@@ -24,7 +24,7 @@ from .devices import DEVICE_EIGVALSH_MAX_N, host
 from .rotation import free_rotation, helmert_basis  # noqa: F401  (re-exported: spectra and their free sum)
 
 __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "layer_eigs_without_each",
-           "layer_eigs_ritz", "ritz_values", "removed_blocks", "REMOVED_GRAM_BYTES", "REMOVAL_SPECTRA", "RITZ_BLOCK",
+           "layer_eigs_ritz", "ritz_values", "ritz_bytes_per_text", "removed_blocks", "REMOVED_GRAM_BYTES", "REMOVAL_SPECTRA", "RITZ_BLOCK",
            "free_rotation", "helmert_basis"]
 
 
@@ -468,6 +468,21 @@ def ritz_values(lam: torch.Tensor, A: torch.Tensor, C: torch.Tensor, AK: torch.T
     return np.sort(np.maximum(np.concatenate(parts, axis=-1), 0.0), axis=-1)
 
 
+def ritz_bytes_per_text(H: int, d_head: int, L: int, d_out: int, block: int = RITZ_BLOCK) -> int:
+    """Bytes of :func:`layer_eigs_ritz`'s temporaries per text (an upper bound): the float64 Gram and its
+    eigenvectors with a float32 copy (``12 n^2``), the factors ``A``, ``C``, ``A K`` and ``T`` (``16 H d_head max(L, n)``),
+    the float64 Ritz blocks (``8 H n min(block, n)``) and, for ``L > d_out``, ``Y^T M_h`` (``4 H d_head d_out``), with
+    ``n = min(L, d_out)``.
+
+    Examples
+    --------
+    >>> ritz_bytes_per_text(H=32, d_head=128, L=2048, d_out=4096) / 2 ** 20      # one text of an 8 B-wide layer
+    192.0
+    """
+    n = min(L, d_out)
+    return 12 * n * n + 16 * H * d_head * max(L, n) + 8 * H * n * min(block, n) + (4 * H * d_head * d_out if L > d_out else 0)
+
+
 def _ritz_text_blocks(B: int, per_text: int, max_bytes: int) -> list[slice]:
     """Consecutive text slices of ``max(1, max_bytes // per_text)`` texts."""
     t = max(1, int(max_bytes) // max(1, int(per_text)))
@@ -559,8 +574,7 @@ def layer_eigs_ritz(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scal
     K = (W @ W.transpose(-1, -2)) if K is None else K.to(M.dtype)
     n = min(L, d_out)
     lam, removed = np.empty((B, n)), np.empty((B, H, n))
-    per_text = 12 * n * n + 16 * H * dh * max(L, n) + 8 * H * n * min(block, n) + (4 * H * dh * d_out if L > d_out else 0)
-    for bs in _ritz_text_blocks(B, per_text, max_bytes):
+    for bs in _ritz_text_blocks(B, ritz_bytes_per_text(H, dh, L, d_out, block), max_bytes):
         Yb, Mb = Y[bs], M[bs]
         G = Yb @ Yb.transpose(-1, -2) if L <= d_out else Yb.transpose(-1, -2) @ Yb
         w, Q = symmetric_eigh(G.double())
