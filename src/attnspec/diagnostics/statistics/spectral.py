@@ -470,7 +470,7 @@ def ritz_values(lam: torch.Tensor, A: torch.Tensor, C: torch.Tensor, AK: torch.T
 
 def ritz_bytes_per_text(H: int, d_head: int, L: int, d_out: int, block: int = RITZ_BLOCK) -> int:
     """Bytes of :func:`layer_eigs_ritz`'s temporaries per text (an upper bound): the float64 Gram and its
-    eigenvectors with a float32 copy (``12 n^2``), the factors ``A``, ``C``, ``A K`` and ``T`` (``16 H d_head max(L, n)``),
+    eigenvectors with a float32 copy (``12 n^2``), the factors ``A``, ``C``, ``A K`` and ``T`` (``16 H d_head n``),
     the float64 Ritz blocks (``8 H n min(block, n)``) and, for ``L > d_out``, ``Y^T M_h`` (``4 H d_head d_out``), with
     ``n = min(L, d_out)``.
 
@@ -480,7 +480,7 @@ def ritz_bytes_per_text(H: int, d_head: int, L: int, d_out: int, block: int = RI
     192.0
     """
     n = min(L, d_out)
-    return 12 * n * n + 16 * H * d_head * max(L, n) + 8 * H * n * min(block, n) + (4 * H * d_head * d_out if L > d_out else 0)
+    return 12 * n * n + 16 * H * d_head * n + 8 * H * n * min(block, n) + (4 * H * d_head * d_out if L > d_out else 0)
 
 
 def _ritz_text_blocks(B: int, per_text: int, max_bytes: int) -> list[slice]:
