@@ -218,7 +218,7 @@ class DiagnoseOptions:
                                            "this many, 'all', or 'auto': at least 32 texts and 2,048 eigenvalues a "
                                            "head spectrum, doubled until the selection verdicts are predicted to "
                                            "agree with all texts' on 95 % of heads")
-    removal_spectra: str = _option("ritz", OneOf(REMOVAL_SPECTRA), doc="the layer's spectrum without each head "
+    removal_spectra: str = _option(REMOVAL_SPECTRA[0], OneOf(REMOVAL_SPECTRA), doc="the layer's spectrum without each head "
                                    "(removal_spec_shift): 'ritz' (Rayleigh-Ritz values on blocks of 32 of the "
                                    "layer's eigenvectors: one eigendecomposition a text, exact to first order and in "
                                    "the mean, exact for texts of at most 32 tokens) or 'exact' (one a head and text)")

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 
 from ..statistics.bootstrap import N_BOOT, weights
+from ..statistics.spectral import REMOVAL_SPECTRA
 from . import forward_cache
 from ..options import DEFAULT_TILE_BYTES
 from .collect import LayerBatch, compute_dtype, layer_batches, record, select_texts
@@ -106,7 +107,7 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
                  tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
                  cache: forward_cache.ForwardCache | None = None, grams: list | None = None,
                  n_boot: int = N_BOOT, texts: frozenset | None = None, dependence: bool = True,
-                 device: "torch.device | str" = "cpu", removal_spectra: str = "ritz") -> list[LayerSpectra]:
+                 device: "torch.device | str" = "cpu", removal_spectra: str = REMOVAL_SPECTRA[0]) -> list[LayerSpectra]:
     """Step 3 over ``batches`` on ``device``: per-layer pooled spectra of the spectra texts ``texts`` (corpus positions;
     None: all) and Gram sums of every text (batches kept in ``cache`` are read from it instead of a second
     forward pass); with ``grams`` (step 2's merged Gram sums per layer) also the CKA influence sums of the

@@ -156,7 +156,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
 def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int,
                         gram: np.ndarray | None = None, w: np.ndarray | None = None,
                         texts: frozenset | None = None, dependence: bool = True,
-                        removal_spectra: str = "ritz") -> dict:
+                        removal_spectra: str = spectral.REMOVAL_SPECTRA[0]) -> dict:
     """Spectra of one layer on one batch.
 
     ``heads[key][h]``: eigenvalues of head ``h`` for ``key`` in :data:`HEAD_SPECTRA`; ``layer[key]`` for

@@ -24,8 +24,8 @@ from .devices import DEVICE_EIGVALSH_MAX_N, host
 from .rotation import free_rotation, helmert_basis  # noqa: F401  (re-exported: spectra and their free sum)
 
 __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "layer_eigs_without_each",
-           "layer_eigs_ritz", "ritz_values", "ritz_bytes_per_text", "removed_blocks", "REMOVED_GRAM_BYTES", "REMOVAL_SPECTRA", "RITZ_BLOCK",
-           "free_rotation", "helmert_basis"]
+           "layer_eigs_ritz", "ritz_values", "ritz_bytes_per_text", "removed_blocks", "REMOVED_GRAM_BYTES",
+           "REMOVAL_SPECTRA", "RITZ_BLOCK", "free_rotation", "helmert_basis"]
 
 
 def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -394,8 +394,8 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
     return np.stack([_top(ev[:, h], r) for h in range(H)])
 
 
-#: Values of the ``removal_spectra`` option: how the layer's spectrum without each head is computed
-#: (:func:`layer_eigs_ritz`, :func:`layer_eigs_without_each`).
+#: Values of the ``removal_spectra`` option, the default first: how the layer's spectrum without each head is
+#: computed (:func:`layer_eigs_ritz`, :func:`layer_eigs_without_each`).
 REMOVAL_SPECTRA = ("ritz", "exact")
 #: Consecutive eigenvectors of the layer per Rayleigh-Ritz block of :func:`layer_eigs_ritz` (texts of at most this
 #: many tokens, or layers at most this wide, get the exact spectra). Also the largest batched eigensolve on CUDA.
@@ -501,7 +501,7 @@ def layer_eigs_ritz(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scal
     ``G_{-h}`` on blocks of ``block`` consecutive eigenvectors of ``G`` (:func:`ritz_values`), i.e. the eigenvalues of
     the block-diagonal part of ``Q^T G_{-h} Q``. They are exact to first order in the head's output (with
     ``block = 1`` they are the Rayleigh quotients ``lambda_i + q_i^T (G_{-h} - G) q_i``, the eigenvalue derivative;
-    blocks also turn near-degenerate eigenvalues exactly), exact in their sum (``tr G_{-h}``: the mean
+    blocks also resolve the mixing of near-degenerate eigenvalues), exact in their sum (``tr G_{-h}``: the mean
     eigenvalue), majorized by the exact eigenvalues (a pinching: never more spread), and exact when one block
     covers ``n = min(l, d_out)``. ``Q^T (G_{-h} - G) Q = -A C^T - C A^T + A (A K)^T`` comes from ``d_head``-wide
     factors, never ``G_{-h}``: with ``T_h = Y W_O^{hT}``, ``A = Q^T M_h``, ``C = Q^T T_h``, ``K = K_h = W_O^h W_O^{hT}``
