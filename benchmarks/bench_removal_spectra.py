@@ -5,8 +5,9 @@ eigendecomposition per head, text and spectrum) and with ``'ritz'`` (the default
 :func:`attnspec.diagnostics.statistics.spectral.layer_eigs_ritz`), on the texts of ``bench_scale.py --parts
 speed`` (MiniLM: 64 built-in texts; the causal LMs: 16 packed texts of 128 tokens). Prints, for
 ``removal_spec_shift`` and ``removal_spec_shift_ge``: the Spearman rank correlation over all heads, the median
-within-layer one, the percentiles (5 / 50 / 95) of Rayleigh-Ritz over exact, the heads more than 10 % off, the layers
-whose largest shift names the same head; the largest relative change of every other column (heads and layers);
+within-layer one, the percentiles (5 / 50 / 95) of Rayleigh-Ritz over exact, the heads more than 10 % off, the error
+over the largest exact shift of the head's layer (95th percentile and largest), the layers whose largest shift names
+the same head; the largest relative change of every other column (heads, layers and pairs);
 and the spectra step's seconds of each run (wall time: a figure only on an otherwise idle machine).
 
 Prints figures only; asserts nothing. Usage:
@@ -75,9 +76,12 @@ def main() -> None:
             within = per_layer.apply(lambda g: g.x.rank().corr(g.y.rank())).median()
             same_top = per_layer.apply(lambda g: g.x.idxmax() == g.y.idxmax()).mean()
             r = y / x
+            scale = per_layer.x.transform("max").to_numpy()
+            e = np.abs(y - x) / scale
             print(f"  {c}: Spearman {spearmanr(x, y)[0]:.4f} (within layers, median {within:.3f}); Ritz / "
                   f"exact 5/50/95 %: {' / '.join(f'{q:.3f}' for q in np.percentile(r, [5, 50, 95]))}; "
-                  f"{int((np.abs(r - 1) > 0.1).sum())} heads more than 10 % off; largest shift the same head in "
+                  f"{int((np.abs(r - 1) > 0.1).sum())} heads more than 10 % off; error over the layer's largest "
+                  f"shift {np.percentile(e, 95):.3f} (95 %), {e.max():.3f} (largest); largest shift the same head in "
                   f"{100 * same_top:.0f} % of layers", flush=True)
         skip = set(SHIFTS) | {c + s for c in SHIFTS for s in ("_lo", "_hi")}
         for table in ("heads", "layers", "pairs"):
