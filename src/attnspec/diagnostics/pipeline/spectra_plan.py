@@ -1,7 +1,8 @@
 """Which texts' output spectra step 3 takes (the *spectra texts*), from the option ``spectra_texts``.
 
-The eigensolves of step 3, about ``6 H + 3`` per text and layer, are most of a diagnosis' cost, while the
-spectral columns need far fewer texts than the fits and the dependence statistics. The spectra texts are the
+The eigensolves of step 3, about ``4 H + 3`` per text and layer (``6 H + 3`` with ``removal_spectra='exact'``),
+are most of a diagnosis' cost, while the spectral columns need far fewer texts than the fits and the dependence
+statistics. The spectra texts are the
 first ``n`` corpus positions in the corpus' seeded order (:func:`.removal_plan.sample_texts`: samples of one
 seed are nested, and the removal samples are taken in the same order):
 

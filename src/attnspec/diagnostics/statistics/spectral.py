@@ -261,7 +261,8 @@ def layer_eigs(Y: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray
     return np.stack([_top(e, r) for e in flat]).reshape(lead + (-1,))
 
 
-#: Default budget (bytes) of the removed-head Grams built at once by :func:`layer_eigs_without_each`.
+#: Default budget (bytes) of the removed-head Grams built at once by :func:`layer_eigs_without_each` (and of the texts
+#: taken at once by :func:`layer_eigs_ritz`).
 REMOVED_GRAM_BYTES = 32 * 2 ** 20
 
 
