@@ -90,3 +90,12 @@ def test_an_unknown_method_is_refused_by_name():
     from attnspec.diagnostics import DiagnoseOptions
     with pytest.raises(ValueError, match="removal_spectra.*ritz.*exact"):
         DiagnoseOptions(removal_spectra="first-order")
+
+
+def test_a_head_without_output_leaves_the_layer_as_it_is():
+    M, W = _heads(2, 3, 50, 4, 80, 1.0, seed=3)                                   # 50 tokens: two Ritz blocks
+    W[1] = 0                                                                       # a pruned W_O slice
+    lengths = np.full(2, 50)
+    layer, removed = layer_eigs_ritz(M, W, lengths, 1.0)
+    np.testing.assert_allclose(removed[1], layer, rtol=1e-9, atol=1e-9)
+    assert not np.allclose(removed[0], layer, rtol=1e-3)
