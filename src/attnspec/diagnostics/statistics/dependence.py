@@ -103,10 +103,15 @@ def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:
     dh = C.shape[0] // H
     blocks = C.reshape(H, dh, H, dh)
     fro2 = np.einsum("gahb,gahb->gh", blocks, blocks)
-    d = np.sqrt(np.diag(fro2))
+    return _over_norms(fro2, np.sqrt(np.diag(fro2)))
+
+
+def _over_norms(num: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """``num[g, h] / (d_g d_h)`` ``(H, H)`` with ``d_g = ||C_gg||_F``; 0 in the rows and columns of a head whose
+    contexts are all zero (it shares nothing)."""
     dd = np.outer(d, d)
-    with np.errstate(invalid="ignore", divide="ignore"):      # a head with zero contexts shares nothing: 0
-        return np.where(dd > 0, fro2 / np.where(dd > 0, dd, 1.0), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(dd > 0, np.asarray(num, dtype=np.float64) / np.where(dd > 0, dd, 1.0), 0.0)
 
 
 def free_null_sums(M: torch.Tensor, valid: torch.Tensor) -> np.ndarray:
@@ -193,9 +198,7 @@ def cka_free_null(C: np.ndarray, null: np.ndarray, H: int) -> np.ndarray:
     dh = C.shape[0] // H
     blocks = C.reshape(H, dh, H, dh)
     d = np.sqrt(np.einsum("gagb,gagb->g", blocks, blocks))               # ||C_gg||_F
-    dd = np.outer(d, d)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(dd > 0, np.asarray(null, dtype=np.float64) / np.where(dd > 0, dd, 1.0), 0.0)
+    out = _over_norms(null, d)
     np.fill_diagonal(out, np.where(d > 0, 1.0, 0.0))
     return out
 
