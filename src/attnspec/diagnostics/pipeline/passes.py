@@ -68,8 +68,10 @@ def _run_layers(lbs: list[LayerBatch], fn: Callable[[LayerBatch], Any], on_resul
                 threads: int) -> None:
     """Run ``fn`` on the layers ``lbs`` in a pool of ``threads`` workers, at most ``threads`` layers in flight,
     handing results over in layer order. ``lbs`` is emptied as layers are submitted, so a finished layer's
-    inputs (its recorded queries, keys, values) and temporaries are freed, and the heap trimmed, before the
-    next layer starts: peak memory is that of ``threads`` layers, not of the whole model."""
+    inputs (its recorded queries, keys, values) and temporaries are freed before the next layer starts, which
+    reuses their heap pages: peak memory is that of ``threads`` layers, not of the whole model. (The heap is
+    trimmed once per batch, by the caller: trimming after every layer hands back pages that the next layer
+    faults in again, 4-9 % of a diagnosis' time.)"""
     lbs.reverse()
     pending: collections.deque = collections.deque()
     with _layer_pool(threads) as pool:
@@ -81,7 +83,6 @@ def _run_layers(lbs: list[LayerBatch], fn: Callable[[LayerBatch], Any], on_resul
             i, fut = pending.popleft()
             on_result(i, fut.result())
             del fut
-            _trim_heap()
 
 
 def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,

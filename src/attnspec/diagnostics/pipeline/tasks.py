@@ -9,6 +9,7 @@ process (:func:`run_cache`): the fit tasks write them, the spectra tasks of the 
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 from ..options import DiagnoseOptions
@@ -57,11 +58,14 @@ class _LockedCache:
 
 
 def here() -> str:
-    """The address of the Dask worker running this task, ``''`` outside a worker."""
+    """The address of the Dask worker running this task, ``''`` outside a worker (a process that never imported
+    ``distributed`` runs none: the check does not import it, which costs a local diagnosis 0.2 s)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return ""
     try:
-        from distributed import get_worker
-        return get_worker().address
-    except (ImportError, ValueError):
+        return distributed.get_worker().address
+    except (AttributeError, ValueError):
         return ""
 
 

@@ -78,8 +78,8 @@ def row_scores(A: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, to
     """
     al = allowed[:, None]
     n = al.sum(-1, keepdim=True).clamp_min(1).to(A.dtype)
-    logA = torch.log(A.clamp_min(_TINY)) * al
-    S = (logA - logA.sum(-1, keepdim=True) / n) * al
+    S = A.clamp_min(_TINY).log_().mul_(al)                    # log A on the allowed entries, in place
+    S = S.sub_(S.sum(-1, keepdim=True) / n).mul_(al)
     fit_mask = al & (n >= 2)
     return S, fit_mask, n
 
@@ -122,27 +122,36 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False, k
     {'N': array([5.]), 'sxx': array([0.]), 'sxy': array([0.]), 'syy': array([0.]), 'rsxy': array([0.])}
     """
     S, fm, n = row_scores(A, allowed)
-    out = _sums(S, A, fm, n, per_text)
+    r2 = _row_dot(S, S)
+    out = _sums(S, A, fm, n, per_text, r2)
     if keys is not None:
-        A0, T = _key_null(S, n, allowed, keys, queries)
+        A0, T = _key_null(S, n, allowed, keys, queries, r2)
         out.update({k: v for k, v in _sums(T, A0, fm, n, per_text, prefix="knull_").items() if k != "knull_N"})
     return out
 
 
+def _row_dot(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """``sum_j X_ij Y_ij`` per query row, ``(..., r)``, in the tiles' dtype: a row has at most ``L`` terms, and
+    rows are summed in float64 (:func:`_sums`); one pass over ``X`` and ``Y``, no product kept."""
+    return torch.linalg.vecdot(X, Y, dim=-1)
+
+
 def _sums(S: torch.Tensor, A: torch.Tensor, fm: torch.Tensor, n: torch.Tensor, per_text: bool,
-          prefix: str = "") -> dict[str, np.ndarray]:
+          r2: torch.Tensor | None = None, prefix: str = "") -> dict[str, np.ndarray]:
     """``N``, ``sum S^2``, ``sum S y``, ``sum y^2`` over the fit mask ``fm``, ``y = n A - 1``, and the
-    reflected head's ``rsxy = sum (-S) (n softmax(-S) - 1)``."""
-    y = (n * A - 1) * fm
-    Ar = torch.softmax(S.masked_fill(~fm, float("inf")).neg(), dim=-1)      # the reflected head, logits -S
-    yr = (n * torch.nan_to_num(Ar, nan=0.0) - 1) * fm
-    S = S * fm
-    dims = (2, 3) if per_text else (0, 2, 3)
-    d = lambda t: host(t.double().sum(dim=dims))  # noqa: E731  (cast, then sum: 1.6x faster than sum(dtype=float64), same numbers)
-    N = fm.sum(dim=dims, dtype=torch.float64)
+    reflected head's ``rsxy = sum (-S) (n softmax(-S) - 1)`` (``r2``: the rows' ``sum S^2`` when known).
+
+    ``S`` is 0 off ``fm`` (off the allowed set by construction, and a row with one allowed key is 0 once
+    centered), so only ``y`` needs the mask. Each row's sum is taken in the tiles' dtype and the rows' in float64."""
+    y = (A * n).sub_(1).mul_(fm)
+    Ar = torch.softmax(S.masked_fill(~fm, float("inf")).neg_(), dim=-1)     # the reflected head, logits -S
+    yr = torch.nan_to_num_(Ar, nan=0.0).mul_(n).sub_(1)                      # rows without a fit entry: NaN -> 0
+    dims = (2,) if per_text else (0, 2)
+    d = lambda rows: host(rows.double().sum(dim=dims))  # noqa: E731
+    N = fm.sum(dim=(2, 3) if per_text else (0, 2, 3), dtype=torch.float64)
     N = host(N.expand(*N.shape[:-1], A.shape[1]))
-    return {f"{prefix}N": N, f"{prefix}sxx": d(S * S), f"{prefix}sxy": d(S * y), f"{prefix}syy": d(y * y),
-            f"{prefix}rsxy": -d(S * yr)}
+    return {f"{prefix}N": N, f"{prefix}sxx": d(_row_dot(S, S) if r2 is None else r2), f"{prefix}sxy": d(_row_dot(S, y)),
+            f"{prefix}syy": d(_row_dot(y, y)), f"{prefix}rsxy": -d(_row_dot(S, yr))}
 
 
 def fit_from_sums(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -268,8 +277,8 @@ def surrogate_weights(A: torch.Tensor, allowed: torch.Tensor, scale: np.ndarray,
     """
     S, _, n = row_scores(A, allowed)
     t = lambda v: like(v, A)[None, :, None, None]  # noqa: E731
-    Sstd = S / t(np.where(scale > 0, scale, 1.0))
-    return (1 + t(beta) * Sstd + t(alpha) * Z.to(A.dtype)) / n * allowed[:, None]
+    W = S.mul_(t(beta / np.where(scale > 0, scale, 1.0)))          # beta_hat S^raw / score_scale, in place
+    return W.addcmul_(Z.to(A.dtype), t(alpha)).add_(1).mul_(allowed[:, None] / n)
 
 
 def null_weights(allowed: torch.Tensor, scale: np.ndarray, Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
@@ -367,14 +376,16 @@ def key_null_weights(A: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor,
     return _key_null(S, n, allowed, keys, G)
 
 
-def _key_null(S: torch.Tensor, n: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, G: torch.Tensor
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`key_null_weights` from the head's row-centered logits ``S`` and row sizes ``n``."""
+def _key_null(S: torch.Tensor, n: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, G: torch.Tensor,
+              r2: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`key_null_weights` from the head's row-centered logits ``S`` and row sizes ``n`` (``r2``: the rows'
+    ``sum_j S_ij^2``, ``(B, H, r)``, when known)."""
     al = allowed[:, None]
-    U = (G.to(S.dtype) @ keys.to(S.dtype).transpose(-1, -2)).masked_fill(~al, 0.0)   # padded keys may be NaN
-    U = (U - U.sum(-1, keepdim=True) / n) * al
-    r2, rho2 = S.pow(2).sum(-1, keepdim=True), U.pow(2).sum(-1, keepdim=True)
-    T = U * torch.sqrt(r2 / rho2.clamp_min(_TINY)) * (rho2 > 0)
+    U = (G.to(S.dtype) @ keys.to(S.dtype).transpose(-1, -2)).masked_fill_(~al, 0.0)   # padded keys may be NaN
+    U = U.sub_(U.sum(-1, keepdim=True) / n).mul_(al)
+    r2 = (_row_dot(S, S) if r2 is None else r2)[..., None]
+    rho2 = _row_dot(U, U)[..., None]
+    T = U.mul_(torch.sqrt(r2 / rho2.clamp_min(_TINY)) * (rho2 > 0))
     A0 = torch.softmax(T.masked_fill(~al, float("-inf")), dim=-1)
-    return torch.nan_to_num(A0, nan=0.0), T
+    return torch.nan_to_num_(A0, nan=0.0), T
 

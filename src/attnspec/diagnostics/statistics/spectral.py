@@ -52,8 +52,8 @@ def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """
     shape = (valid.shape[0],) + (1,) * (X.dim() - 3) + (valid.shape[1], 1)
     m = valid.view(shape).to(X.dtype)
-    mean = (X * m).sum(-2, keepdim=True) / m.sum(-2, keepdim=True).clamp_min(1)
-    return (X - mean) * m
+    mean = (m.transpose(-1, -2) @ X) / m.sum(-2, keepdim=True).clamp_min(1)      # (..., 1, d): one pass, no product kept
+    return (X - mean).mul_(m)
 
 
 def head_contexts(A: torch.Tensor, V: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
