@@ -57,7 +57,8 @@ def test_text_blocks_and_padding_change_nothing():
     whole = layer_eigs_ritz(M, W, lengths, 2.0)
     text_by_text = layer_eigs_ritz(M, W, lengths, 2.0, max_bytes=1)
     np.testing.assert_array_equal(whole[0], text_by_text[0])
-    np.testing.assert_allclose(whole[1], text_by_text[1], rtol=1e-12, atol=1e-14)
+    top = np.abs(whole[1]).max()                  # the zero eigenvalues (rank H d_head < L) are round-off of the products
+    np.testing.assert_allclose(whole[1], text_by_text[1], rtol=1e-12, atol=1e-14 * top)
     alone = layer_eigs_ritz(M[1:2, :, :35], W, lengths[1:2], 2.0)                 # the short text without padding
     n = lengths[0] - 1
     np.testing.assert_allclose(whole[0][n:n + 34], alone[0], rtol=1e-9, atol=1e-12)

@@ -472,16 +472,17 @@ def ritz_values(lam: torch.Tensor, A: torch.Tensor, C: torch.Tensor, AK: torch.T
 def ritz_bytes_per_text(H: int, d_head: int, L: int, d_out: int, block: int = RITZ_BLOCK) -> int:
     """Bytes of :func:`layer_eigs_ritz`'s temporaries per text (an upper bound): the float64 Gram and its
     eigenvectors with a float32 copy (``12 n^2``), the factors ``A``, ``C``, ``A K`` and ``T`` (``16 H d_head n``),
-    the float64 Ritz blocks (``8 H n min(block, n)``) and, for ``L > d_out``, ``Y^T M_h`` (``4 H d_head d_out``), with
-    ``n = min(L, d_out)``.
+    the contexts side by side (``4 H d_head L``), the float64 Ritz blocks (``8 H n min(block, n)``) and, for
+    ``L > d_out``, ``Y^T M_h`` (``4 H d_head d_out``), with ``n = min(L, d_out)``.
 
     Examples
     --------
     >>> ritz_bytes_per_text(H=32, d_head=128, L=2048, d_out=4096) / 2 ** 20      # one text of an 8 B-wide layer
-    192.0
+    224.0
     """
     n = min(L, d_out)
-    return 12 * n * n + 16 * H * d_head * n + 8 * H * n * min(block, n) + (4 * H * d_head * d_out if L > d_out else 0)
+    return (12 * n * n + 16 * H * d_head * n + 4 * H * d_head * L + 8 * H * n * min(block, n)
+            + (4 * H * d_head * d_out if L > d_out else 0))
 
 
 def _ritz_text_blocks(B: int, per_text: int, max_bytes: int) -> list[slice]:
@@ -575,22 +576,25 @@ def layer_eigs_ritz(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scal
     K = (W @ W.transpose(-1, -2)) if K is None else K.to(M.dtype)
     n = min(L, d_out)
     lam, removed = np.empty((B, n)), np.empty((B, H, n))
+    Wcat = W.reshape(H * dh, d_out)                                               # rows: the heads' W_O^h, stacked
     for bs in _ritz_text_blocks(B, ritz_bytes_per_text(H, dh, L, d_out, block), max_bytes):
         Yb, Mb = Y[bs], M[bs]
+        Mcat = Mb.transpose(1, 2).flatten(2)                            # [M_1 ... M_H]: (b, L, H dh)
         G = Yb @ Yb.transpose(-1, -2) if L <= d_out else Yb.transpose(-1, -2) @ Yb
         w, Q = symmetric_eigh(G.double())
-        Qt = Q.to(M.dtype).transpose(-1, -2)[:, None]                             # (b, 1, n, n), rows q_i^T
-        if L <= d_out:
-            A = Qt @ Mb                                                           # Q^T M_h: (b, H, n, dh)
-            C = Qt @ torch.einsum("ble,hde->bhld", Yb, W)                          # Q^T T_h
+        Qt = Q.to(M.dtype).transpose(-1, -2)                                      # (b, n, n), rows q_i^T
+        heads = lambda X: X.unflatten(-1, (H, dh)).transpose(1, 2)  # noqa: E731  (b, n, H dh) -> (b, H, n, dh)
+        if L <= d_out:                # every head in one product: Q^T [M_1 ... M_H], Q^T Y [W_O^1 ... W_O^H]^T
+            A = heads(Qt @ Mcat)                                                  # Q^T M_h: (b, H, n, dh)
+            C = heads(Qt @ (Yb @ Wcat.T))                                         # Q^T T_h
             AK = A @ K[None]
         else:
-            A = Qt @ W.transpose(-1, -2)[None]                                     # (W_O^h Q)^T: (b, H, n, dh)
-            C = Qt @ (Yb.transpose(-1, -2)[:, None] @ Mb)                          # Q^T Y^T M_h
+            A = heads(Qt @ Wcat.T)                                                # (W_O^h Q)^T: (b, H, n, dh)
+            C = heads(Qt @ (Yb.transpose(-1, -2) @ Mcat))                         # Q^T Y^T M_h
             AK = A @ (Mb.transpose(-1, -2) @ Mb)
         lam[bs] = host(w)
         removed[bs] = ritz_values(w, A, C, AK, block)
-        del A, C, AK, Q, Qt, G
+        del A, C, AK, Q, Qt, G, Mcat
     norm = lengths[:, None] / (d_out * scale)
     r = np.minimum(lengths - 1, d_out)
     layer = _top(np.maximum(lam, 0.0) * norm, r)
