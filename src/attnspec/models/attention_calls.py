@@ -109,28 +109,29 @@ class AttentionCall:
         return self.key.shape[1]
 
     def logits(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32,
-               device: "torch.device | str" = "cpu") -> torch.Tensor:
-        """Raw logits ``(B, H, r, L)`` of the query rows ``rows`` (before masking), computed on the
-        tensors' device in ``dtype`` and returned on ``device``. Query head ``h`` reads key head
+               device: "torch.device | str" = "cpu", keys: slice = slice(None)) -> torch.Tensor:
+        """Raw logits ``(B, H, r, k)`` of the query rows ``rows`` on the keys ``keys`` (before masking), computed
+        on the tensors' device in ``dtype`` and returned on ``device``. Query head ``h`` reads key head
         ``h // (H / H_kv)``: the ``H / H_kv`` query heads of a key head are stacked as the rows of one
         product with its keys, so the keys are never copied per query head."""
         q = self.query[:, :, rows].to(dtype=dtype)
         B, H, r, d = q.shape
-        k = self.key.to(dtype=dtype)
-        s = q.reshape(B, k.shape[1], (H // k.shape[1]) * r, d) @ k.transpose(-1, -2)    # (B, H_kv, g r, L)
+        k = self.key[:, :, keys].to(dtype=dtype)
+        s = q.reshape(B, k.shape[1], (H // k.shape[1]) * r, d) @ k.transpose(-1, -2)    # (B, H_kv, g r, k)
         s = s.view(B, H, r, -1).mul_(self.scaling)                                       # in place: same numbers
         if self.softcap:
             s = s.div_(self.softcap).tanh_().mul_(self.softcap)
         if self.position_bias is not None:
-            s = s.add_(self.position_bias[..., rows, :].to(dtype=dtype))
+            s = s.add_(self.position_bias[..., rows, keys].to(dtype=dtype))
         return s.to(device)
 
     def weights(self, rows: slice = slice(None), dtype: torch.dtype = torch.float32,
-                device: "torch.device | str" = "cpu") -> torch.Tensor:
-        """Attention weights ``(B, H, r, L)`` of the query rows ``rows`` on ``device``; rows with no allowed key
+                device: "torch.device | str" = "cpu", keys: slice = slice(None)) -> torch.Tensor:
+        """Attention weights ``(B, H, r, k)`` of the query rows ``rows`` on ``device``, on the keys ``keys`` (a
+        slice holding every allowed key of those rows: the softmax runs over them); rows with no allowed key
         are 0."""
-        s = self.logits(rows, dtype, device)
-        ok = self.allowed[:, None, rows].to(s.device)
+        s = self.logits(rows, dtype, device, keys)
+        ok = self.allowed[:, None, rows][..., keys].to(s.device)
         A = torch.softmax(s.masked_fill_(~ok, float("-inf")), dim=-1)
         return A.nan_to_num_(nan=0.0)
 

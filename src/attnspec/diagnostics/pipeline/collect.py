@@ -30,7 +30,7 @@ from ...models.attention_calls import AttentionCall, record_attention_calls
 from ...models.rule_mask import RuleMask, same_mask
 from ..options import DEFAULT_TILE_BYTES
 
-__all__ = ["LayerBatch", "record", "layer_batches", "collect", "on_device", "compute_dtype", "tiny_layer",
+__all__ = ["LayerBatch", "tiles_of", "record", "layer_batches", "collect", "on_device", "compute_dtype", "tiny_layer",
            "batch_rows", "select_texts"]
 
 
@@ -57,9 +57,10 @@ class LayerBatch:
         :attr:`values`, built when the layer's statistics first need them (a batch's layer batches are made
         together, and the values of layers not yet processed then take no memory).
     weights_of : callable
-        ``rows -> (B, H, r, L)`` attention weights of the query rows ``rows`` (``dtype``).
+        ``(rows, keys=slice(None)) -> (B, H, r, k)`` attention weights of the query rows ``rows`` on the keys
+        ``keys`` (``dtype``).
     tile_rows : int
-        Query rows per tile.
+        Query rows per tile (:meth:`tiles`).
     dtype : torch.dtype
         Compute dtype of the statistics: float64 for a float64 model, float32 otherwise.
     keys : Tensor ``(B, H_kv, L_k, d)``, optional
@@ -78,6 +79,10 @@ class LayerBatch:
     >>> A = lb.weights_of(slice(0, 3))                            # first 3 query rows: (B, H, 3, L)
     >>> tuple(A.shape), torch.allclose(A.sum(-1), torch.ones(())), bool((A[..., 0, 1:] == 0).all())  # causal
     ((2, 2, 3, 6), True, True)
+    >>> [(rows.stop, keys.stop) for rows, keys in tiles_of(lb.allowed, 4)]     # causal: a tile's rows see keys 0..stop
+    [(4, 4), (6, 6)]
+    >>> bool(torch.equal(lb.weights_of(slice(0, 4), slice(0, 4)), lb.weights_of(slice(0, 4))[..., :4]))
+    True
     """
 
     index: int
@@ -112,11 +117,9 @@ class LayerBatch:
         """Key/value head of each query head ``(H,)``."""
         return torch.tensor([self.site.kv_group(h) for h in range(self.site.n_heads)], device=self.device)
 
-    def tiles(self) -> Iterator[slice]:
-        """Consecutive query-row slices covering ``0..L``."""
-        L = self.valid.shape[1]
-        for r0 in range(0, L, self.tile_rows):
-            yield slice(r0, min(L, r0 + self.tile_rows))
+    def tiles(self) -> Iterator[tuple[slice, slice]]:
+        """The tiles of the layer's attention rows, ``(rows, keys)`` (:func:`tiles_of`)."""
+        return tiles_of(self.allowed, self.tile_rows)
 
     def grouped_values(self) -> torch.Tensor:
         """Values of each query head's key/value head ``(B, H, L, d_v)``."""
@@ -162,6 +165,19 @@ def _real_values(V: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return V.masked_fill(~valid.to(V.device)[:, None, :, None], 0.0)
 
 
+def tiles_of(allowed: "torch.Tensor | RuleMask", tile_rows: int) -> Iterator[tuple[slice, slice]]:
+    """Tiles of the attention rows of the allowed set ``allowed`` ``(B, L, L_k)``: consecutive query-row slices
+    ``rows`` of ``tile_rows`` rows covering ``0..L``, each with the leading keys ``keys = 0..k`` that hold every
+    allowed key of those rows in every text (at least one key). Every statistic of a tile is a sum over allowed
+    entries, so the keys beyond ``k`` add nothing: a causal tile ends at its last row (over a long text, about
+    half of the work of the full rows), a bidirectional one takes the batch's longest text."""
+    L = allowed.shape[1]
+    for r0 in range(0, L, tile_rows):
+        rows = slice(r0, min(L, r0 + tile_rows))
+        seen = allowed[:, rows].any(1).any(0).nonzero()
+        yield rows, slice(0, max(1, int(seen[-1]) + 1) if seen.numel() else 1)
+
+
 def _tile_rows(B: int, H: int, L: int, tile_bytes: int) -> int:
     return max(1, min(L, int(tile_bytes // max(1, 4 * B * H * L))))
 
@@ -201,7 +217,7 @@ def _from_call(i: int, site: AttentionSite, call: AttentionCall, batch: dict, ti
     valid = batch["attention_mask"].to(device).bool()
     return LayerBatch(i, site, valid, batch["special"].to(device).bool(), batch["order"],
                       call.allowed.to(device), lambda: _real_values(call.values(dtype, device), valid),
-                      lambda rows: call.weights(rows, dtype, device),
+                      lambda rows, keys=slice(None): call.weights(rows, dtype, device, keys),
                       _tile_rows(B, site.n_heads, L, tile_bytes), dtype, call.key.to(device=device, dtype=dtype),
                       _tokens(site, batch, device))
 
@@ -213,7 +229,8 @@ def _from_capture(i: int, site: AttentionSite, rec: dict, batch: dict, tile_byte
     B, L = valid.shape
     allowed = site.allowed(batch["attention_mask"]).to(device)
     return LayerBatch(i, site, valid, batch["special"].to(device).bool(), batch["order"], allowed,
-                      lambda: _real_values(rec["values"].to(device=device, dtype=dtype), valid), lambda rows: A[:, :, rows],
+                      lambda: _real_values(rec["values"].to(device=device, dtype=dtype), valid),
+                      lambda rows, keys=slice(None): A[:, :, rows, keys],
                       _tile_rows(B, site.n_heads, L, tile_bytes), dtype, tokens=_tokens(site, batch, device))
 
 
@@ -383,8 +400,8 @@ def layer_batches(adapter: ModelAdapter, batch: dict, records: list, tile_bytes:
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> ad, batch = tiny_causal_lm()                               # 2 layers, 2 heads, 2 texts of 6 tokens
     >>> lbs = layer_batches(ad, batch, record(ad, batch), tile_bytes=4 * 2 * 2 * 6 * 2)   # 2 query rows a tile
-    >>> [lb.index for lb in lbs], lbs[0].tile_rows, list(lbs[0].tiles())
-    ([0, 1], 2, [slice(0, 2, None), slice(2, 4, None), slice(4, 6, None)])
+    >>> [lb.index for lb in lbs], lbs[0].tile_rows, [(r.start, r.stop, k.stop) for r, k in lbs[0].tiles()]   # causal keys
+    ([0, 1], 2, [(0, 2, 2), (2, 4, 4), (4, 6, 6)])
     """
     dtype, device = compute_dtype(adapter), torch.device(device)
     return [(_from_call if isinstance(r, AttentionCall) else _from_capture)(i, s, r, batch, tile_bytes, dtype, device)

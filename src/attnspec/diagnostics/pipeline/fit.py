@@ -36,7 +36,7 @@ from ..statistics.devices import host
 from ..statistics.noise import Draw, TextNoise
 from ..statistics.query_selection import QuerySelectionSums
 from .resources import _layer_pool
-from .collect import LayerBatch
+from .collect import LayerBatch, tiles_of
 
 __all__ = ["LayerFitSums", "NullFitSums", "MaskStore", "CorpusStats", "null_tile_weights", "null_sums"]
 
@@ -101,14 +101,14 @@ class LayerFitSums:
         noise = None if K is None else TextNoise(seed, Draw.KEY_NULL, lb.index, lb.order, lb.valid)
         if self.query is None:
             self.query = QuerySelectionSums(H, n_boot)
-        for rows in lb.tiles():
-            A, al, q = lb.weights_of(rows), lb.allowed[:, rows], lb.valid[:, rows]
-            null = () if noise is None else (K, noise.rows(rows, (H,), (K.shape[-1],), dtype=lb.dtype))
+        for rows, keys in lb.tiles():           # (B, H, r, k) tiles: the keys that hold the rows' allowed keys
+            A, al, q = lb.weights_of(rows, keys), lb.allowed[:, rows][..., keys], lb.valid[:, rows]
+            null = () if noise is None else (K[:, :, keys], noise.rows(rows, (H,), (K.shape[-1],), dtype=lb.dtype))
             self.scores, self.boot_scores = _add_per_text(self.scores, self.boot_scores,
                                                           ident.score_sums(A, al, True, *null), w)
             self.baselines = _add(self.baselines, sel.baseline_sums(A, al, q, lb.special[:, rows]))
             self.query.update(A, rows, al, lb.valid, lb.tokens, w, lb.special)
-            C[:, :, rows] = A @ Vg
+            C[:, :, rows] = A @ Vg[:, :, keys]
             real = (C[:, :, rows] * q[:, None, :, None]).transpose(0, 1)       # (H, B, r, d_v)
             ctx += real.reshape(H, -1, real.shape[-1]).double().sum(1)   # one reduced axis: 3x faster
         p, c = spectral.value_power(lb.values, lb.groups, W, lb.valid)
@@ -150,9 +150,10 @@ class LayerFitSums:
 
 
 def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: int, H: int, d: int,
-                      scale: np.ndarray, seed: int, tile_rows: int, dtype: torch.dtype = torch.float32):
-    """Null-head weights of one layer batch, tile by tile: yields ``(rows, A0)`` with ``A0``
-    ``(B, H, r, L)`` (:func:`..statistics.identification.null_weights`; ``K`` drawn first, then ``Q`` row by row).
+                      scale: np.ndarray, seed: int, tiles, dtype: torch.dtype = torch.float32):
+    """Null-head weights of one layer batch, tile by tile: yields ``(rows, keys, A0)`` with ``A0``
+    ``(B, H, r, k)`` on the tile's keys (:func:`..statistics.identification.null_weights`; ``K`` drawn first,
+    then ``Q`` row by row).
 
     Parameters
     ----------
@@ -165,14 +166,17 @@ def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: 
         Layer index, heads, head width of ``Q, K``.
     scale : numpy.ndarray, shape (H,)
         Score scale ``s_h`` of each null head: ``A0 = softmax(s_h Q K^T / sqrt(d))`` over the allowed keys.
-    seed, tile_rows : int
-        Seed of the draws and query rows per tile.
+    seed : int
+        Seed of the draws.
+    tiles : iterable of (slice, slice)
+        The tiles ``(rows, keys)`` (:func:`.collect.tiles_of`; the null heads attend within ``allowed``, so the
+        keys beyond a tile's ``keys`` hold no weight).
     dtype : torch.dtype
 
     Yields
     ------
-    rows : slice
-    A0 : torch.Tensor, shape (B, H, rows, L)
+    rows, keys : slice
+    A0 : torch.Tensor, shape (B, H, rows, k)
 
     Examples
     --------
@@ -180,20 +184,18 @@ def null_tile_weights(allowed: torch.Tensor, valid: torch.Tensor, order, layer: 
     >>> from attnspec.diagnostics.pipeline.collect import tiny_layer
     >>> lb = tiny_layer()[2]                     # causal layer 0 of the tiny GPT-2: 2 texts, 6 tokens
     >>> scale = np.array([1.0, 2.0])             # s_h of the 2 null heads (width d = 16)
-    >>> tiles = list(null_tile_weights(lb.allowed, lb.valid, lb.order, 0, 2, 16, scale, 0, tile_rows=4))
-    >>> [(r, tuple(A0.shape)) for r, A0 in tiles]
-    [(slice(0, 4, None), (2, 2, 4, 6)), (slice(4, 6, None), (2, 2, 2, 6))]
-    >>> A0 = tiles[0][1]
+    >>> tiles = list(null_tile_weights(lb.allowed, lb.valid, lb.order, 0, 2, 16, scale, 0, tiles_of(lb.allowed, 4)))
+    >>> [(r, k, tuple(A0.shape)) for r, k, A0 in tiles]          # causal: the first tile's rows see keys 0..3
+    [(slice(0, 4, None), slice(0, 4, None), (2, 2, 4, 4)), (slice(4, 6, None), slice(0, 6, None), (2, 2, 2, 6))]
+    >>> A0 = tiles[0][2]
     >>> torch.allclose(A0.sum(-1), torch.ones(())), bool((A0[:, :, 0, 1:] == 0).all())   # causal rows
     (True, True)
     """
     noise = TextNoise(seed, Draw.NULL_SCORES, layer, order, valid)
     K = noise.full((H,), (d,), dtype=dtype)
-    L = valid.shape[1]
-    for r0 in range(0, L, tile_rows):
-        rows = slice(r0, min(L, r0 + tile_rows))
+    for rows, keys in tiles:
         Q = noise.rows(rows, (H,), (d,), dtype=dtype)
-        yield rows, ident.null_weights(allowed[:, rows], scale, Q, K)
+        yield rows, keys, ident.null_weights(allowed[:, rows][..., keys], scale, Q, K[:, :, keys])
 
 
 @dataclass
@@ -266,9 +268,10 @@ class NullFitSums:
                scale: np.ndarray, seed: int, tile_rows: int, dtype: torch.dtype = torch.float32,
                n_boot: int = N_BOOT) -> "NullFitSums":
         w = weights(seed, order, n_boot)
-        for rows, A0 in null_tile_weights(allowed, valid, order, layer, H, d, scale, seed, tile_rows, dtype):
+        for rows, keys, A0 in null_tile_weights(allowed, valid, order, layer, H, d, scale, seed,
+                                                tiles_of(allowed, tile_rows), dtype):
             self.scores, self.boot_scores = _add_per_text(self.scores, self.boot_scores,
-                                                          ident.score_sums(A0, allowed[:, rows], per_text=True), w)
+                                                          ident.score_sums(A0, allowed[:, rows][..., keys], per_text=True), w)
         return self
 
     def merge(self, other: "NullFitSums") -> "NullFitSums":

@@ -72,19 +72,21 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
            for k in HEAD_SPECTRA}
     z_ge = TextNoise(seed, Draw.GE_NOISE, i, order, valid)
     z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, order, valid)
+    tiles = list(lb.tiles())                        # the whole batch's tiles: the texts idx read the same keys
     nulls = (null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], seed,
-                               lb.tile_rows, lb.dtype) if n else ((rows, None) for rows in lb.tiles()))
-    for rows, A0 in nulls:
-        A = lb.weights_of(rows)
-        out["act"][:, :, rows] = A @ Vg
+                               tiles, lb.dtype) if n else ((rows, keys, None) for rows, keys in tiles))
+    for rows, keys, A0 in nulls:
+        A = lb.weights_of(rows, keys)
+        out["act"][:, :, rows] = A @ Vg[:, :, keys]
         if not n:
             continue
-        A, al = (A if idx is None else A[sub]), allowed[:, rows]
-        Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"], z_ge.rows(rows, (H,), dtype=lb.dtype))
+        A, al = (A if idx is None else A[sub]), allowed[:, rows][..., keys]
+        Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"],
+                                      z_ge.rows(rows, (H,), dtype=lb.dtype)[..., keys])
         A0ge = ident.surrogate_weights(A0, al, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"],
-                                       z_null.rows(rows, (H,), dtype=lb.dtype))
+                                       z_null.rows(rows, (H,), dtype=lb.dtype)[..., keys])
         for key, W in (("ge", Age), ("null", A0), ("nullge", A0ge)):
-            out[key][:, :, rows] = W @ Vs
+            out[key][:, :, rows] = W @ Vs[:, :, keys]
     return out
 
 

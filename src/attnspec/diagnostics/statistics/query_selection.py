@@ -231,11 +231,12 @@ class QuerySelectionSums:
 
         Parameters
         ----------
-        A : torch.Tensor, shape (B, H, r, L)
-            Attention weights of the query rows ``rows`` (any float dtype; sums are kept in float64).
+        A : torch.Tensor, shape (B, H, r, L_k)
+            Attention weights of the query rows ``rows`` (any float dtype; sums are kept in float64) on the leading
+            keys ``0..L_k`` (``L_k <= L``: every allowed key of these rows, :func:`..pipeline.collect.tiles_of`).
         rows : slice
             The tile's query rows ``start:stop`` (step 1), ``r = stop - start``.
-        allowed : torch.Tensor of bool, shape (B, r, L)
+        allowed : torch.Tensor of bool, shape (B, r, L_k)
             The allowed keys of those rows (the model's own mask, padding removed).
         valid : torch.Tensor of bool, shape (B, L)
             Real (non-padding) tokens of the whole texts.
@@ -251,7 +252,7 @@ class QuerySelectionSums:
         QuerySelectionSums
             ``self``.
         """
-        B, H, r, L = A.shape
+        B, H, r, L = A.shape                      # L: the tile's keys (valid's length or fewer)
         if H != self.n_heads:
             raise ValueError(f"A has {H} heads, the accumulator {self.n_heads}")
         start = 0 if rows.start is None else int(rows.start)
@@ -265,7 +266,7 @@ class QuerySelectionSums:
             key_ok[torch.arange(B, device=dev), valid.int().argmax(1)] = False
         al = allowed.to(dev).bool()
         i = torch.arange(start, start + r, device=dev)
-        real_keys = al & key_ok[:, None, :]                                   # allowed real, non-special keys
+        real_keys = al & key_ok[:, None, :L]                                  # allowed real, non-special keys
         n = real_keys.sum(-1)                                                 # n_i (B, r)
         q = key_ok[:, start:start + r] & (n >= 2)
         target = real_keys & q[:, :, None]                                    # (B, r, L)
@@ -284,10 +285,10 @@ class QuerySelectionSums:
         if tokens is not None:                                                # content rules
             tok = tokens.to(dev)
             keys = torch.arange(L, device=dev)
-            same = (tok[:, start:start + r, None] == tok[:, None, :]) & (keys[None, :] != i[:, None])
+            same = (tok[:, start:start + r, None] == tok[:, None, :L]) & (keys[None, :] != i[:, None])
             prev_tok = torch.cat([tok[:, :1], tok[:, :-1]], 1)
             prev_ok = torch.cat([torch.zeros_like(valid[:, :1]), valid[:, :-1]], 1)
-            ind = (tok[:, start:start + r, None] == prev_tok[:, None, :]) & prev_ok[:, None, :] \
+            ind = (tok[:, start:start + r, None] == prev_tok[:, None, :L]) & prev_ok[:, None, :L] \
                 & ((keys[None, :] - 1) != i[:, None])
             S = torch.stack([same, ind], -1) & target[..., None]              # (B, r, L, 2)
             size, applies = S.sum(2).double(), S.any(2).double()              # (B, r, 2)
