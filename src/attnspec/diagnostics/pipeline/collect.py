@@ -79,9 +79,7 @@ class LayerBatch:
     >>> A = lb.weights_of(slice(0, 3))                            # first 3 query rows: (B, H, 3, L)
     >>> tuple(A.shape), torch.allclose(A.sum(-1), torch.ones(())), bool((A[..., 0, 1:] == 0).all())  # causal
     ((2, 2, 3, 6), True, True)
-    >>> [(rows.stop, keys.stop) for rows, keys in tiles_of(lb.allowed, 4)]     # causal: a tile's rows see keys 0..stop
-    [(4, 4), (6, 6)]
-    >>> bool(torch.equal(lb.weights_of(slice(0, 4), slice(0, 4)), lb.weights_of(slice(0, 4))[..., :4]))
+    >>> bool(torch.equal(lb.weights_of(slice(0, 4), slice(0, 4)), lb.weights_of(slice(0, 4))[..., :4]))  # the keys
     True
     """
 
@@ -170,7 +168,18 @@ def tiles_of(allowed: "torch.Tensor | RuleMask", tile_rows: int) -> Iterator[tup
     ``rows`` of ``tile_rows`` rows covering ``0..L``, each with the leading keys ``keys = 0..k`` that hold every
     allowed key of those rows in every text (at least one key). Every statistic of a tile is a sum over allowed
     entries, so the keys beyond ``k`` add nothing: a causal tile ends at its last row (over a long text, about
-    half of the work of the full rows), a bidirectional one takes the batch's longest text."""
+    half of the work of the full rows), a bidirectional one takes the batch's longest text.
+
+    Examples
+    --------
+    >>> import torch
+    >>> causal = torch.ones(2, 6, 6, dtype=torch.bool).tril()          # 2 texts of 6 tokens
+    >>> [(rows.stop, keys.stop) for rows, keys in tiles_of(causal, 4)]  # a causal tile's rows see keys 0..stop
+    [(4, 4), (6, 6)]
+    >>> padded = torch.ones(2, 6, 6, dtype=torch.bool); padded[:, :, 5] = False    # key 5: padding in both texts
+    >>> [(rows.stop, keys.stop) for rows, keys in tiles_of(padded, 4)]
+    [(4, 5), (6, 5)]
+    """
     L = allowed.shape[1]
     for r0 in range(0, L, tile_rows):
         rows = slice(r0, min(L, r0 + tile_rows))
