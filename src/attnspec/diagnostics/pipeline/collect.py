@@ -14,7 +14,9 @@ Peak memory of this step beyond the model's own forward pass, per batch of ``B``
 model's dtype) of one layer at a time when :func:`record` streams them to the forward cache (its ``sink``;
 the CPU default), of all layers otherwise; the allowed sets (``B L^2`` bytes per distinct mask, shared by the
 layers that have it) and one tile of ``B H r L`` float32 weights per worker thread, with
-``r = max(1, tile_bytes / (4 B H L))`` rows.
+``r = max(1, tile_bytes / (4 B H L))`` rows. A tile reads only the leading keys that hold its rows' allowed keys
+(:func:`tiles_of`): under a causal mask, ``r0 + r`` keys for the rows ``r0 .. r0 + r``, so the tiles of a long
+causal text cost about half of its ``L^2``.
 """
 from __future__ import annotations
 
