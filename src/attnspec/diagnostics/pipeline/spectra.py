@@ -4,9 +4,10 @@ equivalent's, the free sum of its heads, and the layer without each head (normal
 :mod:`..statistics.spectral`).
 
 The four contexts ``A V`` (head, equivalent, null, null equivalent) are built one query tile at a
-time; the spectra need only the contexts ``(B, H, L, d_head)``. Memory of one layer batch: about
-``12 B H L d_head`` numbers (the head's and its equivalent's centered contexts, the null ones until
-their spectra are taken, the layer outputs, the free rotation in float64) and the budget of the layer without
+time; the spectra need only the contexts ``(B, H, L, d_head)``. Memory of one layer batch: at most about
+``12 B H L d_head`` numbers (the four contexts while the head spectra are taken; then the head's and its
+equivalent's with the free rotation, in float64, built once the null contexts are dropped and dropped once its
+spectrum is taken; then with the layer outputs) and the budget of the layer without
 each head (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`, or one text's Rayleigh-Ritz products, about
 ``4 H min(L, d_out) d_head`` numbers, when they need more), i.e. linear in ``L`` beyond one tile of weights
 and, for texts shorter than ``d_out``, one ``L x L`` eigendecomposition.
@@ -235,7 +236,6 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         return {"heads": {k: [none] * H for k in HEAD_SPECTRA}, "layer": {k: none for k in LAYER_SPECTRA},
                 "order": order, "lengths": lengths, "removed": np.zeros((H, 0)), "removed_ge": np.zeros((H, 0)),
                 **counted}
-    Mfree = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, order.tolist(), valid))
     Ks = spectral.sqrt_psd(K)
     heads = {}
     for k in HEAD_SPECTRA:          # centered in place of the raw contexts; the null ones dropped once used
@@ -248,7 +248,10 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         B, _, L, _ = Mk.shape
         return Mk.transpose(1, 2).reshape(B, L, H * dh) @ Wh.reshape(H * dh, -1)
 
+    # the free rotation once the null contexts are dropped, and dropped once its spectrum is taken
+    Mfree = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, order.tolist(), valid))
     layer, removed = {"free": spectral.layer_eigs(out(Mfree), lengths, c_layer)}, {}
+    del Mfree
     for k in ("act", "ge"):                             # the layer and the layer without each head
         Y = out(M[k])
         if removal_spectra == "exact":
