@@ -71,7 +71,7 @@ def _run_layers(lbs: list[LayerBatch], fn: Callable[[LayerBatch], Any], on_resul
     inputs (its recorded queries, keys, values) and temporaries are freed before the next layer starts, which
     reuses their heap pages: peak memory is that of ``threads`` layers, not of the whole model. (The heap is
     trimmed once per batch, by the caller: trimming after every layer hands back pages that the next layer
-    faults in again, 4-9 % of a diagnosis' time.)"""
+    faults in again: 0.5-1.4 s of SmolLM2-135M's 14 s on 16 texts.)"""
     lbs.reverse()
     pending: collections.deque = collections.deque()
     with _layer_pool(threads) as pool:
