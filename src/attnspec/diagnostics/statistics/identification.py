@@ -97,13 +97,14 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False, k
     Parameters
     ----------
     A : torch.Tensor
-        ``(B, H, L, L)`` attention weights (or a tile of query rows, ``(B, H, r, L)``).
+        ``(B, H, L, L)`` attention weights (or a tile of query rows on the keys that hold their allowed keys,
+        ``(B, H, r, k)``, :func:`..pipeline.collect.tiles_of`).
     allowed : torch.Tensor
-        ``(B, L, L)`` bool (``(B, r, L)`` for a tile).
+        ``(B, L, L)`` bool (``(B, r, k)`` for a tile).
     per_text : bool, optional
         Keep one value per text: ``(B, H)`` instead of ``(H,)``.
     keys, queries : torch.Tensor, optional
-        ``(B, H, L, d)`` the keys each query head reads and ``(B, H, r, d)`` standard normal key-null
+        ``(B, H, k, d)`` the keys each query head reads and ``(B, H, r, d)`` standard normal key-null
         queries (:func:`key_null_weights`).
 
     Returns
