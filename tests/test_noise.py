@@ -40,3 +40,18 @@ def test_full_draws_sit_at_the_real_tokens():
         ref = TextNoise(0, Draw.NULL_SCORES, 1, [t], torch.ones(1, 3, dtype=torch.bool)).full((3,), (2,))[0]
         assert torch.equal(z[b][:, idx], ref)
         assert not z[b][:, ~valid[b]].any()
+
+
+@pytest.mark.parametrize("keys", [1, 3, 5, 7])
+def test_square_draws_cut_to_the_first_keys_are_the_whole_squares_columns(keys):
+    valid = torch.tensor([[1, 1, 1, 1, 0, 0, 0],      # right padding
+                          [0, 0, 1, 1, 1, 1, 1],      # left padding
+                          [1, 0, 1, 1, 0, 1, 0],      # holes
+                          [0, 0, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    whole = TextNoise(3, Draw.GE_NOISE, 2, [7, 8, 9, 10], valid)
+    cut = TextNoise(3, Draw.GE_NOISE, 2, [7, 8, 9, 10], valid)
+    for r in range(0, 7, 3):                          # the generators advance the same way, tile after tile
+        rows = slice(r, min(7, r + 3))
+        z = cut.rows(rows, (2,), keys=keys)
+        assert z.shape == (4, 2, rows.stop - rows.start, keys)
+        assert torch.equal(z, whole.rows(rows, (2,))[..., :keys])

@@ -112,31 +112,33 @@ class TextNoise:
         return out.to(self.device)
 
     def rows(self, rows: slice, lead: tuple[int, ...], tail: tuple[int, ...] | None = None,
-             dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Standard normal for the query rows ``rows``: ``(B, *lead, r, *tail)``, or ``(B, *lead, r, L)``
-        over the real keys when ``tail`` is None (a square draw). Text ``b`` draws its real rows in the
+             dtype: torch.dtype = torch.float32, keys: int | None = None) -> torch.Tensor:
+        """Standard normal for the query rows ``rows``: ``(B, *lead, r, *tail)``, or ``(B, *lead, r, k)``
+        over the real keys when ``tail`` is None (a square draw; ``k = keys``, default ``L``: the square's
+        first ``k`` key columns, the same numbers as the whole square's). Text ``b`` draws its real rows in the
         tile as ``(n_rows, *lead, *tail)`` (``tail = (n_b,)`` for a square draw), row-major."""
         B, L = self.valid.shape
         start, stop = rows.indices(L)[:2]
         r = stop - start
-        width = L if tail is None else None
+        width = L if keys is None else int(keys)
         out = torch.zeros((B, *lead, r, *((width,) if tail is None else tail)), dtype=dtype)
         nl = len(lead)
         for b, (g, idx, run) in enumerate(zip(self.gens, self.idx, self.runs)):
             if run is not None:                     # one run of real tokens: slices
                 q0, q1 = max(start, run[0]), min(stop, run[1])
                 nq = q1 - q0
-                qi, ki = slice(q0 - start, q1 - start), slice(*run)
+                qi, ki = slice(q0 - start, q1 - start), slice(run[0], max(run[0], min(run[1], width)))
             else:
                 q = idx[(idx >= start) & (idx < stop)]
                 nq = q.numel()
-                qi, ki = q - start, idx
+                qi, ki = q - start, idx[idx < width]
             if nq <= 0:
                 continue
             t = (idx.numel(),) if tail is None else tail
             z = self._normal(g, (nq, *lead, *t), dtype).movedim(0, nl)  # (*lead, nq, *t)
-            if tail is None:
-                out[b][(slice(None),) * nl + ((qi, ki) if run else (qi[:, None], ki[None, :]))] = z
+            if tail is None:                        # the real keys before the width: the first ones drawn
+                n_k = (ki.stop - ki.start) if run else ki.numel()
+                out[b][(slice(None),) * nl + ((qi, ki) if run else (qi[:, None], ki[None, :]))] = z[..., :n_k]
             else:
                 out[b][(slice(None),) * nl + (qi,)] = z
         return out.to(self.device)
