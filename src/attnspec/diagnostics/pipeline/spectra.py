@@ -244,16 +244,12 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         heads[k] = spectral.head_eigs(M[k] if k in ("act", "ge") else M.pop(k), Ks, lengths, ch, lb.site.d_out)
     c_layer = float(ch.sum())
 
-    def out(Mk: torch.Tensor) -> torch.Tensor:          # layer output sum_h M_h W_O^h: (B, L, d_out)
-        B, _, L, _ = Mk.shape
-        return Mk.transpose(1, 2).reshape(B, L, H * dh) @ Wh.reshape(H * dh, -1)
-
     # the free rotation once the null contexts are dropped, and dropped once its spectrum is taken
     Mfree = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, order.tolist(), valid))
-    layer, removed = {"free": spectral.layer_eigs(out(Mfree), lengths, c_layer)}, {}
+    layer, removed = {"free": spectral.layer_eigs(spectral.layer_output(Mfree, Wh), lengths, c_layer)}, {}
     del Mfree
     for k in ("act", "ge"):                             # the layer and the layer without each head
-        Y = out(M[k])
+        Y = spectral.layer_output(M[k], Wh)
         if removal_spectra == "exact":
             layer[k] = spectral.layer_eigs(Y, lengths, c_layer)
             removed[k] = spectral.layer_eigs_without_each(M[k], Wh, lengths, c_layer, K=K, Y=Y)

@@ -23,7 +23,8 @@ from ...spectra import gram_eigenvalues
 from .devices import DEVICE_EIGVALSH_MAX_N, host
 from .rotation import free_rotation, helmert_basis  # noqa: F401  (re-exported: spectra and their free sum)
 
-__all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_eigs", "layer_eigs_without_each",
+__all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_output", "layer_eigs",
+           "layer_eigs_without_each",
            "layer_eigs_ritz", "ritz_values", "ritz_bytes_per_text", "removed_blocks", "REMOVED_GRAM_BYTES",
            "REMOVAL_SPECTRA", "RITZ_BLOCK", "free_rotation", "helmert_basis"]
 
@@ -224,6 +225,23 @@ def head_eigs(M: torch.Tensor, Ksqrt: torch.Tensor, lengths: np.ndarray, scale: 
     return [_top(ev[:, h], r) for h in range(H)]
 
 
+def layer_output(M: torch.Tensor, Wh: torch.Tensor) -> torch.Tensor:
+    """The layer output ``Y = sum_h M_h W_O^h`` ``(B, L, d_out)`` of the contexts ``M`` ``(B, H, L, d_head)`` and the
+    heads' output projections ``Wh`` ``(H, d_head, d_out)``: one product of the contexts side by side,
+    ``[M_1 ... M_H] [W_O^1; ...; W_O^H]``.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> M, Wh = torch.randn(2, 3, 4, 5, generator=g), torch.randn(3, 5, 6, generator=g)
+    >>> Y = layer_output(M, Wh)
+    >>> tuple(Y.shape), bool(torch.allclose(Y, sum(M[:, h] @ Wh[h] for h in range(3)), atol=1e-5))
+    ((2, 4, 6), True)
+    """
+    H, dh, d_out = Wh.shape
+    return M.transpose(1, 2).flatten(2) @ Wh.reshape(H * dh, d_out)
+
+
 def layer_eigs(Y: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray:
     """Pooled spectrum of a layer output ``Y`` (rows already centered), normalized as in the module docstring.
 
@@ -381,7 +399,7 @@ def layer_eigs_without_each(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarr
     W = Wh.to(M.dtype)
     B, H, L, dh = M.shape
     d_out = W.shape[-1]
-    Y = torch.einsum("bhld,hde->ble", M, W) if Y is None else Y.to(M.dtype)
+    Y = layer_output(M, W) if Y is None else Y.to(M.dtype)
     K = (W @ W.transpose(-1, -2)) if K is None else K.to(M.dtype)
     ev = np.empty((B, H, min(L, d_out)))
     texts, G0 = None, None                  # the full layer's Gram of the block's texts, once per texts
@@ -572,18 +590,18 @@ def layer_eigs_ritz(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scal
     W = Wh.to(M.device, M.dtype)
     B, H, L, dh = M.shape
     d_out = W.shape[-1]
-    Y = torch.einsum("bhld,hde->ble", M, W) if Y is None else Y.to(M.dtype)
+    Y = layer_output(M, W) if Y is None else Y.to(M.dtype)
     K = (W @ W.transpose(-1, -2)) if K is None else K.to(M.dtype)
     n = min(L, d_out)
     lam, removed = np.empty((B, n)), np.empty((B, H, n))
     Wcat = W.reshape(H * dh, d_out)                                               # rows: the heads' W_O^h, stacked
+    heads = lambda X: X.unflatten(-1, (H, dh)).transpose(1, 2)  # noqa: E731  (b, n, H dh) -> (b, H, n, dh)
     for bs in _ritz_text_blocks(B, ritz_bytes_per_text(H, dh, L, d_out, block), max_bytes):
         Yb, Mb = Y[bs], M[bs]
         Mcat = Mb.transpose(1, 2).flatten(2)                            # [M_1 ... M_H]: (b, L, H dh)
         G = Yb @ Yb.transpose(-1, -2) if L <= d_out else Yb.transpose(-1, -2) @ Yb
         w, Q = symmetric_eigh(G.double())
         Qt = Q.to(M.dtype).transpose(-1, -2)                                      # (b, n, n), rows q_i^T
-        heads = lambda X: X.unflatten(-1, (H, dh)).transpose(1, 2)  # noqa: E731  (b, n, H dh) -> (b, H, n, dh)
         if L <= d_out:                # every head in one product: Q^T [M_1 ... M_H], Q^T Y [W_O^1 ... W_O^H]^T
             A = heads(Qt @ Mcat)                                                  # Q^T M_h: (b, H, n, dh)
             C = heads(Qt @ (Yb @ Wcat.T))                                         # Q^T T_h
