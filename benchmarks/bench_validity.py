@@ -30,8 +30,11 @@ per ``--coverage-betas`` value (:func:`coverage`), the planted beta calibrated o
 texts (default 512, so that it is the population value to about 0.4 %, not a 64-text sample value with 1.1 %);
 the summary splits the error into the error of ``score_scale`` (the planted definition) and
 ``beta_corrected - score_scale`` (the head's departure from its key null).
+``--diagnosis-seed-offset K`` diagnoses the same planted models with other draws (seed ``k + K``): two runs that
+differ only in it give the AUCs' seed-to-seed spread, the yardstick for a change of the diagnosis' random draws.
 Usage: ``python benchmarks/bench_validity.py [--quick] [--architectures bert gpt2] [--strengths 0 0.5 1]
-[--texts 8 64] [--seeds 3] [--out DIR]``; ``python benchmarks/bench_validity.py --coverage 100``.
+[--texts 8 64] [--seeds 3] [--diagnosis-seed-offset 100] [--out DIR]``;
+``python benchmarks/bench_validity.py --coverage 100``.
 """
 from __future__ import annotations
 
@@ -86,8 +89,9 @@ def _per_head(arrays: dict) -> pd.DataFrame:
 
 
 def run_model(architecture: str, strength: float, seed: int, sizes: list[int],
-              induction: bool = True) -> tuple[list, list, float]:
-    """Build one planted model, diagnose it at each corpus size; merged head and pair tables."""
+              induction: bool = True, diagnosis_seed_offset: int = 0) -> tuple[list, list, float]:
+    """Build one planted model (seed ``seed``), diagnose it at each corpus size (diagnosis seed
+    ``seed + diagnosis_seed_offset``); merged head and pair tables."""
     heads, pairs = [], []
     t0 = time.perf_counter()
     causal = ARCHITECTURES[architecture].causal
@@ -98,7 +102,7 @@ def run_model(architecture: str, strength: float, seed: int, sizes: list[int],
         probes = _per_head({"induction_probe": induction_scores(model, tok, n_sequences=8, length=50, seed=seed)})
         for n in sizes:
             texts = builtin_texts(n)
-            dg = attnspec.diagnose(model, tok, texts, seed=seed)
+            dg = attnspec.diagnose(model, tok, texts, seed=seed + diagnosis_seed_offset)
             tag = {"architecture": architecture, "strength": strength, "seed": seed, "n_texts": n,
                    "n_tokens": dg.summary["n_tokens"]}
             h = dg.heads.merge(pm.heads, on=["layer", "head"]).merge(probes, on=["layer", "head"])
@@ -256,6 +260,9 @@ def main(argv=None) -> None:
     ap.add_argument("--strengths", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0])
     ap.add_argument("--texts", type=int, nargs="+", default=[8, 16, 64], help="corpus sizes (texts)")
     ap.add_argument("--seeds", type=int, default=6, help="planted models per strength (seeds 0..N-1)")
+    ap.add_argument("--diagnosis-seed-offset", type=int, default=0, metavar="K",
+                    help="diagnose planted model k with seed k + K (the same models, other draws: the AUCs' "
+                         "seed-to-seed spread, against which a change of the draws is judged)")
     ap.add_argument("--quick", action="store_true", help="reduced budget: strengths 0 1, texts 16 64, 2 seeds")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-induction", action="store_true", help="plant no induction heads in GPT-2")
@@ -280,7 +287,8 @@ def main(argv=None) -> None:
     for arch in args.architectures:
         for s in args.strengths:
             for seed in range(args.seeds):
-                h, p, dt = run_model(arch, s, seed, args.texts, induction=not args.no_induction)
+                h, p, dt = run_model(arch, s, seed, args.texts, induction=not args.no_induction,
+                                     diagnosis_seed_offset=args.diagnosis_seed_offset)
                 heads += h
                 pairs += p
                 print(f"{arch} strength {s:g} seed {seed}: {dt:.1f} s", flush=True)
@@ -293,7 +301,8 @@ def main(argv=None) -> None:
     tokens = heads.groupby("n_texts")["n_tokens"].first().to_dict()
     meta = (f"architectures {args.architectures}, strengths {args.strengths}, corpus sizes {args.texts} texts "
             f"({tokens} real tokens), "
-            f"{args.seeds} seeds, torch threads {args.threads}, {time.perf_counter() - t0:.0f} s")
+            f"{args.seeds} seeds (diagnosis seeds offset by {args.diagnosis_seed_offset}), torch threads "
+            f"{args.threads}, {time.perf_counter() - t0:.0f} s")
     print(write_markdown(args.out, res, beta, meta))
 
 

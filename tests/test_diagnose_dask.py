@@ -301,7 +301,7 @@ def test_the_staged_spectra_texts_agree_between_executors(tmp_path_factory, clie
     """spectra_texts='auto' grown to a second stage (a random BERT on 160 texts, without the eigenvalue floor and
     with a target no head may miss: 32 texts, then more), through the local executor and through the Dask executor
     (the plan runs here; the later stage's tasks read the forward caches the first left on the workers): every
-    table to 1e-9, the same stages."""
+    table to 1e-9, the same stages. Seed 0: draws with which a head stays open after the first stage."""
     import shutil
 
     import transformers
@@ -320,7 +320,7 @@ def test_the_staged_spectra_texts_agree_between_executors(tmp_path_factory, clie
     for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         if (minilm_dir() / f).exists():
             shutil.copy(minilm_dir() / f, d / f)
-    opts = DiagnoseOptions(removal="none", gradient=False, min_tokens=0, seed=1)
+    opts = DiagnoseOptions(removal="none", gradient=False, min_tokens=0, seed=0)
     model, tok = load_model(str(d))
     here = diagnose(model, tok, builtin_texts(160), options=opts)
     there = diagnose(str(d), None, builtin_texts(160), client=client, options=opts)

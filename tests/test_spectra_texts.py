@@ -1,6 +1,7 @@
 """Spectra on a seeded sample of the texts (``spectra_texts``): the spectral columns come from the sampled texts
 exactly as a diagnosis of those texts alone gives them, every other statistic from the whole corpus, and the
 sample does not depend on how the texts are batched."""
+import copy
 import numpy as np
 import pytest
 import torch
@@ -30,9 +31,9 @@ def model_tok():
     return transformers.BertModel(cfg).eval(), tok
 
 
-def _run(model_tok, texts, **kw):
+def _run(model_tok, texts, seed=1, **kw):
     model, tok = model_tok
-    return diagnose(model, tok, texts, removal=False, gradient=False, seed=1, min_tokens=0, **kw)
+    return diagnose(model, tok, texts, removal=False, gradient=False, seed=seed, min_tokens=0, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -76,20 +77,25 @@ def test_auto_grows_the_sample_in_stages_to_the_same_tables_as_one_sample_of_tha
     """'auto' on 160 texts of the random model (heads of width 8): its floor of 2,048 eigenvalues a head spectrum
     takes every text. Without the floor, from a first stage of a fifth of the corpus and with a target no head may
     miss, a second stage adds the texts its open heads are predicted to need, and the tables equal those of one sample of that
-    size (the same texts, the spectra of the second stage's texts added to the first's)."""
+    size (the same texts, the spectra of the second stage's texts added to the first's). Seed 0: draws with which
+    a head stays open after the first stage (with seeds 1 and 3-5 every head is decided on 32 texts). The model runs
+    in float64: a later stage computes its texts in batches cut to them, whose float32 row reductions over fewer
+    padded keys may round a surrogate weight one ulp apart (4 of 392 tiles in float32), and the distances between a
+    random head's nearly equal spectra magnify that to 1e-4 relative."""
     from attnspec.diagnostics.pipeline import spectra_plan
+    model_tok = (copy.deepcopy(model_tok[0]).double(), model_tok[1])
     texts = builtin_texts(160)
     assert _run(model_tok, texts).summary["spectra_texts"]["rule"] == "all"        # 8 eigenvalues a text
     monkeypatch.setattr(spectra_plan, "MIN_EIGENVALUES", 0)
     monkeypatch.setattr(spectra_plan, "TARGET", 1.0)
     monkeypatch.setattr(spectra_plan, "FIRST_SHARE", 0.2)
-    auto = _run(model_tok, texts)
+    auto = _run(model_tok, texts, seed=0)
     plan = auto.summary["spectra_texts"]
     assert plan["rule"] == "auto" and plan["stages"][0] == 32 and len(plan["stages"]) == 2, plan
     n = plan["stages"][1]
     assert 32 < n < 160 and plan["predicted_agreement"] == 1.0, plan
     assert any(f"from a seeded sample of {n} of the 160 texts" in note for note in auto.summary["notes"])
-    fixed = _run(model_tok, texts, spectra_texts=n)
+    fixed = _run(model_tok, texts, seed=0, spectra_texts=n)
     numeric = [c for c in auto.heads.columns if auto.heads[c].dtype.kind in "fi"]
     assert np.allclose(auto.heads[numeric].to_numpy(float), fixed.heads[numeric].to_numpy(float), rtol=1e-6,
                        atol=1e-9, equal_nan=True)

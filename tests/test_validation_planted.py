@@ -126,23 +126,30 @@ def test_signal_heads_keep_their_output_projection(planted):
         assert math.isclose(np.median(norms[~imp]) / np.median(norms[imp]), 0.1, rel_tol=0.25)
 
 
-@pytest.mark.parametrize("seed", [0])
-def test_attnspec_ranks_a_planted_class_head_above_random_heads(tmp_path, seed):
-    """End to end through load_model + diagnose: heads attending to the class tokens get the highest
-    selection scores, at least one above the threshold; no head without a pattern is labelled selective, and
-    no class head is called noise-like (diffuse/sparse): the calibrated verdict leaves it selective or, when
-    the 95 % interval of its score reaches below the threshold on these 64 texts, undetermined."""
+def test_attnspec_ranks_a_planted_class_head_above_random_heads(tmp_path):
+    """End to end through load_model + diagnose, at diagnosis seeds 0-3 (other draws of the Gaussian
+    equivalents and null heads, one planted model): heads attending to the class tokens get the highest selection
+    scores at every seed; no head without a pattern is labelled selective. The class heads' scores sit near the
+    threshold on these 64 texts (0.5-0.85 against log 2; at some seeds both are below it, as at seed 4 of the
+    former draws and seed 1 of today's), so a calibrated verdict leaves them selective or undetermined, and calls
+    one noise-like (sparse) now and then: at seeds 0-5 the layer-1 class head was sparse at one seed of six, with
+    the draws of today and with the former ones (another seed each). Over the four seeds some class head scores
+    above the threshold, and at most one of the eight (head, seed) verdicts is noise-like."""
     torch.set_num_threads(1)
     spec = PlantSpec(strength=1.0, patterns=("class",), n_selective=1, n_pairs=0, n_important=0, **{
         k: v for k, v in SPEC.items() if k not in ("n_selective", "n_pairs", "n_important")})
-    pm = build_planted_model(spec, seed, tmp_path / "m")
+    pm = build_planted_model(spec, 0, tmp_path / "m")
     model, tok = load_model(pm.path)
-    heads = attnspec.diagnose(model, tok, builtin_texts(64), removal=False, gradient=False).heads
-    h = heads.merge(pm.heads, on=["layer", "head"])
-    assert roc_auc(h["selection_score"], h["selective"]) == 1.0
-    assert (h.loc[h["selective"], "selection_score"] >= math.log(2)).any()
-    assert h.loc[h["selective"], "selection"].isin(["selective", "undetermined"]).all()
-    assert (h.loc[~h["selective"], "selection"] != "selective").all()
+    scores, noise_like = [], []
+    for seed in range(4):
+        heads = attnspec.diagnose(model, tok, builtin_texts(64), removal=False, gradient=False, seed=seed).heads
+        h = heads.merge(pm.heads, on=["layer", "head"])
+        assert roc_auc(h["selection_score"], h["selective"]) == 1.0
+        assert (h.loc[~h["selective"], "selection"] != "selective").all()
+        scores += h.loc[h["selective"], "selection_score"].tolist()
+        noise_like += (~h.loc[h["selective"], "selection"].isin(["selective", "undetermined"])).tolist()
+    assert len(noise_like) == 8 and sum(noise_like) <= 1
+    assert max(scores) >= math.log(2)
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,10 @@ ARCHS = ("anisotropic", "staged", "spd", "diffuse")
 #: The tables were stored with the layer's spectrum without each head diagonalized per head; the Rayleigh-Ritz default
 #: (``removal_spectra='ritz'``) reproduces them, since one block of 32 covers these layers (exact; ``removal_spec_shift``
 #: moved by 1.2e-5 relative at most, the float64 decomposition). The command line asks for ``'exact'``.
+#: The columns that depend on the draws of the Gaussian equivalents, the null heads and the free rotation
+#: (``spec_*``, ``null_w1_rel``, ``selection_score``, ``removal_spec_shift_ge``; ``ge_*``, ``free_*``) were
+#: rewritten in the stored tables when those draws changed (one normal per allowed entry, from SFC64 generators:
+#: :meth:`attnspec.diagnostics.statistics.noise.TextNoise.on_allowed`); every other column is still the former path's.
 NULL_DRAWN = {"cka_null_mean", "cka_null", "cka_excess", "cka_excess_lo", "cka_excess_hi", "cka_excess_background",
               "dependence", "dependence_partner", "n_dependent_pairs", "n_dependent_heads"}
 

@@ -83,9 +83,9 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
             continue
         A, al = (A if idx is None else A[sub]), allowed[:, rows][..., keys]
         Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"],
-                                      z_ge.rows(rows, (H,), dtype=lb.dtype, keys=keys.stop))
+                                      z_ge.on_allowed(rows, (H,), al, lb.dtype))
         A0ge = ident.surrogate_weights(A0, al, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"],
-                                       z_null.rows(rows, (H,), dtype=lb.dtype, keys=keys.stop))
+                                       z_null.on_allowed(rows, (H,), al, lb.dtype))
         for key, W in (("ge", Age), ("null", A0), ("nullge", A0ge)):
             out[key][:, :, rows] = W @ Vs[:, :, keys]
     return out

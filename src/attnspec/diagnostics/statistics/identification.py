@@ -257,7 +257,7 @@ def surrogate_weights(A: torch.Tensor, allowed: torch.Tensor, scale: np.ndarray,
     scale, beta, alpha : numpy.ndarray
         ``(H,)`` fitted ``score_scale``, ``beta_hat``, ``alpha_hat`` (:func:`fit_from_sums`).
     Z : torch.Tensor
-        Standard normal of ``A``'s shape (:meth:`.noise.TextNoise.rows` with purpose
+        Standard normal of ``A``'s shape on the allowed entries (:meth:`.noise.TextNoise.on_allowed` with purpose
         ``Draw.GE_NOISE`` or ``Draw.NULL_GE_NOISE``).
 
     Returns
