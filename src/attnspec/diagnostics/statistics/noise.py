@@ -6,10 +6,11 @@ with ``text`` the text's position in the caller's list; the draw is then placed 
 tokens in the padded batch (zeros elsewhere). Draws that have a query axis are made query row by
 query row (``(n_rows, *lead, ...)`` in row-major order), so that computing them in query tiles of any
 size gives the same numbers; the Gaussian equivalents' noise is drawn on the allowed entries of a text's
-rows only (:meth:`TextNoise.on_allowed`: about half a causal text's square). Bucket sizes, padding, tile sizes and the order of texts change no
-number of the diagnosis. Draws come from numpy's SFC64 generators (a chaotic generator that passes
-BigCrush and PractRand; its float32 normals take about 7.5 ns against PCG64's 14), whose normal stream is the
-same however it is cut into calls (torch's CPU normal sampler is not: it switches algorithm at 16 values).
+rows only (:meth:`TextNoise.on_allowed`: about half a causal text's square). Bucket sizes, padding, tile
+sizes and the order of texts change no drawn number. Draws come from numpy's SFC64 generators (a chaotic
+generator that passes BigCrush and PractRand; its float32 normals take about 7.5 ns against PCG64's 14), whose
+normal stream is the same however it is cut into calls (torch's CPU normal sampler is not: it switches
+algorithm at 16 values).
 """
 from __future__ import annotations
 
