@@ -13,7 +13,10 @@ heads whose verdicts agree, as min / mean / max over pairs of runs:
 * ``new~new``: this checkout against itself at two different seeds;
 
 and the same for the Spearman correlation of ``selection_score`` over heads. A change of draws keeps the
-statistic when ``new~old`` lies within ``old~old``. MiniLM reads 64 built-in texts, causal models 16 packed
+statistic when ``new~old`` lies within ``old~old``. Per side it also prints the variance over seeds of
+``selection_score = log(D / D_null)`` (mean over heads), the part of it that ``log D_null`` (the null head's
+departure) carries, the mean width of the score's interval and the share of ``undetermined`` verdicts: equal
+figures on both sides say that the new draws give the same statistic. MiniLM reads 64 built-in texts, causal models 16 packed
 texts of 128 tokens (the texts of ``bench_scale.py --parts speed``). Each run's head table is kept in ``--out``
 (``{side}_{model}_s{seed}.pkl``) and reused by a later call. Prints figures only; asserts nothing. Usage:
 ``python benchmarks/bench_seed_envelope.py --baseline-src /tmp/base/src [--models minilm,gemma3-270m,...]
@@ -78,6 +81,19 @@ def spearman(a, b, column: str = "selection_score") -> float:
     return float(spearmanr(x[keep], y[keep]).statistic)
 
 
+def spread(runs: list) -> str:
+    """Over the seeds of one side: the variance of ``selection_score`` and of ``log D_null`` per head (means over
+    heads), the mean interval width of the score and the share of ``undetermined`` verdicts."""
+    def var(column, f=lambda x: x):
+        X = np.stack([f(r[column].to_numpy(float)) for r in runs])
+        return np.nanmean(X.var(0, ddof=1))
+    score, null = var("selection_score"), var("null_w1_rel", np.log)
+    width = np.nanmean([np.nanmean(r["selection_score_hi"] - r["selection_score_lo"]) for r in runs])
+    open_ = np.mean([np.mean(r["selection"].astype(str) == "undetermined") for r in runs])
+    return (f"var(selection_score) {score:.4f}, of which log D_null {null / score:.0%}; interval width {width:.3f}; "
+            f"undetermined {open_:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline-src", type=Path, required=True, help="the src folder of the baseline checkout")
@@ -111,6 +127,8 @@ def main() -> None:
                 v = np.array([f(a, b) for a, b in ps])
                 cells.append(f"{name} {v.min():.3f} / {v.mean():.3f} / {v.max():.3f}")
             print(f"  {what:26s} " + "   ".join(cells), flush=True)
+        for side, rs in runs.items():
+            print(f"  {side}: " + spread(rs), flush=True)
 
 
 if __name__ == "__main__":
