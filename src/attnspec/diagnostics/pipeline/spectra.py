@@ -41,7 +41,7 @@ from ..statistics import selection as sel
 from ..statistics import spectral
 from ..statistics.bootstrap import weighted, weighted_relative_w1
 from ..statistics.devices import host
-from ..statistics.noise import Draw, TextNoise
+from ..statistics.noise import BLOCK_PER_WIDTH, Draw, TextNoise, block_factors
 from .collect import LayerBatch, batch_rows
 from .fit import null_tile_weights
 
@@ -60,7 +60,10 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
     """Uncentered contexts ``(B, H, L, d_v)`` of the head (every text of the batch) and, for the texts ``idx``
     of the batch (default all), of its equivalent, the null head and its equivalent ``(len(idx), H, L, d_v)``.
     The draws are per text (:class:`..statistics.noise.TextNoise`): a text's contexts do not depend on which
-    other texts are taken."""
+    other texts are taken. An equivalent's noise enters its context as ``(alpha / n_i) sum_j Z_ij V_j``; on the
+    keys of a row that form whole blocks of ``BLOCK_PER_WIDTH d_v`` keys (long texts) it is drawn as
+    ``(alpha / n_i) sum_m R_m^T g_im`` with ``R_m^T R_m = V_m^T V_m`` (:func:`..statistics.noise.block_factors`),
+    which has the same law given the values, from ``d_v`` numbers a block instead of one a key."""
     H, i = lb.site.n_heads, lb.index
     Vg = lb.grouped_values()
     B, _, L, dv = Vg.shape
@@ -73,6 +76,10 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
            for k in HEAD_SPECTRA}
     z_ge = TextNoise(seed, Draw.GE_NOISE, i, order, valid)
     z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, order, valid)
+    size = BLOCK_PER_WIDTH * dv                     # whole blocks of keys of the equivalents' noise (long texts)
+    R = block_factors(Vs, valid, size) if n else None
+    alpha = {k: torch.as_tensor(np.asarray(fk["alpha_hat"]), dtype=lb.dtype, device=lb.device)[:, None, None]
+             for k, fk in (("ge", f), ("nullge", f0))}
     tiles = list(lb.tiles())                        # the whole batch's tiles: the texts idx read the same keys
     nulls = (null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], seed,
                                tiles, lb.dtype) if n else ((rows, keys, None) for rows, keys in tiles))
@@ -82,12 +89,17 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
         if not n:
             continue
         A, al = (A if idx is None else A[sub]), allowed[:, rows][..., keys]
-        Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"],
-                                      z_ge.on_allowed(rows, (H,), al, lb.dtype))
-        A0ge = ident.surrogate_weights(A0, al, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"],
-                                       z_null.on_allowed(rows, (H,), al, lb.dtype))
-        for key, W in (("ge", Age), ("null", A0), ("nullge", A0ge)):
-            out[key][:, :, rows] = W @ Vs[:, :, keys]
+        Z, G = z_ge.on_allowed_blocks(rows, (H,), al, size, dv, lb.dtype)
+        Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"], Z)
+        Z, G0 = z_null.on_allowed_blocks(rows, (H,), al, size, dv, lb.dtype)
+        A0ge = ident.surrogate_weights(A0, al, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"], Z)
+        del Z
+        per_row = al.sum(-1).clamp(min=1).to(lb.dtype)[:, None, :, None]          # n_i: (n, 1, r, 1)
+        for key, W, Gk in (("ge", Age, G), ("null", A0, None), ("nullge", A0ge, G0)):
+            c = W @ Vs[:, :, keys]
+            if Gk is not None:                      # the whole blocks' noise: (alpha / n_i) sum_m R_m^T g_im
+                c += torch.einsum("bimdh,bhmde->bhie", Gk, R) * alpha[key] / per_row
+            out[key][:, :, rows] = c
     return out
 
 
