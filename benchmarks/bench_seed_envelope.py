@@ -18,7 +18,8 @@ statistic when ``new~old`` lies within ``old~old``. Per side it also prints the 
 departure) carries, the mean width of the score's interval and the share of ``undetermined`` verdicts: equal
 figures on both sides say that the new draws give the same statistic. MiniLM reads 64 built-in texts, causal models 16 packed
 texts of 128 tokens (the texts of ``bench_scale.py --parts speed``). Each run's head table is kept in ``--out``
-(``{side}_{model}_s{seed}.pkl``) and reused by a later call. Prints figures only; asserts nothing. Usage:
+(``{side}_{model}_s{seed}.pkl``) and reused by a later call with the same ``--out`` (give a fresh one after
+changing either checkout). Prints figures only; asserts nothing. Usage:
 ``python benchmarks/bench_seed_envelope.py --baseline-src /tmp/base/src [--models minilm,gemma3-270m,...]
 [--seeds 4] [--threads 2] [--out out/bench_seed_envelope]``.
 """
