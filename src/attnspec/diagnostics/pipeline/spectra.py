@@ -77,7 +77,10 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
     z_ge = TextNoise(seed, Draw.GE_NOISE, i, order, valid)
     z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, order, valid)
     size = BLOCK_PER_WIDTH * dv                     # whole blocks of keys of the equivalents' noise (long texts)
-    R = block_factors(Vs, valid, size) if n else None
+    R = None                                        # one factorization per key/value head, shared by its query heads
+    if n:
+        R = block_factors(lb.values if idx is None else lb.values[sub], valid, size)
+        R = R[:, lb.groups] if R is not None else None
     alpha = {k: torch.as_tensor(np.asarray(fk["alpha_hat"]), dtype=lb.dtype, device=lb.device)[:, None, None]
              for k, fk in (("ge", f), ("nullge", f0))}
     tiles = list(lb.tiles())                        # the whole batch's tiles: the texts idx read the same keys
