@@ -13,7 +13,10 @@ import torch
 
 from .noise import TextNoise
 
-__all__ = ["free_rotation", "helmert_basis"]
+__all__ = ["free_rotation", "helmert_basis", "ROTATION_BYTES"]
+
+#: Budget (bytes) of one text's float64 temporaries in :func:`free_rotation` (its heads are taken in chunks under it).
+ROTATION_BYTES = 32 * 2 ** 20
 
 
 def helmert_basis(n: int) -> np.ndarray:
@@ -58,29 +61,37 @@ def _sign_fixed_r(X: torch.Tensor) -> torch.Tensor:
     return R * torch.where(torch.diagonal(R, dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(R.dtype)[..., :, None]
 
 
-def _rotate_text(Mb: torch.Tensor, idx: torch.Tensor, draw, out: torch.Tensor) -> None:
-    """Free rotation of one text's centered contexts ``Mb[:, idx]`` (``Mb`` ``(H, L, dh)`` float64, ``idx`` its
-    ``n`` real tokens), written to ``out[:, idx]``; ``draw(shape)`` a standard normal float64 tensor on ``Mb``'s
-    device. The heads' factorizations run in one batched call each, so that the temporaries are
-    ``O(H n d_head)`` above ``d_head + 1`` tokens, the size of the draw."""
+def _rotate_text(Mb: torch.Tensor, idx: torch.Tensor, draw, out: torch.Tensor,
+                 max_bytes: int = ROTATION_BYTES) -> None:
+    """Free rotation of one text's centered contexts ``Mb[:, idx]`` (``Mb`` ``(H, L, dh)``, ``idx`` its ``n`` real
+    tokens), computed in float64 and written to ``out[:, idx]`` in ``out``'s dtype; ``draw(shape)`` a standard
+    normal float64 tensor on ``Mb``'s device, drawn head after head (the same numbers as one draw of all heads).
+    The heads' factorizations run batched over chunks of heads whose float64 temporaries (the contexts, the
+    draw and their product, ``3 n d_head`` numbers a head) fit in ``max_bytes`` (at least one head; all heads of
+    a text up to a few thousand tokens, one call each)."""
     H, _, dh = Mb.shape
     n = idx.numel()
     m = n - 1
     if m < 1:
         return
-    X = Mb[:, idx]
     if m <= dh:                                        # token space: O_h = E O0_h E^T, O0_h Haar on R^m
-        E = torch.from_numpy(helmert_basis(n)).to(Mb)
-        out[:, idx] = E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ X))
+        E = torch.from_numpy(helmert_basis(n)).to(Mb.device, torch.float64)
+        X = Mb[:, idx].double()
+        out[:, idx] = (E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ X))).to(out.dtype)
         return
-    G = draw((H, n, dh))
-    G -= G.mean(-2, keepdim=True)
-    R = _sign_fixed_r(X)                               # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
-    R_G = _sign_fixed_r(G)                             # G_h = F_h R_G: F_h = G_h R_G^{-1}, a Haar dh-frame
-    out[:, idx] = G @ torch.linalg.solve_triangular(R_G, R, upper=True)   # F_h R_h
+    step = max(1, int(max_bytes) // (3 * n * dh * 8))
+    for h0 in range(0, H, step):
+        hs = slice(h0, min(H, h0 + step))
+        X = Mb[hs][:, idx].double()
+        G = draw((X.shape[0], n, dh))
+        G -= G.mean(-2, keepdim=True)
+        R = _sign_fixed_r(X)                           # M_h = Q_h R_h: R_h^T R_h = M_h^T M_h
+        R_G = _sign_fixed_r(G)                         # G_h = F_h R_G: F_h = G_h R_G^{-1}, a Haar dh-frame
+        del X
+        out[hs][:, idx] = (G @ torch.linalg.solve_triangular(R_G, R, upper=True)).to(out.dtype)   # F_h R_h
 
 
-def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> torch.Tensor:
+def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise, max_bytes: int = ROTATION_BYTES) -> torch.Tensor:
     """Each head's centered context moved by an independent Haar rotation of the text's token space:
     ``M_h -> O_h M_h``, ``O_h`` Haar-orthogonal on the centered span of the text's real tokens.
 
@@ -94,9 +105,10 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     QR factors have ``R``'s diagonal non-negative, so that the map is continuous in ``M`` and equal
     inputs up to rounding give equal rotations.
     Cost per head and text ``O(n_b min(n_b, d_head)^2)``, draws per text (:class:`TextNoise`), so the result
-    depends neither on batching nor on padding. Memory: the float64 input and output ``(B, H, L, d_head)``
-    and one text's draw ``(H, n_b, d_head)``; the factorizations run one text at a time, on ``M``'s device
-    (the draws are made on the host and moved there).
+    depends neither on batching nor on padding. The factorizations run in float64, one text at a time and over
+    chunks of its heads, on ``M``'s device (the draws are made on the host and moved there); memory: the output
+    ``(B, H, L, d_head)`` in ``M``'s dtype and at most ``max(max_bytes, 3 n_b d_head 8)`` bytes of float64
+    temporaries.
 
     Parameters
     ----------
@@ -106,6 +118,9 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
         Real tokens.
     noise : TextNoise
         The per-text draws (purpose :attr:`Draw.FREE_ROTATION`).
+    max_bytes : int
+        Budget of one text's float64 temporaries (>= 1; at least one head at a time). The numbers do not
+        depend on it.
 
     Returns
     -------
@@ -123,10 +138,17 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise) -> tor
     >>> R = free_rotation(M, valid, TextNoise(0, Draw.FREE_ROTATION, 0, [0], valid))
     >>> torch.allclose(R[0, 0].T @ R[0, 0], M[0, 0].T @ M[0, 0]), torch.allclose(R, M)
     (True, False)
+
+    Head by head (the smallest budget), the same numbers:
+
+    >>> one = free_rotation(M, valid, TextNoise(0, Draw.FREE_ROTATION, 0, [0], valid), max_bytes=1)
+    >>> torch.equal(one, R)
+    True
     """
-    Mn = M.double()
-    out = torch.zeros_like(Mn)
+    if int(max_bytes) < 1:
+        raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+    out = torch.zeros_like(M)
     for b in range(M.shape[0]):
-        _rotate_text(Mn[b], noise.idx[b].to(M.device),
-                     lambda shape, b=b: torch.from_numpy(noise.draw(b, shape)).to(M.device), out[b])
-    return out.to(M.dtype)
+        _rotate_text(M[b], noise.idx[b].to(M.device),
+                     lambda shape, b=b: torch.from_numpy(noise.draw(b, shape)).to(M.device), out[b], max_bytes)
+    return out
