@@ -115,7 +115,7 @@ class LayerFitSums:
         self.value_power = self.value_power + p
         self.value_count += c
         self.context_sum = self.context_sum + host(ctx)
-        Mc = spectral.center(C, lb.valid)
+        Mc = spectral.center(C, lb.valid, inplace=True)
         self.gram = self.gram + dep.gram_blocks(Mc)
         self.free_null = self.free_null + dep.free_null_sums(Mc, lb.valid)
         self.n_tokens += float(lb.valid.sum())

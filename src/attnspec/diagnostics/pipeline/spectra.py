@@ -56,53 +56,62 @@ LAYER_SPECTRA = ("act", "ge", "free")
 INFLUENCE_BYTES = 32 * 2 ** 20
 
 
-def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Uncentered contexts ``(B, H, L, d_v)`` of the head (every text of the batch) and, for the texts ``idx``
-    of the batch (default all), of its equivalent, the null head and its equivalent ``(len(idx), H, L, d_v)``.
+def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | None = None,
+              which: str = "head") -> dict[str, torch.Tensor]:
+    """Uncentered contexts ``A V`` of one layer batch, built one query tile at a time. ``which='head'``: the
+    head's ``(B, H, L, d_v)`` (every text of the batch) and its Gaussian equivalent's for the texts ``idx``
+    (default all) ``(len(idx), H, L, d_v)``; ``which='null'``: the null head's and its equivalent's for the texts
+    ``idx``. The two pairs come from two passes over the tiles, so that a layer holds two contexts at a time,
+    not four; each pass draws only its own streams, so the numbers do not depend on the split.
     The draws are per text (:class:`..statistics.noise.TextNoise`): a text's contexts do not depend on which
     other texts are taken. An equivalent's noise enters its context as ``(alpha / n_i) sum_j Z_ij V_j``; on the
     keys of a row that form whole blocks of ``BLOCK_PER_WIDTH d_v`` keys (long texts) it is drawn as
     ``(alpha / n_i) sum_m R_m^T g_im`` with ``R_m^T R_m = V_m^T V_m`` (:func:`..statistics.noise.block_factors`),
     which has the same law given the values, from ``d_v`` numbers a block instead of one a key."""
+    if which not in ("head", "null"):
+        raise ValueError(f"which must be 'head' or 'null', got {which!r}")
+    head = which == "head"
     H, i = lb.site.n_heads, lb.index
     Vg = lb.grouped_values()
     B, _, L, dv = Vg.shape
     sub = torch.arange(B, device=lb.device) if idx is None else idx
     n = int(sub.numel())
+    plain, equivalent = ("act", "ge") if head else ("null", "nullge")
+    out = {k: torch.empty(B if k == "act" else n, H, L, dv, dtype=lb.dtype, device=lb.device)   # every row tile is written
+           for k in (plain, equivalent)}
+    if not n and not head:
+        return out
     order, valid = [lb.order[int(b)] for b in sub], lb.valid[sub]
     allowed = lb.allowed if idx is None else batch_rows(lb.allowed, sub, B)
     Vs = Vg if idx is None else Vg[sub]
-    out = {k: torch.empty(B if k == "act" else n, H, L, dv, dtype=lb.dtype, device=lb.device)   # every row tile is written
-           for k in HEAD_SPECTRA}
-    z_ge = TextNoise(seed, Draw.GE_NOISE, i, order, valid)
-    z_null = TextNoise(seed, Draw.NULL_GE_NOISE, i, order, valid)
+    fit = f if head else f0
+    noise = TextNoise(seed, Draw.GE_NOISE if head else Draw.NULL_GE_NOISE, i, order, valid)
     size = BLOCK_PER_WIDTH * dv                     # whole blocks of keys of the equivalents' noise (long texts)
     R = None                                        # one factorization per key/value head, shared by its query heads
     if n:
         R = block_factors(lb.values if idx is None else lb.values[sub], valid, size)
         R = R[:, lb.groups] if R is not None else None
-    alpha = {k: torch.as_tensor(np.asarray(fk["alpha_hat"]), dtype=lb.dtype, device=lb.device)[:, None, None]
-             for k, fk in (("ge", f), ("nullge", f0))}
+    alpha = torch.as_tensor(np.asarray(fit["alpha_hat"]), dtype=lb.dtype, device=lb.device)[:, None, None]
     tiles = list(lb.tiles())                        # the whole batch's tiles: the texts idx read the same keys
-    nulls = (null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], seed,
-                               tiles, lb.dtype) if n else ((rows, keys, None) for rows, keys in tiles))
-    for rows, keys, A0 in nulls:
-        A = lb.weights_of(rows, keys)
-        out["act"][:, :, rows] = A @ Vg[:, :, keys]
-        if not n:
-            continue
-        A, al = (A if idx is None else A[sub]), allowed[:, rows][..., keys]
-        Z, G = z_ge.on_allowed_blocks(rows, (H,), al, size, dv, lb.dtype)
-        Age = ident.surrogate_weights(A, al, f["score_scale"], f["beta_hat"], f["alpha_hat"], Z)
-        Z, G0 = z_null.on_allowed_blocks(rows, (H,), al, size, dv, lb.dtype)
-        A0ge = ident.surrogate_weights(A0, al, f0["score_scale"], f0["beta_hat"], f0["alpha_hat"], Z)
-        del Z
-        per_row = al.sum(-1).clamp(min=1).to(lb.dtype)[:, None, :, None]          # n_i: (n, 1, r, 1)
-        for key, W, Gk in (("ge", Age, G), ("null", A0, None), ("nullge", A0ge, G0)):
-            c = W @ Vs[:, :, keys]
-            if Gk is not None:                      # the whole blocks' noise: (alpha / n_i) sum_m R_m^T g_im
-                c += torch.einsum("bimdh,bhmde->bhie", Gk, R) * alpha[key] / per_row
-            out[key][:, :, rows] = c
+    weights = (((rows, keys, lb.weights_of(rows, keys)) for rows, keys in tiles) if head else
+               null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], seed, tiles, lb.dtype))
+    for rows, keys, A in weights:
+        if head:
+            out["act"][:, :, rows] = A @ Vg[:, :, keys]
+            if not n:
+                continue
+            A = A if idx is None else A[sub]
+        else:
+            out["null"][:, :, rows] = A @ Vs[:, :, keys]
+        al = allowed[:, rows][..., keys]
+        Z, G = noise.on_allowed_blocks(rows, (H,), al, size, dv, lb.dtype)
+        Ae = ident.surrogate_weights(A, al, fit["score_scale"], fit["beta_hat"], fit["alpha_hat"], Z)
+        del Z, A
+        c = Ae @ Vs[:, :, keys]
+        if G is not None:                           # the whole blocks' noise: (alpha / n_i) sum_m R_m^T g_im
+            per_row = al.sum(-1).clamp(min=1).to(lb.dtype)[:, None, :, None]          # n_i: (n, 1, r, 1)
+            c += torch.einsum("bimdh,bhmde->bhie", G, R) * alpha / per_row
+        out[equivalent][:, :, rows] = c
     return out
 
 
@@ -233,8 +242,16 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     idx = None if len(keep) == len(lb.order) else torch.tensor(keep, dtype=torch.long, device=lb.device)
     Wh = W.to(lb.device, lb.dtype).view(H, dh, -1)
     K = Wh @ Wh.transpose(-1, -2)                       # W_O^h W_O^{hT}: head spectra and removed-head Grams
-    M = _contexts(lb, f, f0, seed, idx)
-    M["act"] = spectral.center(M["act"], valid)
+    Ks = spectral.sqrt_psd(K)
+    lengths = host(valid.sum(1) if idx is None else valid[idx].sum(1))
+    heads = {}
+    if keep:                                            # the null heads first: a pass holds two contexts, not four
+        for k, X in _contexts(lb, f, f0, seed, idx, "null").items():
+            X = spectral.center(X, valid if idx is None else valid[idx], inplace=True)
+            heads[k] = spectral.head_eigs(X, Ks, lengths, ch, lb.site.d_out)
+        del X
+    M = _contexts(lb, f, f0, seed, idx, "head")
+    M["act"] = spectral.center(M["act"], valid, inplace=True)
     if dependence:                                      # the dependence statistics: every text of the batch
         counted = {"gram": dep.gram_blocks(M["act"]) if gram is None else 0.0,
                    "boot_cka": weighted(w, cka_influence(M["act"], gram)) if gram is not None and w is not None
@@ -245,18 +262,15 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     if idx is not None:                                 # the spectra of the spectra texts only
         M["act"], valid = M["act"][idx], valid[idx]
     order = np.asarray([lb.order[b] for b in keep], dtype=np.int64)
-    lengths = host(valid.sum(1))
     if not keep:                                        # none of the batch's texts is a spectra text
         none = np.zeros(0)
         return {"heads": {k: [none] * H for k in HEAD_SPECTRA}, "layer": {k: none for k in LAYER_SPECTRA},
                 "order": order, "lengths": lengths, "removed": np.zeros((H, 0)), "removed_ge": np.zeros((H, 0)),
                 **counted}
-    Ks = spectral.sqrt_psd(K)
-    heads = {}
-    for k in HEAD_SPECTRA:          # centered in place of the raw contexts; the null ones dropped once used
-        if k != "act":
-            M[k] = spectral.center(M[k], valid)
-        heads[k] = spectral.head_eigs(M[k] if k in ("act", "ge") else M.pop(k), Ks, lengths, ch, lb.site.d_out)
+    M["ge"] = spectral.center(M["ge"], valid, inplace=True)
+    for k in ("act", "ge"):
+        heads[k] = spectral.head_eigs(M[k], Ks, lengths, ch, lb.site.d_out)
+    heads = {k: heads[k] for k in HEAD_SPECTRA}
     c_layer = float(ch.sum())
 
     # the free rotation once the null contexts are dropped, and dropped once its spectrum is taken

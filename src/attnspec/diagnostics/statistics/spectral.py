@@ -29,7 +29,7 @@ __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "l
            "REMOVAL_SPECTRA", "RITZ_BLOCK", "free_rotation", "helmert_basis"]
 
 
-def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def center(X: torch.Tensor, valid: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     """``P X``: each text's rows centered over its real tokens, zero at padding.
 
     Parameters
@@ -38,6 +38,8 @@ def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         Rows are tokens; leading axes after the first (e.g. heads) are kept.
     valid : torch.Tensor of bool, shape (B, L)
         Real tokens of each text.
+    inplace : bool
+        Overwrite ``X`` (the same numbers, without a second tensor of its size; for a caller that owns ``X``).
 
     Returns
     -------
@@ -54,7 +56,7 @@ def center(X: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     shape = (valid.shape[0],) + (1,) * (X.dim() - 3) + (valid.shape[1], 1)
     m = valid.view(shape).to(X.dtype)
     mean = (m.transpose(-1, -2) @ X) / m.sum(-2, keepdim=True).clamp_min(1)      # (..., 1, d): one pass, no product kept
-    return (X - mean).mul_(m)
+    return (X.sub_(mean) if inplace else X - mean).mul_(m)
 
 
 def head_contexts(A: torch.Tensor, V: torch.Tensor, groups: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
