@@ -209,3 +209,20 @@ def test_layers_with_equal_masks_share_one_tensor(tok):
     calls = record(adapter, batch)
     assert calls[0].allowed is calls[1].allowed and calls[2].allowed is not calls[0].allowed
     assert not torch.equal(calls[0].allowed, calls[2].allowed)               # the window binds at 20+ tokens
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_grouped_heads_attend_without_copied_values(family, tok):
+    """``LayerBatch.attend`` puts the query heads of a key/value group side by side in one product: the same
+    numbers as each query head times its own copy of the values (grouped-query Llama: 4 query heads, 2 key/value
+    heads; GPT-2: one per head), for every text and for a subset of them."""
+    from attnspec.diagnostics.pipeline.collect import collect
+    adapter = adapt(_tiny(family, "sdpa", tok.vocab_size))
+    batch = make_batches(tok, builtin_texts(3), max_length=32, bucket_size=3)[0]
+    for lb in collect(adapter, batch):
+        assert lb.group_size == (2 if family == "llama" else 1)
+        rows, keys = next(iter(lb.tiles()))
+        A = lb.weights_of(rows, keys)
+        assert torch.equal(lb.attend(A, keys), A @ lb.grouped_values()[:, :, keys])
+        sub = torch.tensor([0, 2])
+        assert torch.equal(lb.attend(A[sub], keys, lb.values[sub]), A[sub] @ lb.grouped_values()[sub][:, :, keys])

@@ -109,3 +109,23 @@ def test_reflection_removes_what_a_skewed_head_adds(self_bias):
     unreflected = fit["beta_hat"] - sl["beta_null_keys"]
     assert np.abs(unreflected).min() > 0.05
     assert np.abs(corrected_beta(sums) - fit["score_scale"]).max() < 0.8 * np.abs(unreflected).min()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_key_null_takes_one_key_head_per_group(dtype):
+    """Grouped-query attention: keys given once per key head (query head ``h`` reads key head ``h // g``) give
+    the same numbers as the keys repeated for every query head, without the copy."""
+    g = torch.Generator().manual_seed(4)
+    B, H_kv, group, L, d = 2, 2, 3, 9, 5
+    H = H_kv * group
+    allowed = torch.ones(B, L, L, dtype=torch.bool).tril()
+    allowed[1, :, 7:] = False
+    K = torch.randn(B, H_kv, L, d, generator=g, dtype=dtype)
+    A = torch.softmax(torch.randn(B, H, L, L, generator=g, dtype=dtype).masked_fill(~allowed[:, None], float("-inf")), -1)
+    G = torch.randn(B, H, L, d, generator=g, dtype=dtype)
+    A0, T = ident.key_null_weights(A, allowed, K, G)
+    A0r, Tr = ident.key_null_weights(A, allowed, K.repeat_interleave(group, dim=1), G)
+    assert torch.equal(A0, A0r) and torch.equal(T, Tr)
+    one = ident.score_sums(A, allowed, per_text=True, keys=K, queries=G)
+    rep = ident.score_sums(A, allowed, per_text=True, keys=K.repeat_interleave(group, dim=1), queries=G)
+    assert all(np.array_equal(one[k], rep[k]) for k in rep)

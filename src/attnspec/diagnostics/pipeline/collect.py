@@ -112,7 +112,7 @@ class LayerBatch:
         """Where the layer's statistics run."""
         return self.valid.device
 
-    @property
+    @functools.cached_property
     def groups(self) -> torch.Tensor:
         """Key/value head of each query head ``(H,)``."""
         return torch.tensor([self.site.kv_group(h) for h in range(self.site.n_heads)], device=self.device)
@@ -122,8 +122,38 @@ class LayerBatch:
         return tiles_of(self.allowed, self.tile_rows)
 
     def grouped_values(self) -> torch.Tensor:
-        """Values of each query head's key/value head ``(B, H, L, d_v)``."""
+        """Values of each query head's key/value head ``(B, H, L, d_v)`` (a copy; :meth:`attend` needs none)."""
         return self.values[:, self.groups]
+
+    @functools.cached_property
+    def group_size(self) -> int | None:
+        """Query heads ``g`` per key/value head when each group's query heads are consecutive (query head ``h``
+        reads key/value head ``h // g``: every grouped-query model here), else None."""
+        H, Hkv = self.site.n_heads, self.values.shape[1]
+        g = H // Hkv if Hkv and H % Hkv == 0 else 0
+        consecutive = g and torch.equal(self.groups.cpu(), torch.arange(Hkv).repeat_interleave(g))
+        return g if consecutive else None
+
+    def attend(self, A: torch.Tensor, keys: slice, values: torch.Tensor | None = None) -> torch.Tensor:
+        """``A V`` ``(b, H, r, d_v)``: each query head's weights ``A`` ``(b, H, r, k)`` on the keys ``keys`` times its
+        key/value head's values (``values`` ``(b, H_kv, L, d_v)``, default :attr:`values`; e.g. some of its texts).
+        The query heads of a key/value group are one product, side by side (``(g r, k) @ (k, d_v)``), so the
+        values are never copied per query head.
+
+        Examples
+        --------
+        >>> import torch
+        >>> lb = tiny_layer()[2]
+        >>> A = lb.weights_of(slice(0, 3), slice(0, 6))
+        >>> bool(torch.equal(lb.attend(A, slice(0, 6)), A @ lb.grouped_values()))
+        True
+        """
+        V = (self.values if values is None else values)[:, :, keys]
+        g = self.group_size
+        if g is None:
+            return A @ V[:, self.groups]
+        b, H, r, k = A.shape
+        return (A.reshape(b, H // g, g * r, k) @ V).view(b, H, r, V.shape[-1])
 
     def grouped_keys(self) -> torch.Tensor | None:
         """Keys each query head reads ``(B, H, L_k, d)`` (None when the attention was captured without them)."""

@@ -93,11 +93,11 @@ class LayerFitSums:
         key the texts' bootstrap weights."""
         W = W.to(lb.device, lb.dtype)
         H = lb.site.n_heads
-        Vg = lb.grouped_values()
-        ctx = torch.zeros((H, Vg.shape[-1]), dtype=torch.float64, device=lb.device)
-        C = torch.empty(Vg.shape, dtype=lb.dtype, device=lb.device)     # every row tile is written below
+        B, _, L, dv = lb.values.shape
+        ctx = torch.zeros((H, dv), dtype=torch.float64, device=lb.device)
+        C = torch.empty((B, H, L, dv), dtype=lb.dtype, device=lb.device)     # every row tile is written below
         w = weights(seed, lb.order, n_boot)
-        K = lb.grouped_keys()       # the key null of the temperature correction (identification.key_null_weights)
+        K = lb.keys if lb.group_size else lb.grouped_keys()   # the key null (identification.key_null_weights)
         noise = None if K is None else TextNoise(seed, Draw.KEY_NULL, lb.index, lb.order, lb.valid)
         if self.query is None:
             self.query = QuerySelectionSums(H, n_boot)
@@ -108,7 +108,7 @@ class LayerFitSums:
                                                           ident.score_sums(A, al, True, *null), w)
             self.baselines = _add(self.baselines, sel.baseline_sums(A, al, q, lb.special[:, rows]))
             self.query.update(A, rows, al, lb.valid, lb.tokens, w, lb.special)
-            C[:, :, rows] = A @ Vg[:, :, keys]
+            C[:, :, rows] = lb.attend(A, keys)
             real = (C[:, :, rows] * q[:, None, :, None]).transpose(0, 1)       # (H, B, r, d_v)
             ctx += real.reshape(H, -1, real.shape[-1]).double().sum(1)   # one reduced axis: 3x faster
         p, c = spectral.value_power(lb.values, lb.groups, W, lb.valid)

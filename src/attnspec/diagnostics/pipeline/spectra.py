@@ -72,8 +72,7 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
         raise ValueError(f"which must be 'head' or 'null', got {which!r}")
     head = which == "head"
     H, i = lb.site.n_heads, lb.index
-    Vg = lb.grouped_values()
-    B, _, L, dv = Vg.shape
+    B, _, L, dv = lb.values.shape
     sub = torch.arange(B, device=lb.device) if idx is None else idx
     n = int(sub.numel())
     plain, equivalent = ("act", "ge") if head else ("null", "nullge")
@@ -83,13 +82,13 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
         return out
     order, valid = [lb.order[int(b)] for b in sub], lb.valid[sub]
     allowed = lb.allowed if idx is None else batch_rows(lb.allowed, sub, B)
-    Vs = Vg if idx is None else Vg[sub]
+    Vs = lb.values if idx is None else lb.values[sub]      # per key/value head (lb.attend)
     fit = f if head else f0
     noise = TextNoise(seed, Draw.GE_NOISE if head else Draw.NULL_GE_NOISE, i, order, valid)
     size = BLOCK_PER_WIDTH * dv                     # whole blocks of keys of the equivalents' noise (long texts)
     R = None                                        # one factorization per key/value head, shared by its query heads
     if n:
-        R = block_factors(lb.values if idx is None else lb.values[sub], valid, size)
+        R = block_factors(Vs, valid, size)
         R = R[:, lb.groups] if R is not None else None
     alpha = torch.as_tensor(np.asarray(fit["alpha_hat"]), dtype=lb.dtype, device=lb.device)[:, None, None]
     tiles = list(lb.tiles())                        # the whole batch's tiles: the texts idx read the same keys
@@ -97,17 +96,17 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
                null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], seed, tiles, lb.dtype))
     for rows, keys, A in weights:
         if head:
-            out["act"][:, :, rows] = A @ Vg[:, :, keys]
+            out["act"][:, :, rows] = lb.attend(A, keys)
             if not n:
                 continue
             A = A if idx is None else A[sub]
         else:
-            out["null"][:, :, rows] = A @ Vs[:, :, keys]
+            out["null"][:, :, rows] = lb.attend(A, keys, Vs)
         al = allowed[:, rows][..., keys]
         Z, G = noise.on_allowed_blocks(rows, (H,), al, size, dv, lb.dtype)
         Ae = ident.surrogate_weights(A, al, fit["score_scale"], fit["beta_hat"], fit["alpha_hat"], Z)
         del Z, A
-        c = Ae @ Vs[:, :, keys]
+        c = lb.attend(Ae, keys, Vs)
         if G is not None:                           # the whole blocks' noise: (alpha / n_i) sum_m R_m^T g_im
             per_row = al.sum(-1).clamp(min=1).to(lb.dtype)[:, None, :, None]          # n_i: (n, 1, r, 1)
             c += torch.einsum("bimdh,bhmde->bhie", G, R) * alpha / per_row

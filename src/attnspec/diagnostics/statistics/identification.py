@@ -104,8 +104,8 @@ def score_sums(A: torch.Tensor, allowed: torch.Tensor, per_text: bool = False, k
     per_text : bool, optional
         Keep one value per text: ``(B, H)`` instead of ``(H,)``.
     keys, queries : torch.Tensor, optional
-        ``(B, H, k, d)`` the keys each query head reads and ``(B, H, r, d)`` standard normal key-null
-        queries (:func:`key_null_weights`).
+        ``(B, H, k, d)`` the keys each query head reads (or ``(B, H_kv, k, d)``, one per key head, as
+        :func:`key_null_weights` takes them) and ``(B, H, r, d)`` standard normal key-null queries.
 
     Returns
     -------
@@ -344,7 +344,8 @@ def key_null_weights(A: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor,
     allowed : torch.Tensor
         ``(B, r, L)`` bool.
     keys : torch.Tensor
-        ``(B, H, L, d)`` the keys each query head reads (shared key heads repeated), any scale.
+        ``(B, H, L, d)`` the keys each query head reads, any scale; or ``(B, H_kv, L, d)`` one per key head
+        (``H_kv`` divides ``H``), query head ``h`` reading key head ``h // (H / H_kv)``.
     G : torch.Tensor
         ``(B, H, r, d)`` standard normal queries (seeded, drawn row by row).
 
@@ -382,7 +383,10 @@ def _key_null(S: torch.Tensor, n: torch.Tensor, allowed: torch.Tensor, keys: tor
     """:func:`key_null_weights` from the head's row-centered logits ``S`` and row sizes ``n`` (``r2``: the rows'
     ``sum_j S_ij^2``, ``(B, H, r)``, when known)."""
     al = allowed[:, None]
-    U = (G.to(S.dtype) @ keys.to(S.dtype).transpose(-1, -2)).masked_fill_(~al, 0.0)   # padded keys may be NaN
+    b, H, r, d = G.shape
+    H_kv = keys.shape[1]                # < H: the query heads of a key head side by side in one product
+    U = (G.to(S.dtype).reshape(b, H_kv, (H // H_kv) * r, d) @ keys.to(S.dtype).transpose(-1, -2)).view(b, H, r, -1)
+    U = U.masked_fill_(~al, 0.0)                                                     # padded keys may be NaN
     U = U.sub_(U.sum(-1, keepdim=True) / n).mul_(al)
     r2 = (_row_dot(S, S) if r2 is None else r2)[..., None]
     rho2 = _row_dot(U, U)[..., None]
