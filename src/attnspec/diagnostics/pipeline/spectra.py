@@ -4,11 +4,13 @@ equivalent's, the free sum of its heads, and the layer without each head (normal
 :mod:`..statistics.spectral`).
 
 The four contexts ``A V`` (head, equivalent, null, null equivalent) are built one query tile at a
-time; the spectra need only the contexts ``(B, H, L, d_head)``. Memory of one layer batch: at most about
-``12 B H L d_head`` numbers (the four contexts while the head spectra are taken; then the head's and its
-equivalent's with the free rotation, in float64, built once the null contexts are dropped and dropped once its
-spectrum is taken; then with the layer outputs) and the budget of the layer without
-each head (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`, or one text's Rayleigh-Ritz products, about
+time, in two passes over the tiles: the null head's and its equivalent's first, whose spectra are taken and
+the contexts dropped, then the head's and its equivalent's; the spectra need only the contexts
+``(B, H, L, d_head)``. Memory of one layer batch, in numbers of ``B H L d_head``: two contexts and one product of
+their size at a time (the head spectra; the free rotation's output, in the contexts' dtype, beside float64
+temporaries of at most :data:`..statistics.rotation.ROTATION_BYTES`; the layer output, ``B L d_out`` numbers),
+beside one tile's temporaries and the budget of the layer without each head
+(:data:`..statistics.spectral.REMOVED_GRAM_BYTES`, or one text's Rayleigh-Ritz products, about
 ``4 H min(L, d_out) d_head`` numbers, when they need more), i.e. linear in ``L`` beyond one tile of weights
 and, for texts shorter than ``d_out``, one ``L x L`` eigendecomposition.
 
