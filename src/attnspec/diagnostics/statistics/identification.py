@@ -321,9 +321,8 @@ def null_weights(allowed: torch.Tensor, scale: np.ndarray, Q: torch.Tensor, K: t
              [1., 1., 1.]]])
     """
     G = Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5
-    logits = G * like(scale, G)[None, :, None, None]
-    logits = logits.masked_fill(~allowed[:, None], float("-inf"))
-    return torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)
+    logits = G.mul_(like(scale, G)[None, :, None, None]).masked_fill_(~allowed[:, None], float("-inf"))   # in place
+    return torch.softmax(logits, dim=-1).nan_to_num_(nan=0.0)
 
 
 def key_null_weights(A: torch.Tensor, allowed: torch.Tensor, keys: torch.Tensor, G: torch.Tensor
