@@ -199,7 +199,7 @@ print(json.dumps({"growth_mb": status("VmHWM:") - before, "dtype": str(out.dtype
 def test_free_rotation_of_a_long_text_stays_within_its_output_and_budget():
     """One text of 8,000 tokens, 16 heads of 64 (contexts 33 MB in float32): the rotation holds its float32
     output and the float64 temporaries of chunks of heads under the 32 MiB budget: the peak grew by 89-116 MB
-    over five runs, 318 MB when the whole text was rotated in float64 at once (a float64 copy of the input, the
+    over four runs, 318 MB when the whole text was rotated in float64 at once (a float64 copy of the input, the
     output, the draw and their product)."""
     p = subprocess.run([sys.executable, "-c", ROTATION_CHILD], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
