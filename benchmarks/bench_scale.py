@@ -14,7 +14,9 @@ Each measurement runs in its own subprocess (clean peak RSS, ``ru_maxrss``):
   peak formula (:func:`peak_terms`) for that model and length. The plan ``--length-model`` is
   ``MODEL[:L1,L2,...]`` items joined by ``;`` (quote it in a shell; a model without lengths takes
   ``--lengths``); default Qwen2.5-0.5B at 128, 512, 2,048 and SmolLM2-135M (8,192-token context) at
-  2,048, 4,096, 8,192 tokens. The text is :func:`attnspec.data.packed_texts`' first one (consecutive
+  2,048, 4,096, 8,192 tokens; with ``--repeats N``, N fresh processes of each and the min / median / max of the
+  increments (a peak is a resident size, so it includes freed memory the allocator keeps: it moves by up to
+  100 MB between runs of the same code). The text is :func:`attnspec.data.packed_texts`' first one (consecutive
   corpus sentences joined until it has ``L`` tokens, then truncated to ``L``); the built-in corpus is
   about 45k tokens (SmolLM2's tokenizer), enough for 8,192 without repeating it;
 * ``wide``: a random model with Llama-3-8B's attention and MLP geometry (d_model 4,096, 32 query and 8
@@ -28,12 +30,13 @@ Each measurement runs in its own subprocess (clean peak RSS, ``ru_maxrss``):
 Prints figures only; asserts nothing. Usage:
 ``python benchmarks/bench_scale.py [--models minilm,gemma3-270m,qwen2.5-0.5b,smollm2-135m]
 [--parts speed,length,corpus,wide] [--threads 2] [--length-model 'qwen2.5-0.5b:128,512,2048;smollm2-135m:2048']
-[--wide-layers 2] [--wide-lengths 512,2048]``.
+[--repeats 1] [--wide-layers 2] [--wide-lengths 512,2048]``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 
@@ -157,6 +160,9 @@ def main() -> None:
     ap.add_argument("--length-model", default="qwen2.5-0.5b:128,512,2048;smollm2-135m:2048,4096,8192",
                     help="MODEL[:L1,L2,...] items joined by ';' (a model without lengths takes --lengths)")
     ap.add_argument("--lengths", default="128,512,2048")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="length part: runs of the forward and of the diagnosis per length, each in a fresh process "
+                         "(their peaks move by up to 100 MB with what the allocator keeps): min / median / max")
     ap.add_argument("--wide-layers", type=int, default=2)
     ap.add_argument("--wide-lengths", default="512,2048")
     args = ap.parse_args()
@@ -179,13 +185,22 @@ def main() -> None:
             model, _, lengths = item.strip().partition(":")
             print(f"peak RSS vs text length ({model}, one packed text):")
             for L in (int(x) for x in (lengths or args.lengths).split(",")):
-                f = run({"model": model, "n_texts": 1, "max_length": L, "what": "forward"}, args.threads)
-                d = run({"model": model, "n_texts": 1, "max_length": L, "what": "diagnose"}, args.threads)
-                fi, di = f["rss_forward_mb"] - f["rss_loaded_mb"], d["rss_diagnose_mb"] - d["rss_loaded_mb"]
-                print(f"  L={L:5d} ({d['tokens']} tokens): loaded {f['rss_loaded_mb']:.0f} MB, forward peak "
-                      f"{f['rss_forward_mb']:.0f} MB (+{fi:.0f}), diagnosis peak {d['rss_diagnose_mb']:.0f} MB "
-                      f"(+{di:.0f}): increment ratio {di / max(fi, 1):.1f}x; diagnosis {d['diagnose_s']:.1f} s; "
-                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+                fis, dis = [], []
+                for _ in range(max(1, args.repeats)):
+                    f = run({"model": model, "n_texts": 1, "max_length": L, "what": "forward"}, args.threads)
+                    d = run({"model": model, "n_texts": 1, "max_length": L, "what": "diagnose"}, args.threads)
+                    fi, di = f["rss_forward_mb"] - f["rss_loaded_mb"], d["rss_diagnose_mb"] - d["rss_loaded_mb"]
+                    fis.append(fi)
+                    dis.append(di)
+                    print(f"  L={L:5d} ({d['tokens']} tokens): loaded {f['rss_loaded_mb']:.0f} MB, forward peak "
+                          f"{f['rss_forward_mb']:.0f} MB (+{fi:.0f}), diagnosis peak {d['rss_diagnose_mb']:.0f} MB "
+                          f"(+{di:.0f}): increment ratio {di / max(fi, 1):.1f}x; diagnosis {d['diagnose_s']:.1f} s; "
+                          f"load {os.getloadavg()[0]:.1f}", flush=True)
+                if len(fis) > 1:
+                    fm, dm = statistics.median(fis), statistics.median(dis)
+                    print(f"           over {len(fis)} runs: forward +{min(fis):.0f} / +{fm:.0f} / +{max(fis):.0f} MB, "
+                          f"diagnosis +{min(dis):.0f} / +{dm:.0f} / +{max(dis):.0f} MB (min / median / max): "
+                          f"ratio of the medians {dm / max(fm, 1):.1f}x", flush=True)
                 terms = peak_terms(d["geometry"], L, 1, d["itemsize"], args.threads)
                 print(f"           diagnosis - forward: {d['rss_diagnose_mb'] - f['rss_forward_mb']:+.0f} MB; "
                       "formula: " + ", ".join(f"{k} {v:.0f}" for k, v in terms.items()) + " MB", flush=True)
