@@ -32,7 +32,7 @@ import torch
 from .emitters import registered
 from .rule_mask import RuleMask
 
-__all__ = ["AttentionCall", "record_attention_calls", "allowed_from_mask", "allowed_rule", "Application"]
+__all__ = ["AttentionCall", "record_attention_calls", "grouped_matmul", "allowed_from_mask", "allowed_rule", "Application"]
 
 _APPLICATIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 
@@ -115,10 +115,8 @@ class AttentionCall:
         ``h // (H / H_kv)``: the ``H / H_kv`` query heads of a key head are stacked as the rows of one
         product with its keys, so the keys are never copied per query head."""
         q = self.query[:, :, rows].to(dtype=dtype)
-        B, H, r, d = q.shape
         k = self.key[:, :, keys].to(dtype=dtype)
-        s = q.reshape(B, k.shape[1], (H // k.shape[1]) * r, d) @ k.transpose(-1, -2)    # (B, H_kv, g r, k)
-        s = s.view(B, H, r, -1).mul_(self.scaling)                                       # in place: same numbers
+        s = grouped_matmul(q, k.transpose(-1, -2)).mul_(self.scaling)                     # in place: same numbers
         if self.softcap:
             s = s.div_(self.softcap).tanh_().mul_(self.softcap)
         if self.position_bias is not None:
@@ -138,6 +136,24 @@ class AttentionCall:
     def values(self, dtype: torch.dtype = torch.float32, device: "torch.device | str" = "cpu") -> torch.Tensor:
         """Values ``(B, H_kv, L, d_v)`` on ``device``."""
         return self.value.to(device=device, dtype=dtype)
+
+
+def grouped_matmul(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """``X_h @ Y_{h // g}`` for every query head ``h``: ``X`` ``(B, H, r, d)``, ``Y`` ``(B, H_kv, d, k)`` with the
+    ``g = H / H_kv`` query heads of a key/value head consecutive (grouped-query attention; ``H_kv = H``: one
+    per head). The ``g`` heads' rows go side by side into one product per key/value head, ``(g r, d) @ (d, k)``,
+    so ``Y`` is never copied per query head: ``(B, H, r, k)``.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> X, Y = torch.randn(2, 4, 3, 5, generator=g), torch.randn(2, 2, 5, 6, generator=g)
+    >>> torch.equal(grouped_matmul(X, Y), X @ Y.repeat_interleave(2, dim=1))
+    True
+    """
+    B, H, r, d = X.shape
+    H_kv = Y.shape[1]
+    return (X.reshape(B, H_kv, (H // H_kv) * r, d) @ Y).view(B, H, r, Y.shape[-1])
 
 
 def allowed_from_mask(mask: torch.Tensor | None, B: int, Lq: int, Lk: int, causal: bool,

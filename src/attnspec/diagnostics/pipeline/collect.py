@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 import torch
 
 from ...models import AttentionSite, ModelAdapter, capture
-from ...models.attention_calls import AttentionCall, record_attention_calls
+from ...models.attention_calls import AttentionCall, grouped_matmul, record_attention_calls
 from ...models.rule_mask import RuleMask, same_mask
 from ..options import DEFAULT_TILE_BYTES
 
@@ -149,11 +149,7 @@ class LayerBatch:
         True
         """
         V = (self.values if values is None else values)[:, :, keys]
-        g = self.group_size
-        if g is None:
-            return A @ V[:, self.groups]
-        b, H, r, k = A.shape
-        return (A.reshape(b, H // g, g * r, k) @ V).view(b, H, r, V.shape[-1])
+        return A @ V[:, self.groups] if self.group_size is None else grouped_matmul(A, V)
 
     def grouped_keys(self) -> torch.Tensor | None:
         """Keys each query head reads ``(B, H, L_k, d)`` (None when the attention was captured without them)."""

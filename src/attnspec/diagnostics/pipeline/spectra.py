@@ -244,12 +244,12 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     Wh = W.to(lb.device, lb.dtype).view(H, dh, -1)
     K = Wh @ Wh.transpose(-1, -2)                       # W_O^h W_O^{hT}: head spectra and removed-head Grams
     Ks = spectral.sqrt_psd(K)
-    lengths = host(valid.sum(1) if idx is None else valid[idx].sum(1))
+    valid_s = valid if idx is None else valid[idx]     # the spectra texts' real tokens
+    lengths = host(valid_s.sum(1))
     heads = {}
     if keep:                                            # the null heads first: a pass holds two contexts, not four
         for k, X in _contexts(lb, f, f0, seed, idx, "null").items():
-            X = spectral.center(X, valid if idx is None else valid[idx], inplace=True)
-            heads[k] = spectral.head_eigs(X, Ks, lengths, ch, lb.site.d_out)
+            heads[k] = spectral.head_eigs(spectral.center(X, valid_s, inplace=True), Ks, lengths, ch, lb.site.d_out)
         del X
     M = _contexts(lb, f, f0, seed, idx, "head")
     M["act"] = spectral.center(M["act"], valid, inplace=True)
@@ -261,7 +261,8 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         counted = {"gram": 0.0, "boot_cka": 0.0, "corpus_order": np.zeros(0, np.int64),
                    "corpus_lengths": np.zeros(0, np.int64)}
     if idx is not None:                                 # the spectra of the spectra texts only
-        M["act"], valid = M["act"][idx], valid[idx]
+        M["act"] = M["act"][idx]
+    valid = valid_s
     order = np.asarray([lb.order[b] for b in keep], dtype=np.int64)
     if not keep:                                        # none of the batch's texts is a spectra text
         none = np.zeros(0)

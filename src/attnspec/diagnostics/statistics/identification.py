@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...models.attention_calls import grouped_matmul
 from .devices import host, like
 
 __all__ = ["row_scores", "score_sums", "fit_from_sums", "symmetric_slopes", "surrogate_weights", "null_weights",
@@ -382,9 +383,7 @@ def _key_null(S: torch.Tensor, n: torch.Tensor, allowed: torch.Tensor, keys: tor
     """:func:`key_null_weights` from the head's row-centered logits ``S`` and row sizes ``n`` (``r2``: the rows'
     ``sum_j S_ij^2``, ``(B, H, r)``, when known)."""
     al = allowed[:, None]
-    b, H, r, d = G.shape
-    H_kv = keys.shape[1]                # < H: the query heads of a key head side by side in one product
-    U = (G.to(S.dtype).reshape(b, H_kv, (H // H_kv) * r, d) @ keys.to(S.dtype).transpose(-1, -2)).view(b, H, r, -1)
+    U = grouped_matmul(G.to(S.dtype), keys.to(S.dtype).transpose(-1, -2))     # one key head per group, or per head
     U = U.masked_fill_(~al, 0.0)                                                     # padded keys may be NaN
     U = U.sub_(U.sum(-1, keepdim=True) / n).mul_(al)
     r2 = (_row_dot(S, S) if r2 is None else r2)[..., None]
