@@ -18,7 +18,9 @@ from attnspec.models.tiny import tiny_causal_lm
 def _per_text_influence(M: torch.Tensor, C: np.ndarray) -> np.ndarray:
     """The definition: ``IF[b, g, h] = <C_gh, M_bg^T M_bh>_F`` from each text's full Gram."""
     B, H, L, dh = M.shape
-    blocks = C.reshape(H, dh, H, dh)
+    blocks = np.empty((H, dh, H, dh))                        # the full Gram from its upper blocks
+    for p, (g, h) in enumerate(zip(*dep.pair_blocks(H))):
+        blocks[g, :, h, :], blocks[h, :, g, :] = C[p], C[p].T
     out = np.empty((B, H, H))
     for b in range(B):
         X = M[b].double().transpose(0, 1).reshape(L, H * dh).numpy()
@@ -62,7 +64,7 @@ def test_step_two_gram_is_the_gram_step_three_would_sum():
     lb, W, sums, f, f0 = _layer_inputs()
     own = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
     reused = layer_batch_spectra(lb, W, f, f0, sums.head_power(), 0, sums.gram, weights(0, lb.order, 20))
-    assert np.ndim(own["gram"]) == 2 and reused["gram"] == 0.0
+    assert np.ndim(own["gram"]) == 3 and reused["gram"] == 0.0
     np.testing.assert_array_equal(own["gram"], sums.gram)
     np.testing.assert_array_equal(own["layer"]["free"], reused["layer"]["free"])
     for k in own["heads"]:

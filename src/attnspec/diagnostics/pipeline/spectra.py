@@ -6,13 +6,15 @@ equivalent's, the free sum of its heads, and the layer without each head (normal
 The four contexts ``A V`` (head, equivalent, null, null equivalent) are built one query tile at a
 time, in two passes over the tiles: the null head's and its equivalent's first, whose spectra are taken and
 the contexts dropped, then the head's and its equivalent's; the spectra need only the contexts
-``(B, H, L, d_head)``. Memory of one layer batch, in numbers of ``B H L d_head``: two contexts and one product of
-their size at a time (the head spectra; the free rotation's output, in the contexts' dtype, beside float64
-temporaries of at most :data:`..statistics.rotation.ROTATION_BYTES`; the layer output, ``B L d_out`` numbers),
-beside one tile's temporaries and the budget of the layer without each head
-(:data:`..statistics.spectral.REMOVED_GRAM_BYTES`, or one text's Rayleigh-Ritz products, about
-``4 H min(L, d_out) d_head`` numbers, when they need more), i.e. linear in ``L`` beyond one tile of weights
-and, for texts shorter than ``d_out``, one ``L x L`` eigendecomposition.
+``(B, H, L, d_head)``. Memory of one layer batch, in numbers of ``B H L d_head``: two contexts while a pass
+builds them (beside about a dozen tiles' temporaries) and while their head spectra are taken (with one product of
+their size); then the layer spectra in turn, each context dropped once its spectra are taken: the equivalent's,
+the free rotation of the head's (its output in the contexts' dtype, beside float64 temporaries of at most
+:data:`..statistics.rotation.ROTATION_BYTES`), the head's; each with its layer output (``B L d_out`` numbers, built
+over chunks of tokens, :data:`..statistics.spectral.SIDE_BY_SIDE_BYTES`) and the budget of the layer without each
+head (:data:`..statistics.spectral.REMOVED_GRAM_BYTES`, or one text's Rayleigh-Ritz products, about
+``5 H min(L, d_out) d_head`` numbers, when they need more): at most three contexts' worth, i.e. linear in ``L``
+beyond one tile of weights and, for texts shorter than ``d_out``, one ``L x L`` eigendecomposition.
 
 The spectra are taken on the **spectra texts** (:mod:`.spectra_plan`: a seeded sample of the corpus, grown in
 stages by default), and so is the free rotation behind the ``free`` layer spectrum, while the dependence
@@ -54,8 +56,8 @@ __all__ = ["LayerSpectra", "layer_batch_spectra", "cka_influence", "HEAD_SPECTRA
 HEAD_SPECTRA = ("act", "ge", "null", "nullge")
 #: Layer spectra: the layer, its Gaussian equivalent, the free sum of its heads.
 LAYER_SPECTRA = ("act", "ge", "free")
-#: Budget (bytes) of one block of texts in :func:`cka_influence` (its float64 products).
-INFLUENCE_BYTES = 32 * 2 ** 20
+#: Budget (bytes) of one block of texts in :func:`cka_influence` (its float64 contexts and products).
+INFLUENCE_BYTES = 8 * 2 ** 20
 
 
 def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | None = None,
@@ -125,7 +127,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     Computed without the texts' ``(H d_head)^2`` Grams, as ``IF[b, g, h] = <M_bg C_gh, M_bh>_F`` (sum over
     tokens and columns), for ``h >= g`` only (``IF[b]`` is symmetric, ``C_hg = C_gh^T``): one float64
     product ``(texts x tokens, d_head) @ (d_head, (H - g) d_head)`` per head ``g``, over blocks of texts
-    whose product takes at most ``max_bytes`` (a text longer than that: over chunks of its tokens, the sum
+    whose float64 contexts and products take at most ``max_bytes`` (a text longer than that: over chunks of its tokens, the sum
     being one over tokens); ``(H + 1) / (2 H)`` of the multiplications of the texts' Grams. Float64, since
     the replicates are differences of large sums (``2 sum w IF - F``).
 
@@ -133,8 +135,8 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     ----------
     M : torch.Tensor, shape (B, H, L, d_head)
         Centered contexts of the batch.
-    gram : numpy.ndarray, shape (H d_head, H d_head)
-        Head-pair Gram sum over all texts (:func:`..statistics.dependence.gram_blocks`).
+    gram : numpy.ndarray, shape (H (H + 1) / 2, d_head, d_head)
+        Head-pair Gram blocks summed over all texts (:func:`..statistics.dependence.gram_blocks`).
     max_bytes : int
         Budget of one block's float64 product (>= 1; at least one text per block).
 
@@ -150,10 +152,10 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     >>> from attnspec.diagnostics.statistics.dependence import gram_blocks
     >>> from attnspec.diagnostics.statistics.spectral import center
     >>> M = center(torch.randn(3, 2, 5, 4, generator=torch.Generator().manual_seed(0)), torch.ones(3, 5, dtype=torch.bool))
+    >>> from attnspec.diagnostics.statistics.dependence import block_inner
     >>> C = gram_blocks(M)
     >>> IF = cka_influence(M, C)
-    >>> blocks = C.reshape(2, 4, 2, 4)
-    >>> IF.shape, np.allclose(IF.sum(0), (blocks ** 2).sum(axis=(1, 3)))
+    >>> IF.shape, np.allclose(IF.sum(0), block_inner(C))
     ((3, 2, 2), True)
 
     Token by token (the smallest budget), the same numbers:
@@ -164,9 +166,11 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     if int(max_bytes) < 1:
         raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
     B, H, L, dh = M.shape
-    G = torch.from_numpy(np.ascontiguousarray(gram, dtype=np.float64)).to(M.device).view(H, dh, H, dh)
+    C = torch.from_numpy(np.asarray(gram, dtype=np.float64)).to(M.device)
+    row = np.concatenate([[0], np.cumsum(np.arange(H, 0, -1))])      # the blocks (g, h >= g) of row g: row[g]..row[g + 1]
+    Cg = [C[row[g]:row[g + 1]].transpose(0, 1).reshape(dh, (H - g) * dh) for g in range(H)]   # [C_gg ... C_gH]
     out = np.zeros((B, H, H))
-    per_token = 8 * H * dh * 2                                         # the product and its elementwise one
+    per_token = 8 * H * dh * 3                                         # the contexts, the product, its elementwise one
     chunk = max(1, min(L, int(max_bytes) // per_token))                # tokens at once (a long text: in chunks)
     step = max(1, int(max_bytes) // (per_token * L)) if chunk == L else 1
     for b0 in range(0, B, step):
@@ -174,7 +178,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
             X = M[b0:b0 + step, :, l0:l0 + chunk].double()            # (b, H, l, dh)
             b, l = X.shape[0], X.shape[2]
             for g in range(H):
-                U = X[:, g].reshape(b * l, dh) @ G[g, :, g:].reshape(dh, (H - g) * dh)   # M_bg C_gh, h >= g
+                U = X[:, g].reshape(b * l, dh) @ Cg[g]                                     # M_bg C_gh, h >= g
                 out[b0:b0 + b, g, g:] += host((U.view(b, l, H - g, dh) * X[:, g:].transpose(1, 2)).sum(dim=(1, 3)))
     iu = np.triu_indices(H, 1)
     out[:, iu[1], iu[0]] = out[:, iu[0], iu[1]]                        # IF[b] is symmetric
@@ -274,21 +278,26 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
         heads[k] = spectral.head_eigs(M[k], Ks, lengths, ch, lb.site.d_out)
     heads = {k: heads[k] for k in HEAD_SPECTRA}
     c_layer = float(ch.sum())
-
-    # the free rotation once the null contexts are dropped, and dropped once its spectrum is taken
-    Mfree = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, order.tolist(), valid))
-    layer, removed = {"free": spectral.layer_eigs(spectral.layer_output(Mfree, Wh), lengths, c_layer)}, {}
-    del Mfree
-    for k in ("act", "ge"):                             # the layer and the layer without each head
-        Y = spectral.layer_output(M[k], Wh)
-        if removal_spectra == "exact":
+    layer, removed = {}, {}
+    # the layer spectra, each context dropped once done: the equivalent's, then the free rotation of the head's
+    # (its own draws, so the order changes no number), then the head's: at most three contexts' worth at a time
+    for k in ("ge", "free", "act"):
+        if k == "free":
+            X = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, order.tolist(), valid))
+            Y = spectral.layer_output(X, Wh)
+            del X
             layer[k] = spectral.layer_eigs(Y, lengths, c_layer)
-            removed[k] = spectral.layer_eigs_without_each(M[k], Wh, lengths, c_layer, K=K, Y=Y)
-        else:
-            layer[k], removed[k] = spectral.layer_eigs_ritz(M[k], Wh, lengths, c_layer, K=K, Y=Y)
+        else:                                           # the layer and the layer without each head
+            Y = spectral.layer_output(M[k], Wh)
+            if removal_spectra == "exact":
+                layer[k] = spectral.layer_eigs(Y, lengths, c_layer)
+                removed[k] = spectral.layer_eigs_without_each(M[k], Wh, lengths, c_layer, K=K, Y=Y)
+            else:
+                layer[k], removed[k] = spectral.layer_eigs_ritz(M[k], Wh, lengths, c_layer, K=K, Y=Y)
+            del M[k]
         del Y
-    return {"heads": heads, "layer": layer, "order": order, "lengths": lengths, "removed": removed["act"],
-            "removed_ge": removed["ge"], **counted}
+    return {"heads": heads, "layer": {k: layer[k] for k in LAYER_SPECTRA}, "order": order, "lengths": lengths,
+            "removed": removed["act"], "removed_ge": removed["ge"], **counted}
 
 
 @dataclass

@@ -139,12 +139,9 @@ def cka_excess_replicates(sp: LayerSpectra, cka_null: np.ndarray) -> np.ndarray 
     >>> [round(float(v), 2) for v in interval(reps[:, 0, 1])]         # 95 % interval around it
     [0.46, 0.58]
     """
-    if np.ndim(sp.boot_cka) != 3 or np.ndim(sp.gram) != 2:
+    if np.ndim(sp.boot_cka) != 3 or np.ndim(sp.gram) != 3:
         return None
-    H = sp.n_heads
-    dh = sp.gram.shape[0] // H
-    blocks = sp.gram.reshape(H, dh, H, dh)
-    F = np.einsum("gahb,gahb->gh", blocks, blocks)
+    F = dep.block_inner(sp.gram)
     reps = 2 * sp.boot_cka - F[None]
     diag = np.diagonal(reps, axis1=1, axis2=2)
     d = np.sqrt(np.where(diag > 0, diag, np.nan))          # a replicate far from w = 1 can leave the linear range
@@ -301,7 +298,7 @@ def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, 
     full = sp.pooled(sp.layer["act"])
     out["removal_spec_shift"] = np.stack([weighted_relative_w1(sp.pooled(sp.removed[h]), full, il, tw.w)
                                           for h in range(H)], 1)
-    ex = cka_excess_replicates(sp, dep.cka_free_null(sp.gram, fs.free_null, H)) if np.ndim(sp.gram) == 2 else None
+    ex = cka_excess_replicates(sp, dep.cka_free_null(sp.gram, fs.free_null, H)) if np.ndim(sp.gram) == 3 else None
     if ex is not None and H > 1:
         off = ~np.eye(H, dtype=bool)
         with np.errstate(invalid="ignore"):

@@ -342,7 +342,7 @@ def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: La
                   replicates: list | None = None) -> tuple[list[dict], dict, list[dict]]:
     """Head rows, layer row and pair rows of layer ``i`` (its accumulators only: layers run concurrently); the
     layer's bootstrap replicates go to ``replicates[i]`` when a list is given."""
-    if np.ndim(sp.gram) != 2:       # step 3 was given step 2's Gram sum and did not recompute it
+    if np.ndim(sp.gram) != 3:       # step 3 was given step 2's Gram sum and did not recompute it
         sp = dataclasses.replace(sp, gram=fs.gram)
     cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_free_null(sp.gram, fs.free_null, site.n_heads)
     inner = dep.output_inner(sp.gram, W.double().numpy(), site.n_heads)

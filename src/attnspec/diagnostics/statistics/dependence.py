@@ -26,16 +26,29 @@ import torch
 
 from .devices import host
 
-__all__ = ["gram_blocks", "cka_matrix", "free_null_sums", "cka_free_null", "output_inner", "pair_table_arrays"]
+__all__ = ["gram_blocks", "pair_blocks", "block_inner", "cka_matrix", "free_null_sums", "cka_free_null", "output_inner",
+           "pair_table_arrays"]
+
+
+def pair_blocks(H: int) -> tuple[np.ndarray, np.ndarray]:
+    """The head pairs ``(g, h)``, ``g <= h``, in the order of the blocks of :func:`gram_blocks` (row-major upper
+    triangle with the diagonal: ``H (H + 1) / 2`` pairs; the blocks of row ``g`` are consecutive).
+
+    Examples
+    --------
+    >>> pair_blocks(3)
+    (array([0, 0, 0, 1, 1, 2]), array([0, 1, 2, 1, 2, 2]))
+    """
+    return np.triu_indices(H)
 
 
 def gram_blocks(M: torch.Tensor) -> np.ndarray:
-    """Stacked Gram matrix of the heads' contexts, summed over the batch.
+    """The head-pair Gram blocks of the heads' contexts, summed over the batch.
 
-    ``C = sum_b Mcat_b^T Mcat_b`` with ``Mcat_b = [M_b1 .. M_bH]`` (``L x H*dh``, the heads side by
-    side): block ``(g, h)`` of ``C`` is ``sum_b M_bg^T M_bh``; the blocks ``h >= g`` are computed and the
-    others mirrored. Computed in ``M``'s dtype per batch and
-    returned in float64, so that the Grams of successive batches can be added.
+    ``C_gh = sum_b M_bg^T M_bh`` (``dh x dh``) for the pairs ``g <= h`` of :func:`pair_blocks`: the upper half of
+    the stacked Gram ``sum_b Mcat_b^T Mcat_b`` (``Mcat_b = [M_b1 .. M_bH]``, ``L x H*dh``), whose lower blocks are
+    their transposes (``C_hg = C_gh^T``): ``(H + 1) / (2 H)`` of its memory and of its products. Computed in
+    ``M``'s dtype per batch and returned in float64, so that the blocks of successive batches can be added.
 
     Parameters
     ----------
@@ -45,26 +58,53 @@ def gram_blocks(M: torch.Tensor) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        ``(H*dh, H*dh)`` float64, symmetric positive semi-definite.
+        ``(H (H + 1) / 2, dh, dh)`` float64; the diagonal blocks ``C_gg`` are symmetric positive semi-definite.
 
     Examples
     --------
     >>> import torch
     >>> M = torch.arange(12.).reshape(1, 2, 3, 2)      # one text, 2 heads, 3 tokens, dh = 2
-    >>> C = gram_blocks(M)
-    >>> C.shape, bool((C == C.T).all())
-    ((4, 4), True)
-    >>> float(C[0, 0]) == float((M[0, 0, :, 0] ** 2).sum())   # ||column 0 of head 0||^2
+    >>> C = gram_blocks(M)                             # blocks (0, 0), (0, 1), (1, 1)
+    >>> C.shape, bool((C[0] == C[0].T).all())
+    ((3, 2, 2), True)
+    >>> float(C[0, 0, 0]) == float((M[0, 0, :, 0] ** 2).sum())   # ||column 0 of head 0||^2
+    True
+    >>> bool((C[1] == (M[0, 0].T @ M[0, 1]).numpy()).all())
     True
     """
     B, H, L, dh = M.shape
     X = M.transpose(1, 2).reshape(B * L, H * dh)
-    C = torch.empty(H * dh, H * dh, dtype=X.dtype, device=X.device)
-    for g in range(H):                      # blocks (g, h >= g), mirrored: half the products of X^T X
-        blk = X[:, g * dh:(g + 1) * dh].T @ X[:, g * dh:]
-        C[g * dh:(g + 1) * dh, g * dh:] = blk
-        C[g * dh:, g * dh:(g + 1) * dh] = blk.T
+    C = torch.empty(H * (H + 1) // 2, dh, dh, dtype=X.dtype, device=X.device)
+    p = 0
+    for g in range(H):                      # row g: the blocks (g, h >= g), one product
+        blk = X[:, g * dh:(g + 1) * dh].T @ X[:, g * dh:]                  # (dh, (H - g) dh)
+        C[p:p + H - g] = blk.view(dh, H - g, dh).transpose(0, 1)
+        p += H - g
     return host(C.double())                                 # in M's dtype per batch, summed in float64 on the host
+
+
+def block_inner(C: np.ndarray, D: np.ndarray | None = None) -> np.ndarray:
+    """``<C_gh, D_gh>_F`` of every pair of heads ``(H, H)`` (symmetric), from the Gram blocks ``C`` of
+    :func:`gram_blocks` and ``D`` (the same layout; default ``C``: ``||C_gh||_F^2``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> M = torch.randn(2, 3, 5, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> F = block_inner(gram_blocks(M))
+    >>> Mcat = M.transpose(1, 2).reshape(10, 6)
+    >>> full = (Mcat.T @ Mcat).reshape(3, 2, 3, 2).numpy()
+    >>> bool(np.allclose(F, np.einsum("gahb,gahb->gh", full, full)))
+    True
+    """
+    n = C.shape[0]
+    H = int(round((np.sqrt(8 * n + 1) - 1) / 2))
+    g, h = pair_blocks(H)
+    v = np.einsum("pab,pab->p", C, C if D is None else D)
+    out = np.empty((H, H))
+    out[g, h] = v
+    out[h, g] = v
+    return out
 
 
 def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:
@@ -77,9 +117,9 @@ def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:
     Parameters
     ----------
     C : numpy.ndarray
-        ``(H*dh, H*dh)`` Gram matrix of :func:`gram_blocks`.
+        ``(H (H + 1) / 2, dh, dh)`` Gram blocks of :func:`gram_blocks`.
     H : int
-        Number of heads (divides ``C.shape[0]``).
+        Number of heads.
 
     Returns
     -------
@@ -100,9 +140,7 @@ def cka_matrix(C: np.ndarray, H: int) -> np.ndarray:
            [1.  , 1.  , 0.0...],
            [0.0..., 0.0..., 1.  ]])
     """
-    dh = C.shape[0] // H
-    blocks = C.reshape(H, dh, H, dh)
-    fro2 = np.einsum("gahb,gahb->gh", blocks, blocks)
+    fro2 = block_inner(C)
     return _over_norms(fro2, np.sqrt(np.diag(fro2)))
 
 
@@ -148,7 +186,7 @@ def free_null_sums(M: torch.Tensor, valid: torch.Tensor) -> np.ndarray:
     >>> M = center(torch.randn(3, 2, 6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64), valid)
     >>> draws = [gram_blocks(free_rotation(M, valid, TextNoise(s, Draw.FREE_ROTATION, 0, [0, 1, 2], valid)))
     ...          for s in range(2000)]
-    >>> mc = np.mean([(C[:4, 4:] ** 2).sum() for C in draws])
+    >>> mc = np.mean([(C[1] ** 2).sum() for C in draws])            # block (0, 1)
     >>> round(float(free_null_sums(M, valid)[0, 1] / mc), 2)
     1.0
     """
@@ -170,7 +208,7 @@ def cka_free_null(C: np.ndarray, null: np.ndarray, H: int) -> np.ndarray:
     Parameters
     ----------
     C : numpy.ndarray
-        ``(H*dh, H*dh)`` Gram matrix of :func:`gram_blocks`.
+        ``(H (H + 1) / 2, dh, dh)`` Gram blocks of :func:`gram_blocks`.
     null : numpy.ndarray
         ``(H, H)`` sums of :func:`free_null_sums` over the same texts.
     H : int
@@ -195,9 +233,7 @@ def cka_free_null(C: np.ndarray, null: np.ndarray, H: int) -> np.ndarray:
     >>> round(float(null[0, 1]), 3), round(float(cka_matrix(C, 2)[0, 1]), 3), float(null[0, 0])
     (0.001, 0.001, 1.0)
     """
-    dh = C.shape[0] // H
-    blocks = C.reshape(H, dh, H, dh)
-    d = np.sqrt(np.einsum("gagb,gagb->g", blocks, blocks))               # ||C_gg||_F
+    d = np.sqrt(np.diag(block_inner(C)))                                 # ||C_gg||_F
     out = _over_norms(null, d)
     np.fill_diagonal(out, np.where(d > 0, 1.0, 0.0))
     return out
@@ -212,7 +248,7 @@ def output_inner(C: np.ndarray, W: np.ndarray, H: int) -> np.ndarray:
     Parameters
     ----------
     C : numpy.ndarray
-        ``(H*dh, H*dh)`` Gram matrix of :func:`gram_blocks`.
+        ``(H (H + 1) / 2, dh, dh)`` Gram blocks of :func:`gram_blocks`.
     W : numpy.ndarray
         Output projection ``(H*dh, d_out)``, the heads' rows stacked.
     H : int
@@ -233,9 +269,10 @@ def output_inner(C: np.ndarray, W: np.ndarray, H: int) -> np.ndarray:
     >>> bool(np.allclose(inner, [[(Y0 * Y0).sum(), (Y0 * Y1).sum()], [(Y1 * Y0).sum(), (Y1 * Y1).sum()]]))
     True
     """
-    dh = C.shape[0] // H
-    KK = W @ W.T
-    return np.einsum("gahb,gahb->gh", C.reshape(H, dh, H, dh), KK.reshape(H, dh, H, dh))
+    dh = C.shape[-1]
+    g, h = pair_blocks(H)
+    KK = (W @ W.T).reshape(H, dh, H, dh)
+    return block_inner(C, KK[g, :, h, :])                     # W_O^g W_O^h^T of each pair
 
 
 def pair_table_arrays(cka: np.ndarray, cka_null: np.ndarray, inner: np.ndarray, groups: np.ndarray):

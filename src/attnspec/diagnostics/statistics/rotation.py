@@ -16,7 +16,7 @@ from .noise import TextNoise
 __all__ = ["free_rotation", "helmert_basis", "ROTATION_BYTES"]
 
 #: Budget (bytes) of one text's float64 temporaries in :func:`free_rotation` (its heads are taken in chunks under it).
-ROTATION_BYTES = 32 * 2 ** 20
+ROTATION_BYTES = 8 * 2 ** 20
 
 
 def helmert_basis(n: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from .devices import DEVICE_EIGVALSH_MAX_N, host
 from .rotation import free_rotation, helmert_basis  # noqa: F401  (re-exported: spectra and their free sum)
 
 __all__ = ["center", "head_contexts", "value_power", "sqrt_psd", "head_eigs", "layer_output", "layer_eigs",
+           "SIDE_BY_SIDE_BYTES",
            "layer_eigs_without_each",
            "layer_eigs_ritz", "ritz_values", "ritz_bytes_per_text", "removed_blocks", "REMOVED_GRAM_BYTES",
            "REMOVAL_SPECTRA", "RITZ_BLOCK", "free_rotation", "helmert_basis"]
@@ -227,10 +228,16 @@ def head_eigs(M: torch.Tensor, Ksqrt: torch.Tensor, lengths: np.ndarray, scale: 
     return [_top(ev[:, h], r) for h in range(H)]
 
 
-def layer_output(M: torch.Tensor, Wh: torch.Tensor) -> torch.Tensor:
+#: Budget (bytes) of the contexts side by side, ``[M_1 ... M_H]``, that :func:`layer_output` copies at once.
+SIDE_BY_SIDE_BYTES = 4 * 2 ** 20
+
+
+def layer_output(M: torch.Tensor, Wh: torch.Tensor, max_bytes: int = SIDE_BY_SIDE_BYTES) -> torch.Tensor:
     """The layer output ``Y = sum_h M_h W_O^h`` ``(B, L, d_out)`` of the contexts ``M`` ``(B, H, L, d_head)`` and the
-    heads' output projections ``Wh`` ``(H, d_head, d_out)``: one product of the contexts side by side,
-    ``[M_1 ... M_H] [W_O^1; ...; W_O^H]``.
+    heads' output projections ``Wh`` ``(H, d_head, d_out)``: the product of the contexts side by side,
+    ``[M_1 ... M_H] [W_O^1; ...; W_O^H]``, over chunks of tokens whose side-by-side copy takes at most
+    ``max_bytes`` (at least one token): memory beyond ``Y`` is one chunk, not a second copy of the contexts.
+    Each row of ``Y`` is the same product whatever the chunks.
 
     Examples
     --------
@@ -239,9 +246,18 @@ def layer_output(M: torch.Tensor, Wh: torch.Tensor) -> torch.Tensor:
     >>> Y = layer_output(M, Wh)
     >>> tuple(Y.shape), bool(torch.allclose(Y, sum(M[:, h] @ Wh[h] for h in range(3)), atol=1e-5))
     ((2, 4, 6), True)
+    >>> bool(torch.allclose(layer_output(M, Wh, max_bytes=1), Y, rtol=1e-6, atol=1e-6))   # one token at a time
+    True
     """
-    H, dh, d_out = Wh.shape
-    return M.transpose(1, 2).flatten(2) @ Wh.reshape(H * dh, d_out)
+    B, H, L, dh = M.shape
+    W = Wh.reshape(H * dh, Wh.shape[-1])
+    step = max(1, min(L, int(max_bytes) // max(1, B * H * dh * M.element_size())))
+    if step >= L:
+        return M.transpose(1, 2).flatten(2) @ W
+    Y = torch.empty(B, L, W.shape[-1], dtype=torch.result_type(M, W), device=M.device)
+    for l0 in range(0, L, step):
+        Y[:, l0:l0 + step] = M[:, :, l0:l0 + step].transpose(1, 2).flatten(2) @ W
+    return Y
 
 
 def layer_eigs(Y: torch.Tensor, lengths: np.ndarray, scale: float) -> np.ndarray:
@@ -491,9 +507,9 @@ def ritz_values(lam: torch.Tensor, A: torch.Tensor, C: torch.Tensor, AK: torch.T
 
 def ritz_bytes_per_text(H: int, d_head: int, L: int, d_out: int, block: int = RITZ_BLOCK) -> int:
     """Bytes of :func:`layer_eigs_ritz`'s temporaries per text (an upper bound): the float64 Gram and its
-    eigenvectors with a float32 copy (``12 n^2``), the factors ``A``, ``C``, ``A K`` and ``T`` (``16 H d_head n``),
-    the contexts side by side (``4 H d_head L``), the float64 Ritz blocks (``8 H n min(block, n)``) and, for
-    ``L > d_out``, ``Y^T M_h`` (``4 H d_head d_out``), with ``n = min(L, d_out)``.
+    eigenvectors with a float32 copy (``12 n^2``), the factors ``A``, ``C``, ``A K`` and ``T`` (``16 H d_head n``)
+    with one more while they are stacked (``4 H d_head n``), the float64 Ritz blocks (``8 H n min(block, n)``) and,
+    for ``L > d_out``, ``Y^T M_h`` (``4 d_head d_out``), with ``n = min(L, d_out)``.
 
     Examples
     --------
@@ -501,8 +517,8 @@ def ritz_bytes_per_text(H: int, d_head: int, L: int, d_out: int, block: int = RI
     224.0
     """
     n = min(L, d_out)
-    return (12 * n * n + 16 * H * d_head * n + 4 * H * d_head * L + 8 * H * n * min(block, n)
-            + (4 * H * d_head * d_out if L > d_out else 0))
+    return (12 * n * n + 20 * H * d_head * n + 8 * H * n * min(block, n)
+            + (4 * d_head * d_out if L > d_out else 0))
 
 
 def _ritz_text_blocks(B: int, per_text: int, max_bytes: int) -> list[slice]:
@@ -600,21 +616,21 @@ def layer_eigs_ritz(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scal
     heads = lambda X: X.unflatten(-1, (H, dh)).transpose(1, 2)  # noqa: E731  (b, n, H dh) -> (b, H, n, dh)
     for bs in _ritz_text_blocks(B, ritz_bytes_per_text(H, dh, L, d_out, block), max_bytes):
         Yb, Mb = Y[bs], M[bs]
-        Mcat = Mb.transpose(1, 2).flatten(2)                            # [M_1 ... M_H]: (b, L, H dh)
         G = Yb @ Yb.transpose(-1, -2) if L <= d_out else Yb.transpose(-1, -2) @ Yb
         w, Q = symmetric_eigh(G.double())
         Qt = Q.to(M.dtype).transpose(-1, -2)                                      # (b, n, n), rows q_i^T
-        if L <= d_out:                # every head in one product: Q^T [M_1 ... M_H], Q^T Y [W_O^1 ... W_O^H]^T
-            A = heads(Qt @ Mcat)                                                  # Q^T M_h: (b, H, n, dh)
+        if L <= d_out:                # Q^T M_h head by head (no copy of the contexts), Q^T Y [W_O^1 ... W_O^H]^T
+            A = torch.stack([Qt @ Mb[:, h] for h in range(H)], 1)                 # Q^T M_h: (b, H, n, dh)
             C = heads(Qt @ (Yb @ Wcat.T))                                         # Q^T T_h
             AK = A @ K[None]
         else:
             A = heads(Qt @ Wcat.T)                                                # (W_O^h Q)^T: (b, H, n, dh)
-            C = heads(Qt @ (Yb.transpose(-1, -2) @ Mcat))                         # Q^T Y^T M_h
+            Yt = Yb.transpose(-1, -2)
+            C = torch.stack([Qt @ (Yt @ Mb[:, h]) for h in range(H)], 1)          # Q^T Y^T M_h
             AK = A @ (Mb.transpose(-1, -2) @ Mb)
         lam[bs] = host(w)
         removed[bs] = ritz_values(w, A, C, AK, block)
-        del A, C, AK, Q, Qt, G, Mcat
+        del A, C, AK, Q, Qt, G
     norm = lengths[:, None] / (d_out * scale)
     r = np.minimum(lengths - 1, d_out)
     layer = _top(np.maximum(lam, 0.0) * norm, r)
