@@ -133,20 +133,22 @@ def peak_terms(geometry: list, L: int, B: int = 1, itemsize: int = 4, threads: i
     them back memory-mapped; without the cache, on an accelerator, every layer's); ``masks``, one ``B L^2``-byte allowed
     set per distinct mask tensor the model passes its attention (``dense_masks``: none for causal SDPA on
     unpadded texts, whose allowed set is kept as its rule, :mod:`attnspec.models.rule_mask`); ``grams``, the
-    float64 head-pair Gram sum per layer and one more while batches add up, ``2 (H d_head)^2 8`` bytes; ``layer``, one spectra layer in
-    flight per thread: about 3 ``B H L d_head`` float32 numbers (two contexts at a time and one product of their size:
-    :mod:`attnspec.diagnostics.pipeline.spectra`), about 8 of one query tile's weights (``DEFAULT_TILE_BYTES`` each: the
-    weights, the equivalent's noise and weights, the null head's logits) and the budget of the layer without each head
-    or of the free rotation's float64 temporaries, ``max(32 MiB, one text's Rayleigh-Ritz temporaries)``
-    (:func:`attnspec.diagnostics.statistics.spectral.ritz_bytes_per_text`).
+    float64 head-pair Gram blocks per layer (the upper ones, ``H (H + 1) / 2`` blocks of ``d_head^2``) and one more
+    while batches add up; ``layer``, one spectra layer in flight per thread, the larger of its two phases
+    (:mod:`attnspec.diagnostics.pipeline.spectra`): two contexts (``B H L d_head`` float32 numbers each) beside
+    about 12 of one query tile's temporaries (``DEFAULT_TILE_BYTES`` each: the weights, the equivalent's noise and
+    weights, the null head's logits) while a pass builds them, or two contexts, the layer output (``B L d_out``)
+    and the budget of the layer without each head, ``max(32 MiB, one text's Rayleigh-Ritz temporaries)``
+    (:func:`attnspec.diagnostics.statistics.spectral.ritz_bytes_per_text`) while the layer spectra are taken.
     """
     from attnspec.diagnostics.options import DEFAULT_TILE_BYTES
     from attnspec.diagnostics.statistics.spectral import REMOVED_GRAM_BYTES, ritz_bytes_per_text
     mb = 2.0 ** 20
     qkv = threads * max(B * L * (h + 2 * kv) * d * itemsize for h, kv, d, _ in geometry) / mb
     masks = dense_masks * B * L * L / mb
-    grams = sum(2 * (h * d) ** 2 * 8 for h, _, d, _ in geometry) / mb
-    layer = max(3 * B * h * L * d * 4 + 8 * DEFAULT_TILE_BYTES + max(REMOVED_GRAM_BYTES, ritz_bytes_per_text(h, d, L, o))
+    grams = sum(2 * h * (h + 1) // 2 * d * d * 8 for h, _, d, _ in geometry) / mb
+    layer = max(2 * B * h * L * d * 4 + max(12 * DEFAULT_TILE_BYTES,
+                                            B * L * o * 4 + max(REMOVED_GRAM_BYTES, ritz_bytes_per_text(h, d, L, o)))
                 for h, _, d, o in geometry) / mb
     return {"qkv": qkv, "masks": masks, "grams": grams, "layer": threads * layer,
             "total": qkv + masks + grams + threads * layer}

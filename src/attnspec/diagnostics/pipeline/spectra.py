@@ -57,7 +57,7 @@ HEAD_SPECTRA = ("act", "ge", "null", "nullge")
 #: Layer spectra: the layer, its Gaussian equivalent, the free sum of its heads.
 LAYER_SPECTRA = ("act", "ge", "free")
 #: Budget (bytes) of one block of texts in :func:`cka_influence` (its float64 contexts and products).
-INFLUENCE_BYTES = 8 * 2 ** 20
+INFLUENCE_BYTES = 32 * 2 ** 20
 
 
 def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | None = None,

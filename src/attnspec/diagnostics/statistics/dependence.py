@@ -270,9 +270,12 @@ def output_inner(C: np.ndarray, W: np.ndarray, H: int) -> np.ndarray:
     True
     """
     dh = C.shape[-1]
-    g, h = pair_blocks(H)
-    KK = (W @ W.T).reshape(H, dh, H, dh)
-    return block_inner(C, KK[g, :, h, :])                     # W_O^g W_O^h^T of each pair
+    out, p = np.empty((H, H)), 0
+    for g in range(H):                # row g: W_O^g [W_O^g ... W_O^H]^T, the upper blocks of W W^T only
+        K = (W[g * dh:(g + 1) * dh] @ W[g * dh:].T).reshape(dh, H - g, dh)
+        out[g, g:] = out[g:, g] = np.einsum("pab,apb->p", C[p:p + H - g], K)
+        p += H - g
+    return out
 
 
 def pair_table_arrays(cka: np.ndarray, cka_null: np.ndarray, inner: np.ndarray, groups: np.ndarray):

@@ -507,9 +507,10 @@ def ritz_values(lam: torch.Tensor, A: torch.Tensor, C: torch.Tensor, AK: torch.T
 
 def ritz_bytes_per_text(H: int, d_head: int, L: int, d_out: int, block: int = RITZ_BLOCK) -> int:
     """Bytes of :func:`layer_eigs_ritz`'s temporaries per text (an upper bound): the float64 Gram and its
-    eigenvectors with a float32 copy (``12 n^2``), the factors ``A``, ``C``, ``A K`` and ``T`` (``16 H d_head n``)
-    with one more while they are stacked (``4 H d_head n``), the float64 Ritz blocks (``8 H n min(block, n)``) and,
-    for ``L > d_out``, ``Y^T M_h`` (``4 d_head d_out``), with ``n = min(L, d_out)``.
+    eigenvectors with a float32 copy (``12 n^2``), the factors ``A``, ``C``, ``A K`` and ``T`` (``16 H d_head n``),
+    for ``L <= d_out`` the contexts side by side (``4 H d_head L``), for ``L > d_out`` ``Y^T M_h`` (``4 d_head d_out``)
+    and one more factor while they are stacked (``4 H d_head n``), and the float64 Ritz blocks
+    (``8 H n min(block, n)``), with ``n = min(L, d_out)``.
 
     Examples
     --------
@@ -517,8 +518,8 @@ def ritz_bytes_per_text(H: int, d_head: int, L: int, d_out: int, block: int = RI
     224.0
     """
     n = min(L, d_out)
-    return (12 * n * n + 20 * H * d_head * n + 8 * H * n * min(block, n)
-            + (4 * d_head * d_out if L > d_out else 0))
+    return (12 * n * n + 16 * H * d_head * n + 8 * H * n * min(block, n)
+            + (4 * H * d_head * L if L <= d_out else 4 * d_head * d_out + 4 * H * d_head * n))
 
 
 def _ritz_text_blocks(B: int, per_text: int, max_bytes: int) -> list[slice]:
@@ -619,14 +620,14 @@ def layer_eigs_ritz(M: torch.Tensor, Wh: torch.Tensor, lengths: np.ndarray, scal
         G = Yb @ Yb.transpose(-1, -2) if L <= d_out else Yb.transpose(-1, -2) @ Yb
         w, Q = symmetric_eigh(G.double())
         Qt = Q.to(M.dtype).transpose(-1, -2)                                      # (b, n, n), rows q_i^T
-        if L <= d_out:                # Q^T M_h head by head (no copy of the contexts), Q^T Y [W_O^1 ... W_O^H]^T
-            A = torch.stack([Qt @ Mb[:, h] for h in range(H)], 1)                 # Q^T M_h: (b, H, n, dh)
+        if L <= d_out:                # every head in one product: Q^T [M_1 ... M_H], Q^T Y [W_O^1 ... W_O^H]^T
+            A = heads(Qt @ Mb.transpose(1, 2).flatten(2))                         # Q^T M_h: (b, H, n, dh)
             C = heads(Qt @ (Yb @ Wcat.T))                                         # Q^T T_h
             AK = A @ K[None]
         else:
             A = heads(Qt @ Wcat.T)                                                # (W_O^h Q)^T: (b, H, n, dh)
-            Yt = Yb.transpose(-1, -2)
-            C = torch.stack([Qt @ (Yt @ Mb[:, h]) for h in range(H)], 1)          # Q^T Y^T M_h
+            Yt = Yb.transpose(-1, -2)                     # Q^T Y^T M_h head by head: no copy of the long contexts
+            C = torch.stack([Qt @ (Yt @ Mb[:, h]) for h in range(H)], 1)
             AK = A @ (Mb.transpose(-1, -2) @ Mb)
         lam[bs] = host(w)
         removed[bs] = ritz_values(w, A, C, AK, block)
