@@ -235,9 +235,9 @@ SIDE_BY_SIDE_BYTES = 4 * 2 ** 20
 def layer_output(M: torch.Tensor, Wh: torch.Tensor, max_bytes: int = SIDE_BY_SIDE_BYTES) -> torch.Tensor:
     """The layer output ``Y = sum_h M_h W_O^h`` ``(B, L, d_out)`` of the contexts ``M`` ``(B, H, L, d_head)`` and the
     heads' output projections ``Wh`` ``(H, d_head, d_out)``: the product of the contexts side by side,
-    ``[M_1 ... M_H] [W_O^1; ...; W_O^H]``, over chunks of tokens whose side-by-side copy takes at most
-    ``max_bytes`` (at least one token): memory beyond ``Y`` is one chunk, not a second copy of the contexts.
-    Each row of ``Y`` is the same product whatever the chunks.
+    ``[M_1 ... M_H] [W_O^1; ...; W_O^H]``, in ``M``'s dtype; when the side-by-side copy of the contexts would take
+    more than ``max_bytes``, text by text over chunks of tokens whose copy takes at most that (at least one
+    token), each written into ``Y`` in place: memory beyond ``Y`` is one chunk, not a second copy of the contexts.
 
     Examples
     --------
@@ -250,13 +250,14 @@ def layer_output(M: torch.Tensor, Wh: torch.Tensor, max_bytes: int = SIDE_BY_SID
     True
     """
     B, H, L, dh = M.shape
-    W = Wh.reshape(H * dh, Wh.shape[-1])
-    step = max(1, min(L, int(max_bytes) // max(1, B * H * dh * M.element_size())))
-    if step >= L:
+    W = Wh.reshape(H * dh, Wh.shape[-1]).to(M.dtype)
+    if B * L * H * dh * M.element_size() <= max_bytes:
         return M.transpose(1, 2).flatten(2) @ W
-    Y = torch.empty(B, L, W.shape[-1], dtype=torch.result_type(M, W), device=M.device)
-    for l0 in range(0, L, step):
-        Y[:, l0:l0 + step] = M[:, :, l0:l0 + step].transpose(1, 2).flatten(2) @ W
+    step = max(1, min(L, int(max_bytes) // (H * dh * M.element_size())))     # tokens of one text at once
+    Y = torch.empty(B, L, W.shape[-1], dtype=M.dtype, device=M.device)
+    for b in range(B):
+        for l0 in range(0, L, step):                   # written in place: no product beside Y
+            torch.matmul(M[b, :, l0:l0 + step].transpose(0, 1).flatten(1), W, out=Y[b, l0:l0 + step])
     return Y
 
 
