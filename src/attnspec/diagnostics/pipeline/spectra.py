@@ -127,8 +127,8 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     Computed without the texts' ``(H d_head)^2`` Grams, as ``IF[b, g, h] = <M_bg C_gh, M_bh>_F`` (sum over
     tokens and columns), for ``h >= g`` only (``IF[b]`` is symmetric, ``C_hg = C_gh^T``): one float64
     product ``(texts x tokens, d_head) @ (d_head, (H - g) d_head)`` per head ``g``, over blocks of texts
-    whose float64 contexts and products take at most ``max_bytes`` (a text longer than that: over chunks of its tokens, the sum
-    being one over tokens); ``(H + 1) / (2 H)`` of the multiplications of the texts' Grams. Float64, since
+    whose float64 contexts and products take at most ``max_bytes`` (a text longer than that: over chunks of its
+    tokens, the sum being one over tokens); ``(H + 1) / (2 H)`` of the multiplications of the texts' Grams. Float64, since
     the replicates are differences of large sums (``2 sum w IF - F``).
 
     Parameters
@@ -138,7 +138,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     gram : numpy.ndarray, shape (H (H + 1) / 2, d_head, d_head)
         Head-pair Gram blocks summed over all texts (:func:`..statistics.dependence.gram_blocks`).
     max_bytes : int
-        Budget of one block's float64 product (>= 1; at least one text per block).
+        Budget of one block's float64 contexts and products (>= 1; at least one token per block).
 
     Returns
     -------
