@@ -167,8 +167,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
         raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
     B, H, L, dh = M.shape
     C = torch.from_numpy(np.asarray(gram, dtype=np.float64)).to(M.device)
-    row = np.concatenate([[0], np.cumsum(np.arange(H, 0, -1))])      # the blocks (g, h >= g) of row g: row[g]..row[g + 1]
-    Cg = [C[row[g]:row[g + 1]].transpose(0, 1).reshape(dh, (H - g) * dh) for g in range(H)]   # [C_gg ... C_gH]
+    Cg = [C[dep.block_row(H, g)].transpose(0, 1).reshape(dh, (H - g) * dh) for g in range(H)]   # [C_gg ... C_gH]
     out = np.zeros((B, H, H))
     per_token = 8 * H * dh * 3                                         # the contexts, the product, its elementwise one
     chunk = max(1, min(L, int(max_bytes) // per_token))                # tokens at once (a long text: in chunks)

@@ -26,7 +26,7 @@ import torch
 
 from .devices import host
 
-__all__ = ["gram_blocks", "pair_blocks", "block_inner", "cka_matrix", "free_null_sums", "cka_free_null", "output_inner",
+__all__ = ["gram_blocks", "pair_blocks", "block_row", "block_inner", "cka_matrix", "free_null_sums", "cka_free_null", "output_inner",
            "pair_table_arrays"]
 
 
@@ -40,6 +40,18 @@ def pair_blocks(H: int) -> tuple[np.ndarray, np.ndarray]:
     (array([0, 0, 0, 1, 1, 2]), array([0, 1, 2, 1, 2, 2]))
     """
     return np.triu_indices(H)
+
+
+def block_row(H: int, g: int) -> slice:
+    """Where the blocks ``(g, h >= g)`` of head ``g`` lie in the blocks of :func:`gram_blocks` (consecutive).
+
+    Examples
+    --------
+    >>> block_row(3, 0), block_row(3, 1), block_row(3, 2)
+    (slice(0, 3, None), slice(3, 5, None), slice(5, 6, None))
+    """
+    start = g * H - g * (g - 1) // 2
+    return slice(start, start + H - g)
 
 
 def gram_blocks(M: torch.Tensor) -> np.ndarray:
@@ -75,11 +87,9 @@ def gram_blocks(M: torch.Tensor) -> np.ndarray:
     B, H, L, dh = M.shape
     X = M.transpose(1, 2).reshape(B * L, H * dh)
     C = torch.empty(H * (H + 1) // 2, dh, dh, dtype=X.dtype, device=X.device)
-    p = 0
     for g in range(H):                      # row g: the blocks (g, h >= g), one product
         blk = X[:, g * dh:(g + 1) * dh].T @ X[:, g * dh:]                  # (dh, (H - g) dh)
-        C[p:p + H - g] = blk.view(dh, H - g, dh).transpose(0, 1)
-        p += H - g
+        C[block_row(H, g)] = blk.view(dh, H - g, dh).transpose(0, 1)
     return host(C.double())                                 # in M's dtype per batch, summed in float64 on the host
 
 
@@ -270,11 +280,10 @@ def output_inner(C: np.ndarray, W: np.ndarray, H: int) -> np.ndarray:
     True
     """
     dh = C.shape[-1]
-    out, p = np.empty((H, H)), 0
+    out = np.empty((H, H))
     for g in range(H):                # row g: W_O^g [W_O^g ... W_O^H]^T, the upper blocks of W W^T only
         K = (W[g * dh:(g + 1) * dh] @ W[g * dh:].T).reshape(dh, H - g, dh)
-        out[g, g:] = out[g:, g] = np.einsum("pab,apb->p", C[p:p + H - g], K)
-        p += H - g
+        out[g, g:] = out[g:, g] = np.einsum("pab,apb->p", C[block_row(H, g)], K)
     return out
 
 
