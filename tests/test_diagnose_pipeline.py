@@ -155,6 +155,21 @@ def test_tiles_change_no_number(tok):
         np.testing.assert_allclose(_numeric(x), _numeric(y), rtol=1e-9, atol=1e-12)
 
 
+def test_too_few_texts_for_intervals_draw_no_replicates(tok):
+    """Fewer texts than an interval needs: no bootstrap replicate is drawn (fit sums, CKA influences), and the
+    tables are those of ``n_boot=0``, with the summary's ``n_boot`` the one asked for."""
+    adapter = adapt(_tiny("llama", "sdpa", tok.vocab_size, torch.float64))
+    texts = builtin_texts(5)
+    opts = DiagnoseOptions(seed=3, removal="none", gradient=False, min_tokens=0, model_name="m")
+    res = run_steps(LocalExecutor(adapter), prepare(adapter, tok, texts, opts), opts, {})
+    assert all(len(v) == 0 for s in res.fit_sums for v in s.boot_scores.values())
+    assert all(np.ndim(sp.boot_cka) == 0 for sp in res.spectra)
+    d = build_diagnosis(adapter, res, opts, "user", "m", {})
+    none = diagnose(adapter, tok, texts, seed=3, removal="none", gradient=False, min_tokens=0, n_boot=0)
+    _assert_tables_close(d, none, rtol=1e-12, atol=0)
+    assert d.summary["options"]["n_boot"] == opts.n_boot > 0
+
+
 def test_too_few_tokens_are_undetermined(tok):
     """A single 3-token text gets no selection label, and the summary says why."""
     model = _tiny("bert", "sdpa", tok.vocab_size)

@@ -111,8 +111,8 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
                  device: "torch.device | str" = "cpu", removal_spectra: str = REMOVAL_SPECTRA[0]) -> list[LayerSpectra]:
     """Step 3 over ``batches`` on ``device``: per-layer pooled spectra of the spectra texts ``texts`` (corpus positions;
     None: all) and Gram sums of every text (batches kept in ``cache`` are read from it instead of a second
-    forward pass); with ``grams`` (step 2's merged Gram sums per layer) also the CKA influence sums of the
-    ``n_boot`` bootstrap replicates; ``dependence=False``: the spectra of ``texts`` only (a later stage);
+    forward pass); with ``grams`` (step 2's merged Gram sums per layer) and ``n_boot > 0`` also the CKA influence
+    sums of the ``n_boot`` bootstrap replicates; ``dependence=False``: the spectra of ``texts`` only (a later stage);
     ``removal_spectra``: how the layer without each head is taken (:data:`..statistics.spectral.REMOVAL_SPECTRA`)."""
     W = [s.w_out().to(device) for s in adapter.sites]
     store = "float64" if compute_dtype(adapter) == torch.float64 else "float32"
@@ -122,7 +122,7 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
     _per_layer(adapter, batches,
                lambda lb: layer_batch_spectra(lb, W[lb.index], fits[lb.index], null_fits[lb.index],
                                               powers[lb.index], seed, g[lb.index],
-                                              weights(seed, lb.order, n_boot) if g[lb.index] is not None else None,
+                                              weights(seed, lb.order, n_boot) if g[lb.index] is not None and n_boot else None,
                                               texts, dependence, removal_spectra),
                lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache, texts=cut, device=device)
     return acc

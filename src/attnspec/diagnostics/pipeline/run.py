@@ -27,7 +27,7 @@ import numpy as np
 
 from ...models import make_batches
 from ..options import DiagnoseOptions
-from ..statistics.bootstrap import N_BOOT
+from ..statistics.bootstrap import N_BOOT, supports_intervals
 from . import tasks
 from .executor import priority
 from .fit import CorpusStats
@@ -183,6 +183,8 @@ def run_steps(ex, prep: Prepared, opts: DiagnoseOptions, timings: dict) -> StepR
     In this process the spectra are finished before the removal starts; on a cluster the removal's tasks
     are submitted behind the spectra's and the spectra are awaited last."""
     groups = ex.groups(prep.batches)
+    if not supports_intervals(sum(int(b["attention_mask"].shape[0]) for b in prep.batches), opts.n_boot):
+        opts = opts.replace(n_boot=0)   # no interval will be reported: no replicate is drawn (fits, CKA, removal)
     t0 = time.perf_counter()
     try:
         fit_sums, fits, null_sums, corpus, where, grams = _fit(ex, groups, opts)

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..statistics import selection as sel
-from ..statistics.bootstrap import LEVEL, MIN_REPLICATES, MIN_TEXTS_FOR_INTERVALS, interval, weights
+from ..statistics.bootstrap import LEVEL, interval, supports_intervals, weights
 from .removal_plan import sample_texts, text_order
 
 __all__: list[str] = []        # internal: the plan of step 3 (the option is DiagnoseOptions.spectra_texts)
@@ -99,7 +99,7 @@ class SpectraPlan:
         ``eigenvalues[t]``: the eigenvalues the text at corpus position ``t`` adds to a head spectrum of the
         narrowest layer, ``min(l_t - 1, d_head)`` (``'auto'``'s floor; None: no floor)."""
         st = opts.spectra_texts
-        auto = st == "auto" and opts.n_boot >= MIN_REPLICATES and n_texts >= MIN_TEXTS_FOR_INTERVALS
+        auto = st == "auto" and supports_intervals(n_texts, opts.n_boot)
         if auto:
             n = max(START, math.ceil(FIRST_SHARE * n_texts))
             if eigenvalues is not None:

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from ..options import DiagnoseOptions
-from ..statistics.bootstrap import MIN_REPLICATES, MIN_TEXTS_FOR_INTERVALS
+from ..statistics.bootstrap import supports_intervals
 from ..pipeline.run import StepResults
 from ..pipeline.removal_plan import EXACT_MODES
 from .diagnosis import Diagnosis
@@ -90,4 +90,4 @@ def _replicates(res: StepResults, opt: TableOptions, heads, per_layer: list) -> 
 
 def _intervals(res: StepResults) -> bool:
     """Whether the texts and the replicates support intervals (else none is reported, no verdict given)."""
-    return res.corpus.n_texts >= MIN_TEXTS_FOR_INTERVALS and res.n_boot >= MIN_REPLICATES
+    return supports_intervals(res.corpus.n_texts, res.n_boot)

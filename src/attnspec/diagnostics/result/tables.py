@@ -345,7 +345,8 @@ def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: La
     if np.ndim(sp.gram) != 3:       # step 3 was given step 2's Gram sum and did not recompute it
         sp = dataclasses.replace(sp, gram=fs.gram)
     cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_free_null(sp.gram, fs.free_null, site.n_heads)
-    inner = dep.output_inner(sp.gram, W.double().numpy(), site.n_heads)
+    inner = dep.output_inner(sp.gram, W.to(torch.float64 if W.dtype == torch.float64 else torch.float32).numpy(),
+                             site.n_heads)
     reps = head_replicates(fs, ns, sp, tw) if tw.n_boot and fs.boot_scores is not None else None
     if replicates is not None:
         replicates[i] = reps

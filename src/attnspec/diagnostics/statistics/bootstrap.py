@@ -26,7 +26,7 @@ import numpy as np
 from ...seeding import seed_of
 from .noise import Draw
 
-__all__ = ["N_BOOT", "LEVEL", "weights", "weighted", "interval", "weighted_w1", "weighted_mean"]
+__all__ = ["N_BOOT", "LEVEL", "weights", "weighted", "interval", "weighted_w1", "weighted_mean", "supports_intervals"]
 
 #: Default number of bootstrap replicates.
 N_BOOT = 200
@@ -40,6 +40,18 @@ MIN_TEXTS_FOR_INTERVALS = 8
 MIN_REPLICATES = 10
 #: Two-sided level of the reported intervals (``_lo``/``_hi`` columns).
 LEVEL = 0.95
+
+
+def supports_intervals(n_texts: int, n_boot: int) -> bool:
+    """Whether ``n_texts`` texts and ``n_boot`` replicates give intervals (:data:`MIN_TEXTS_FOR_INTERVALS`,
+    :data:`MIN_REPLICATES`); with fewer a diagnosis reports none and draws no replicate.
+
+    Examples
+    --------
+    >>> supports_intervals(8, 200), supports_intervals(7, 200), supports_intervals(64, 9)
+    (True, False, False)
+    """
+    return int(n_texts) >= MIN_TEXTS_FOR_INTERVALS and int(n_boot) >= MIN_REPLICATES
 
 
 def weights(seed: int, text_ids: Sequence[int], n_boot: int = N_BOOT) -> np.ndarray:

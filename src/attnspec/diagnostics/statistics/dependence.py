@@ -253,21 +253,23 @@ def output_inner(C: np.ndarray, W: np.ndarray, H: int) -> np.ndarray:
     """Inner products of the heads' outputs in the residual stream, from the stacked Gram matrix.
 
     ``inner[g, h] = <M_g W_O^g, M_h W_O^h>_F = sum_{a,b} C_gh[a, b] (W_O^g W_O^h^T)[a, b]``, summed
-    over the texts that ``C`` sums over; ``W_O^h`` is rows ``h*dh .. (h+1)*dh`` of ``W``.
+    over the texts that ``C`` sums over; ``W_O^h`` is rows ``h*dh .. (h+1)*dh`` of ``W``. The products
+    ``W_O^g W_O^h^T`` (``(H dh)^2 d_out / 2`` multiplications, the cost) run in ``W``'s precision (float32 for a
+    float32 model: relative error about ``1e-7 sqrt(d_out)``), the sums with ``C`` in float64.
 
     Parameters
     ----------
     C : numpy.ndarray
         ``(H (H + 1) / 2, dh, dh)`` Gram blocks of :func:`gram_blocks`.
     W : numpy.ndarray
-        Output projection ``(H*dh, d_out)``, the heads' rows stacked.
+        Output projection ``(H*dh, d_out)``, the heads' rows stacked (float32 or float64).
     H : int
         Number of heads.
 
     Returns
     -------
     numpy.ndarray
-        ``(H, H)`` symmetric; the diagonal is ``||Y_h||_F^2``.
+        ``(H, H)`` float64, symmetric; the diagonal is ``||Y_h||_F^2``.
 
     Examples
     --------
@@ -283,7 +285,7 @@ def output_inner(C: np.ndarray, W: np.ndarray, H: int) -> np.ndarray:
     out = np.empty((H, H))
     for g in range(H):                # row g: W_O^g [W_O^g ... W_O^H]^T, the upper blocks of W W^T only
         K = (W[g * dh:(g + 1) * dh] @ W[g * dh:].T).reshape(dh, H - g, dh)
-        out[g, g:] = out[g:, g] = np.einsum("pab,apb->p", C[block_row(H, g)], K)
+        out[g, g:] = out[g:, g] = np.einsum("pab,apb->p", C[block_row(H, g)], K.astype(np.float64))
     return out
 
 
