@@ -232,8 +232,8 @@ REPLICATE_COLUMNS = ("score_scale", "beta_hat", "beta_corrected", "spec_w1_rel",
                      "removal_first_order", "removal_estimate")
 
 
-def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, tw: TextWeights
-                    ) -> dict[str, np.ndarray]:
+def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, tw: TextWeights,
+                    pair_excess: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Bootstrap replicates ``(n_boot, H)`` of the per-head diagnostics of one layer (module docstring).
 
     Keys: ``score_scale``, ``beta_hat``, ``beta_corrected`` (its own replicates, when the fit has a null),
@@ -253,6 +253,8 @@ def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, 
         Step 3's merged spectra of the layer.
     tw : TextWeights
         The texts' bootstrap weights.
+    pair_excess : numpy.ndarray, optional
+        ``(n_boot, H, H)``: :func:`cka_excess_replicates` of the layer when the caller has them (the tables' pairs).
 
     Returns
     -------
@@ -298,7 +300,9 @@ def head_replicates(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, 
     full = sp.pooled(sp.layer["act"])
     out["removal_spec_shift"] = np.stack([weighted_relative_w1(sp.pooled(sp.removed[h]), full, il, tw.w)
                                           for h in range(H)], 1)
-    ex = cka_excess_replicates(sp, dep.cka_free_null(sp.gram, fs.free_null, H)) if np.ndim(sp.gram) == 3 else None
+    ex = pair_excess
+    if ex is None and np.ndim(sp.gram) == 3:
+        ex = cka_excess_replicates(sp, dep.cka_free_null(sp.gram, fs.free_null, H))
     if ex is not None and H > 1:
         off = ~np.eye(H, dtype=bool)
         with np.errstate(invalid="ignore"):

@@ -199,12 +199,12 @@ def _layer_dependence(site: AttentionSite, pair_rows: list[dict]) -> dict:
             "n_dependent_heads": len({h for r in dep_pairs for h in (r["head_a"], r["head_b"])})}
 
 
-def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner, sp: LayerSpectra, enough_tokens: bool,
+def _pair_rows(i: int, site: AttentionSite, cka, cka0, inner, reps: np.ndarray | None, enough_tokens: bool,
                intervals: bool) -> list[dict]:
-    """The layer's pairs with their ``dependence`` verdict (:mod:`.dependence_verdict`)."""
+    """The layer's pairs with their ``dependence`` verdict (:mod:`.dependence_verdict`); ``reps``: the replicates of
+    their excess CKA (:func:`.intervals.cka_excess_replicates`, None without)."""
     groups = np.array([site.kv_group(h) for h in range(site.n_heads)])
     g, hh, ck, ck0, corr, shared = dep.pair_table_arrays(cka, cka0, inner, groups)
-    reps = cka_excess_replicates(sp, cka0)
     lo, hi = interval(reps[:, g, hh]) if reps is not None else (np.full(g.size, np.nan), np.full(g.size, np.nan))
     ex = ck - ck0
     tau = dv.margin_of(bool(site.causal) and _role(site) == "self")
@@ -347,12 +347,13 @@ def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: La
     cka, cka0 = dep.cka_matrix(sp.gram, site.n_heads), dep.cka_free_null(sp.gram, fs.free_null, site.n_heads)
     inner = dep.output_inner(sp.gram, W.to(torch.float64 if W.dtype == torch.float64 else torch.float32).numpy(),
                              site.n_heads)
-    reps = head_replicates(fs, ns, sp, tw) if tw.n_boot and fs.boot_scores is not None else None
+    pair_reps = cka_excess_replicates(sp, cka0)                       # the pairs' intervals and the heads' replicates
+    reps = head_replicates(fs, ns, sp, tw, pair_reps) if tw.n_boot and fs.boot_scores is not None else None
     if replicates is not None:
         replicates[i] = reps
     iv = head_intervals(fs, ns, sp, tw, reps=reps)
     hr = _head_rows(i, site, fs, f, sp, cka, cka0, inner, opt, iv)
-    pr = _pair_rows(i, site, cka, cka0, inner, sp, fs.n_tokens >= opt.min_tokens, opt.n_boot > 0)
+    pr = _pair_rows(i, site, cka, cka0, inner, pair_reps, fs.n_tokens >= opt.min_tokens, opt.n_boot > 0)
     _head_dependence(hr, pr)
     for h, row in enumerate(hr):
         row.update({k: (v[i, h] if isinstance(v[i, h], str) else float(v[i, h])) for k, v in cols.items()})
