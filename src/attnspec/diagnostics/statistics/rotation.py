@@ -13,7 +13,7 @@ import torch
 
 from .noise import TextNoise
 
-__all__ = ["free_rotation", "helmert_basis", "ROTATION_BYTES"]
+__all__ = ["free_rotation", "helmert_basis", "helmert_apply", "ROTATION_BYTES"]
 
 #: Budget (bytes) of one text's float64 temporaries in :func:`free_rotation` (its heads are taken in chunks under it).
 ROTATION_BYTES = 8 * 2 ** 20
@@ -47,6 +47,32 @@ def helmert_basis(n: int) -> np.ndarray:
     return np.where(i < k, 1.0, np.where(i == k, -k, 0.0)) / np.sqrt(k * (k + 1.0))
 
 
+def helmert_apply(X: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+    """``E Y`` (``Y`` ``(..., n - 1, d)``) or, with ``transpose``, ``E^T X`` (``X`` ``(..., n, d)``), ``E`` the Helmert
+    basis ``(n, n - 1)`` (:func:`helmert_basis`), from prefix sums without forming ``E``: ``O(n d)`` instead of
+    ``O(n^2 d)``. With ``c_k = 1 / sqrt(k (k + 1))``: ``(E^T X)_k = c_k (sum_{i < k} X_i - k X_k)`` and
+    ``(E Y)_i = sum_{k > i} c_k Y_k - i c_i Y_i``.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> X, Y = torch.randn(2, 5, 3, generator=g, dtype=torch.float64), torch.randn(2, 4, 3, generator=g, dtype=torch.float64)
+    >>> E = torch.from_numpy(helmert_basis(5))
+    >>> bool(torch.allclose(helmert_apply(X, transpose=True), E.T @ X)), bool(torch.allclose(helmert_apply(Y), E @ Y))
+    (True, True)
+    """
+    n = X.shape[-2] + (0 if transpose else 1)
+    k = torch.arange(1, n, dtype=X.dtype, device=X.device)[:, None]         # (n - 1, 1)
+    c = torch.rsqrt(k * (k + 1))
+    if transpose:
+        return c * (X.cumsum(-2)[..., :-1, :] - k * X[..., 1:, :])
+    cY = c * X
+    out = torch.zeros(X.shape[:-2] + (n, X.shape[-1]), dtype=X.dtype, device=X.device)
+    out[..., :-1, :] = cY.flip(-2).cumsum(-2).flip(-2)                     # sum_{k > i} c_k Y_k
+    out[..., 1:, :] -= k * cY
+    return out
+
+
 def _sign_fixed_qr(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Reduced QR of ``X`` ``(..., n, k)`` with ``R``'s diagonal made non-negative (unique and continuous
     in ``X`` at full rank)."""
@@ -75,9 +101,8 @@ def _rotate_text(Mb: torch.Tensor, idx: torch.Tensor, draw, out: torch.Tensor,
     if m < 1:
         return
     if m <= dh:                                        # token space: O_h = E O0_h E^T, O0_h Haar on R^m
-        E = torch.from_numpy(helmert_basis(n)).to(Mb.device, torch.float64)
         X = Mb[:, idx].double()
-        out[:, idx] = (E @ (_sign_fixed_qr(draw((H, m, m)))[0] @ (E.T @ X))).to(out.dtype)
+        out[:, idx] = helmert_apply(_sign_fixed_qr(draw((H, m, m)))[0] @ helmert_apply(X, transpose=True)).to(out.dtype)
         return
     step = max(1, int(max_bytes) // (3 * n * dh * 8))
     for h0 in range(0, H, step):
@@ -98,8 +123,9 @@ def free_rotation(M: torch.Tensor, valid: torch.Tensor, noise: TextNoise, max_by
     ``M_h^T M_h`` is kept (hence each head's spectrum and its coupling to ``W_O^h``); only the alignment
     of heads in token space, i.e. their dependence, is destroyed. With ``M_h = U_h Sigma_h W_h^T`` the
     result is ``F_h Sigma_h W_h^T``, ``F_h = O_h U_h`` a Haar frame; it is drawn at the cheaper size:
-    for ``n_b - 1 <= d_head`` as ``O_h = E O0_h E^T`` (``E`` the Helmert basis of the centered span,
-    ``O0_h`` Haar from the QR of a Gaussian ``(n_b-1) x (n_b-1)``), otherwise as ``F_h R_h`` with
+    for ``n_b - 1 <= d_head`` as ``O_h = E O0_h E^T`` (``E`` the Helmert basis of the centered span, applied
+    by prefix sums, :func:`helmert_apply`; ``O0_h`` Haar from the QR of a Gaussian ``(n_b-1) x (n_b-1)``),
+    otherwise as ``F_h R_h`` with
     ``M_h = Q_h R_h`` (``O_h Q_h`` is a Haar frame, drawn as ``F_h``, the Q factor of a centered
     Gaussian ``G_h`` ``n_b x d_head``, computed as ``G_h (R_G^{-1} R_h)`` from the two R factors alone).
     QR factors have ``R``'s diagonal non-negative, so that the map is continuous in ``M`` and equal
