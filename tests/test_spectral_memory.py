@@ -258,7 +258,7 @@ def test_layer_output_of_a_long_text_holds_one_chunk_beside_it():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_rayleigh_ritz_of_a_long_text_copies_no_context():
     """The same text, the layer without each head from the layer's ``d_out x d_out`` Gram: ``Y^T M_h`` head by
-    head, no copy of the 33 MB contexts: +29 MB (the Gram and its eigenvectors in float64, 16 MB; the factors),
-    against +86 MB with the contexts copied side by side."""
+    head, no copy of the 33 MB contexts: +20 to +22 MB since the Gram and its eigenvectors are float32 (+29 MB in
+    float64, 16 MB of them), against +86 MB with the contexts copied side by side."""
     grown = _layer_growth("ritz")
     assert grown < 50, f"the Rayleigh-Ritz values grew the peak by {grown:.0f} MB"
