@@ -21,7 +21,13 @@ texts of 128 tokens (the texts of ``bench_scale.py --parts speed``). Each run's 
 (``{side}_{model}_s{seed}.pkl``) and reused by a later call with the same ``--out`` (give a fresh one after
 changing either checkout). Prints figures only; asserts nothing. Usage:
 ``python benchmarks/bench_seed_envelope.py --baseline-src /tmp/base/src [--models minilm,gemma3-270m,...]
-[--seeds 4] [--threads 2] [--out out/bench_seed_envelope]``.
+[--seeds 4] [--threads 2] [--out out/bench_seed_envelope] [--reference]``.
+
+Per side it also prints the share of heads whose interval in one run holds another run's point score (every
+ordered pair of runs). Since the reference draws (equivalents' noise, null heads, free rotation) take
+``reference_seed`` apart from ``seed``, ``new~new`` measures a rerun with another seed (the bootstrap's Monte-Carlo
+draws only); ``--reference`` adds the side ``ref`` (reference_seed 0..N-1 at seed 0), whose spread is what one
+reference draw adds to a score, and checks that the intervals hold the mean over those draws.
 """
 from __future__ import annotations
 
@@ -43,12 +49,13 @@ torch.set_num_threads(int(sys.argv[3]))
 from attnspec import diagnose
 from attnspec.data import builtin_texts, packed_texts
 from attnspec.models import adapt, load_model
-name, seed, out = sys.argv[1], int(sys.argv[2]), sys.argv[4]
+name, seed, out, ref = sys.argv[1], int(sys.argv[2]), sys.argv[4], int(sys.argv[5])
 model, tok = load_model(name)
 ad = adapt(model)
 causal = ad.kind == "causal-lm"
 texts = packed_texts(tok, 16, 128) if causal else builtin_texts(64)
-d = diagnose(ad, tok, texts, max_length=128, removal=False, gradient=False, seed=seed)
+kw = {"reference_seed": ref} if ref else {}        # a baseline before the reference seed takes none
+d = diagnose(ad, tok, texts, max_length=128, removal=False, gradient=False, seed=seed, **kw)
 with open(out + ".part", "wb") as f:
     pickle.dump(d.heads, f)
 """
@@ -56,12 +63,13 @@ with open(out + ".part", "wb") as f:
 VERDICTS = ("selection", "query_selection", "dependence")
 
 
-def heads_of(side: str, src: Path, model: str, seed: int, threads: int, out: Path):
+def heads_of(side: str, src: Path, model: str, seed: int, threads: int, out: Path, reference_seed: int = 0):
     """The head table of one run (kept in ``out``; computed in a subprocess on ``src``'s package)."""
-    path = out / f"{side}_{model}_s{seed}.pkl"
+    path = out / f"{side}_{model}_s{seed}_r{reference_seed}.pkl"
     if not path.exists():
         env = {**os.environ, "PYTHONPATH": str(src)}
-        p = subprocess.run([sys.executable, "-c", CHILD, model, str(seed), str(threads), str(path)], env=env,
+        p = subprocess.run([sys.executable, "-c", CHILD, model, str(seed), str(threads), str(path),
+                            str(reference_seed)], env=env,
                            capture_output=True, text=True)
         if p.returncode:
             raise RuntimeError(f"{side} {model} seed {seed}: {p.stderr.strip().splitlines()[-1]}")
@@ -82,6 +90,12 @@ def spearman(a, b, column: str = "selection_score") -> float:
     return float(spearmanr(x[keep], y[keep]).statistic)
 
 
+def holds(a, b, column: str = "selection_score") -> float:
+    """Share of heads whose interval in run ``a`` holds run ``b``'s point value of ``column``."""
+    x = b[column].to_numpy(float)
+    return float(np.mean((a[column + "_lo"].to_numpy(float) <= x) & (x <= a[column + "_hi"].to_numpy(float))))
+
+
 def spread(runs: list) -> str:
     """Over the seeds of one side: the variance of ``selection_score`` and of ``log D_null`` per head (means over
     heads), the mean interval width of the score and the share of ``undetermined`` verdicts."""
@@ -89,10 +103,11 @@ def spread(runs: list) -> str:
         X = np.stack([f(r[column].to_numpy(float)) for r in runs])
         return np.nanmean(X.var(0, ddof=1))
     score, null = var("selection_score"), var("null_w1_rel", np.log)
-    width = np.nanmean([np.nanmean(r["selection_score_hi"] - r["selection_score_lo"]) for r in runs])
+    width = np.nanmedian([np.nanmedian(r["selection_score_hi"] - r["selection_score_lo"]) for r in runs])
     open_ = np.mean([np.mean(r["selection"].astype(str) == "undetermined") for r in runs])
-    return (f"var(selection_score) {score:.4f}, of which log D_null {null / score:.0%}; interval width {width:.3f}; "
-            f"undetermined {open_:.3f}")
+    cross = np.mean([holds(a, b) for a, b in itertools.permutations(runs, 2)])
+    return (f"var(selection_score) {score:.2e}, of which log D_null {null / max(score, 1e-300):.0%}; median interval "
+            f"width {width:.3f}; undetermined {open_:.3f}; an interval holds another run's score {cross:.3f}")
 
 
 def main() -> None:
@@ -102,6 +117,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=4, help="seeds 0..N-1 on each side (>= 2)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("out/bench_seed_envelope"))
+    ap.add_argument("--reference", action="store_true",
+                    help="also a side 'ref': this checkout at seed 0 with reference_seed 0..N-1 (the reference draws' "
+                         "own spread), and the share of heads whose new seed-0 interval holds the mean of those scores")
     args = ap.parse_args()
     if args.seeds < 2:
         ap.error(f"--seeds must be >= 2, got {args.seeds}")
@@ -115,9 +133,13 @@ def main() -> None:
     for model in args.models.split(","):
         runs = {side: [heads_of(side, src, model, s, args.threads, args.out) for s in seeds]
                 for side, src in (("old", args.baseline_src), ("new", here))}
+        if args.reference:
+            runs["ref"] = [heads_of("new", here, model, 0, args.threads, args.out, r) for r in seeds]
         pairs = {"old~old": [(runs["old"][i], runs["old"][j]) for i, j in itertools.combinations(seeds, 2)],
                  "new~old": [(runs["new"][i], runs["old"][j]) for i, j in itertools.product(seeds, seeds)],
                  "new~new": [(runs["new"][i], runs["new"][j]) for i, j in itertools.combinations(seeds, 2)]}
+        if args.reference:
+            pairs["ref~ref"] = [(runs["ref"][i], runs["ref"][j]) for i, j in itertools.combinations(seeds, 2)]
         print(f"{model} ({len(runs['old'][0])} heads):")
         for what in (*VERDICTS, "spearman selection_score"):
             if what in VERDICTS and what not in runs["old"][0]:
@@ -130,6 +152,11 @@ def main() -> None:
             print(f"  {what:26s} " + "   ".join(cells), flush=True)
         for side, rs in runs.items():
             print(f"  {side}: " + spread(rs), flush=True)
+        if args.reference:
+            mean = runs["ref"][0].copy()
+            mean["selection_score"] = np.mean([r["selection_score"].to_numpy(float) for r in runs["ref"]], 0)
+            print(f"  new seed-0 intervals holding the mean score over {len(seeds)} reference draws: "
+                  f"{holds(runs['new'][0], mean):.3f}", flush=True)
 
 
 if __name__ == "__main__":

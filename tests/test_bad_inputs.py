@@ -147,7 +147,7 @@ DIAGNOSE_CASES = [
     ("max-length-over-positions", ["--max-length", "100000"], ["--max-length", "100000", "512"]),
     ("bucket-size-0", ["--bucket-size", "0"], ["--bucket-size", "0", ">= 1"]),
     ("threads-neg", ["--threads", "-1"], ["--threads", "-1", ">= 1"]),
-    ("seed-neg", ["--seed", "-1"], ["--seed", "-1", ">= 0"]),
+    ("seed-neg", ["--seed", "-1"], ["--seed", "-1", "[0, 9223372036854775806]"]),
     ("n-boot-neg", ["--n-boot", "-1"], ["--n-boot", "-1", "in [0, 10000]"]),
     ("texts-empty", ["--texts", "{d}/empty.txt"], ["--texts", "empty.txt", "empty"]),
     ("texts-blank", ["--texts", "{d}/blank.txt"], ["--texts", "blank.txt", "non-blank"]),

@@ -62,7 +62,7 @@ def _layer_inputs():
 def test_step_two_gram_is_the_gram_step_three_would_sum():
     """Given step 2's Gram sum, step 3 skips its own: the two are the same numbers, bit for bit."""
     lb, W, sums, f, f0 = _layer_inputs()
-    own = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
+    own = layer_batch_spectra(lb, W, f, f0, sums.head_power(), reference_seed=0)
     reused = layer_batch_spectra(lb, W, f, f0, sums.head_power(), 0, sums.gram, weights(0, lb.order, 20))
     assert np.ndim(own["gram"]) == 3 and reused["gram"] == 0.0
     np.testing.assert_array_equal(own["gram"], sums.gram)

@@ -27,7 +27,9 @@ def register(sub) -> None:
                    help="models only: 'builtin' or a UTF-8 file, one text per line (blank lines skipped)")
     p.add_argument("--n-texts", type=int_range(8, None), default=None,
                    help="models only: number of texts, >= 8 (default: as attnspec diagnose)")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="models only: seed of the diagnoses, >= 0")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="models only: resampling seed of the diagnoses, >= 0")
+    p.add_argument("--reference-seed", type=nonneg_int, default=0,
+                   help="models only: seed of the diagnoses' reference draws (null heads, equivalents), >= 0")
     p.add_argument("--n-boot", type=int_range(10, 100000), default=200,
                    help="models only: bootstrap replicates, 10..100000")
     p.add_argument("--removal", choices=("auto", "exact", "first-order", "none"), default="auto",
@@ -65,7 +67,7 @@ def _diagnosis(x: str, which: str, args, texts, out: Path):
     if texts is None:
         from ..data import builtin_texts
         texts = builtin_texts(args.n_texts) if args.n_texts else None
-    kw = dict(seed=args.seed, n_boot=args.n_boot, removal=args.removal, progress=not args.quiet, model_name=x)
+    kw = dict(seed=args.seed, reference_seed=args.reference_seed, n_boot=args.n_boot, removal=args.removal, progress=not args.quiet, model_name=x)
     if args.max_length:
         kw["max_length"] = args.max_length
     d = diagnose(model, tok, texts, **kw)

@@ -87,7 +87,12 @@ def register(subparsers) -> None:
                             f"within {SCHEDULER_TIMEOUT_S} s or it has no worker within {WORKER_TIMEOUT_S} s")
     p.add_argument("--no-gradient", action="store_true", help="skip Michel et al. gradient importance")
     p.add_argument("--mean-ablation", action="store_true", help="also remove heads by mean ablation")
-    p.add_argument("--seed", type=_option("seed"), default=0, help="seed of every random draw of the diagnosis, >= 0")
+    p.add_argument("--seed", type=_option("seed"), default=0,
+                   help="seed of the resampling (bootstrap weights, seeded samples of texts), 0..2**63 - 2")
+    p.add_argument("--reference-seed", type=_option("reference_seed"), default=0,
+                   help="seed of the reference draws that define the spectral scores (Gaussian equivalents' noise, null "
+                        "heads, free rotation), 0..2**63 - 2; fixed apart from --seed so that reruns agree, their "
+                        "variance inside every interval")
     p.add_argument("--parquet", action="store_true", help="also write parquet tables")
     p.add_argument("--quiet", action="store_true", help="no progress bars (they show texts/s and the ETA of each pass)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="cpu",
@@ -479,7 +484,7 @@ def _removal(args: argparse.Namespace) -> str:
 FLAG_OF = {"n_texts": "--n-texts", "max_length": "--max-length", "bucket_size": "--bucket-size", "pack": "--pack",
            "spectra_texts": "--spectra-texts", "statistics_device": "--statistics-device",
            "removal_spectra": "--removal-spectra",
-           "n_boot": "--n-boot", "seed": "--seed", "removal": "--removal/--no-removal", "mean_ablation": "--mean-ablation",
+           "n_boot": "--n-boot", "seed": "--seed", "reference_seed": "--reference-seed", "removal": "--removal/--no-removal", "mean_ablation": "--mean-ablation",
            "gradient": "--no-gradient", "removal_positions": "--removal-positions", "removal_texts": "--removal-texts",
            "removal_vocab": "--removal-vocab", "removal_target": "--removal-target", "screen_top": "--screen-top",
            "screen_sample": "--screen-sample", "progress": "--quiet", "model_name": "--model"}
@@ -504,7 +509,7 @@ def options_of(args: argparse.Namespace, **fixed):
     from ..diagnostics.options import DiagnoseOptions, OptionError
     values = dict(n_texts=args.n_texts, max_length=args.max_length, bucket_size=args.bucket_size,
                   pack=True if args.pack else None, spectra_texts=args.spectra_texts, n_boot=args.n_boot,
-                  seed=args.seed, removal=_removal(args),
+                  seed=args.seed, reference_seed=args.reference_seed, removal=_removal(args),
                   mean_ablation=args.mean_ablation, gradient=not args.no_gradient,
                   removal_positions=args.removal_positions, removal_texts=args.removal_texts,
                   removal_vocab=args.removal_vocab, removal_target=args.removal_target, screen_top=args.screen_top,

@@ -28,7 +28,9 @@ def register(sub) -> None:
     p.add_argument("--texts", default="builtin", help="'builtin' or a UTF-8 file, one text per line")
     p.add_argument("--n-texts", type=int_range(8, None), default=16,
                    help="number of built-in texts, >= 8 (default 16)")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every diagnosis, >= 0")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="resampling seed of every diagnosis, >= 0")
+    p.add_argument("--reference-seed", type=nonneg_int, default=0,
+                   help="seed of every diagnosis' reference draws (null heads, equivalents), >= 0")
     p.add_argument("--n-boot", type=int_range(10, 100000), default=200, help="bootstrap replicates, 10..100000")
     p.add_argument("--removal", choices=("auto", "exact", "first-order", "none"), default="none",
                    help="head removal of each diagnosis (default none, as the training callback)")
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         tok = load_model(args.tokenizer)[1]
     say = None if args.quiet else (lambda line: print(line, flush=True))
     t = track([p for _, p in found], texts=texts, out=args.out, tokenizer=tok, report=not args.no_report,
-              log=say, seed=args.seed, n_boot=args.n_boot, removal=args.removal, gradient=args.gradient,
+              log=say, seed=args.seed, reference_seed=args.reference_seed, n_boot=args.n_boot, removal=args.removal, gradient=args.gradient,
               progress=False)
     print(f"{len(found)} checkpoints (steps {', '.join(str(s) for s in t.summary['steps'])}), "
           f"{len(t.summary['resumed'])} read back; {len(t.table)} rows")

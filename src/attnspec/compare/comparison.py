@@ -188,6 +188,10 @@ def _check(a: Diagnosis, b: Diagnosis) -> None:
         if int(ma.get(key, -1)) != int(mb.get(key, -2)):
             raise ComparisonError(f"different {what}: a {ma.get(key)}, b {mb.get(key)} (diagnose both with the "
                                   "same --seed and --n-boot)")
+    ref = lambda m: int(m.get("reference_seed", m.get("seed", -1)))   # noqa: E731  (older files: the seed keyed both)
+    if ref(ma) != ref(mb):
+        raise ComparisonError(f"different reference seeds: a {ref(ma)}, b {ref(mb)} (the null heads and equivalents "
+                              "differ; diagnose both with the same --reference-seed)")
     ta, tb = np.asarray(ma.get("text_ids", [])), np.asarray(mb.get("text_ids", []))
     if ta.shape != tb.shape or not np.array_equal(ta, tb):
         raise ComparisonError(f"different texts: a has {ta.size} text positions, b {tb.size} (diagnose both on "

@@ -32,6 +32,8 @@ __all__ = ["DiagnoseOptions", "OptionError", "Interval", "OneOf", "Boolean", "in
 DEFAULT_TILE_BYTES = 4 * 2 ** 20
 #: Most bootstrap replicates (each keeps about 1 kB per head: 10,000 replicates of a 144-head model hold 1.5 GB).
 MAX_N_BOOT = 10_000
+#: Largest seed: seeds are exact integers below 2**63 - 1 (:func:`attnspec.seeding.seed_of` works modulo 2**63 - 1).
+MAX_SEED = 2 ** 63 - 2
 #: Removal modes (``--removal``, :mod:`.pipeline.head_removal`).
 MODES = ("exact", "sampled", "screened", "first-order", "none")
 #: The modes in which ``removal_texts='auto'`` grows the sample until the heads' ranking is predicted to agree
@@ -89,12 +91,13 @@ class Interval:
     def __str__(self) -> str:
         what = "an integer" if self.kind is int else "a number"
         lo_open, hi_open = self.open in ("low", "both"), self.open in ("high", "both")
+        num = lambda v: str(v) if self.kind is int else f"{v:g}"  # noqa: E731  (integers exactly: 2**63 - 2)
         if self.low is not None and self.high is not None:
-            return f"{what} in {'(' if lo_open else '['}{self.low:g}, {self.high:g}{')' if hi_open else ']'}"
+            return f"{what} in {'(' if lo_open else '['}{num(self.low)}, {num(self.high)}{')' if hi_open else ']'}"
         if self.low is not None:
-            return f"{what} {'>' if lo_open else '>='} {self.low:g}"
+            return f"{what} {'>' if lo_open else '>='} {num(self.low)}"
         if self.high is not None:
-            return f"{what} {'<' if hi_open else '<='} {self.high:g}"
+            return f"{what} {'<' if hi_open else '<='} {num(self.high)}"
         return f"a finite {'integer' if self.kind is int else 'number'}"
 
     def invalid(self) -> list:
@@ -228,8 +231,12 @@ class DiagnoseOptions:
     min_tokens: int = _option(MIN_TOKENS_FOR_LABEL, Interval(int, 0), doc="fewest real tokens for a label")
     n_boot: int = _option(N_BOOT, Interval(int, 0, MAX_N_BOOT), doc="Poisson-bootstrap replicates over texts (0 to 9: "
                           "no intervals, every verdict undetermined; each replicate keeps about 1 kB per head)")
-    seed: int = _option(0, Interval(int, 0), doc="seed of every random draw (noise, null heads, rotations, "
-                        "probes, bootstrap)")
+    seed: int = _option(0, Interval(int, 0, MAX_SEED), doc="seed of the resampling: the bootstrap weights and "
+                        "the seeded samples (spectra texts, removal texts and positions, screened heads)")
+    reference_seed: int = _option(0, Interval(int, 0, MAX_SEED), doc="seed of the reference draws that define the "
+                                  "spectral statistics (the Gaussian equivalents' noise, the null heads, the free "
+                                  "rotation, the key null), fixed apart from seed so that a rerun with another seed "
+                                  "gives the same scores; their sampling variance is inside every interval")
     # --- head removal
     removal: str | bool = _option("auto", OneOf(REMOVAL_CHOICES), Boolean(), doc="head removal mode "
                                   "(attnspec.diagnostics.pipeline.head_removal); True/False: 'exact'/'none'")
@@ -331,6 +338,8 @@ def parse_flag(name: str, text: str) -> Any:
     --------
     >>> parse_flag("removal_texts", "auto"), parse_flag("removal_texts", "1.2e1"), parse_flag("removal_target", ".9")
     ('auto', 12, 0.9)
+    >>> parse_flag("seed", "9007199254740993")          # exactly, not through a float
+    9007199254740993
     >>> parse_flag("max_length", "1")
     Traceback (most recent call last):
     ...
@@ -340,11 +349,14 @@ def parse_flag(name: str, text: str) -> Any:
     for c in allowed:
         v: Any = text
         if isinstance(c, Interval):
-            try:
-                v = float(text)
+            try:                         # integers exactly (a seed of 2**53 + 1 is not read through a float)
+                v = int(text.strip().replace("_", "")) if c.kind is int else float(text)
             except ValueError:
-                continue
-            if c.kind is int:            # '12', '12.0' and '1.2e1' read as 12
+                try:
+                    v = float(text)
+                except ValueError:
+                    continue
+            if c.kind is int and isinstance(v, float):     # '12.0' and '1.2e1' read as 12
                 if not v.is_integer():
                     continue
                 v = int(v)

@@ -88,9 +88,10 @@ class LayerFitSums:
     query: QuerySelectionSums | None = None
     free_null: np.ndarray | float = 0.0
 
-    def update(self, lb: LayerBatch, W: torch.Tensor, seed: int = 0, n_boot: int = N_BOOT) -> "LayerFitSums":
+    def update(self, lb: LayerBatch, W: torch.Tensor, seed: int = 0, n_boot: int = N_BOOT,
+               reference_seed: int = 0) -> "LayerFitSums":
         """Add one layer batch; ``W`` is the layer's ``W_O`` ``(H d_head, d_out)``; ``seed`` and ``n_boot``
-        key the texts' bootstrap weights."""
+        key the texts' bootstrap weights, ``reference_seed`` the key null's random queries."""
         W = W.to(lb.device, lb.dtype)
         H = lb.site.n_heads
         B, _, L, dv = lb.values.shape
@@ -98,7 +99,7 @@ class LayerFitSums:
         C = torch.empty((B, H, L, dv), dtype=lb.dtype, device=lb.device)     # every row tile is written below
         w = weights(seed, lb.order, n_boot)
         K = lb.keys if lb.group_size else lb.grouped_keys()   # the key null (identification.key_null_weights)
-        noise = None if K is None else TextNoise(seed, Draw.KEY_NULL, lb.index, lb.order, lb.valid)
+        noise = None if K is None else TextNoise(reference_seed, Draw.KEY_NULL, lb.index, lb.order, lb.valid)
         if self.query is None:
             self.query = QuerySelectionSums(H, n_boot)
         for rows, keys in lb.tiles():           # (B, H, r, k) tiles: the keys that hold the rows' allowed keys
@@ -266,9 +267,12 @@ class NullFitSums:
 
     def update(self, allowed: torch.Tensor, valid: torch.Tensor, order, layer: int, H: int, d: int,
                scale: np.ndarray, seed: int, tile_rows: int, dtype: torch.dtype = torch.float32,
-               n_boot: int = N_BOOT) -> "NullFitSums":
+               n_boot: int = N_BOOT, reference_seed: int | None = None) -> "NullFitSums":
+        """Add the null heads of one layer batch at the score scales ``scale``: their scores drawn with
+        ``reference_seed`` (default ``seed``), the bootstrap weights with ``seed``."""
         w = weights(seed, order, n_boot)
-        for rows, keys, A0 in null_tile_weights(allowed, valid, order, layer, H, d, scale, seed,
+        ref = seed if reference_seed is None else reference_seed
+        for rows, keys, A0 in null_tile_weights(allowed, valid, order, layer, H, d, scale, ref,
                                                 tiles_of(allowed, tile_rows), dtype):
             self.scores, self.boot_scores = _add_per_text(self.scores, self.boot_scores,
                                                           ident.score_sums(A0, allowed[:, rows][..., keys], per_text=True), w)
@@ -289,7 +293,7 @@ class NullFitSums:
 
 
 def null_sums(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: int, dtype: torch.dtype = torch.float32,
-              n_boot: int = N_BOOT, threads: int | None = None) -> list[NullFitSums]:
+              n_boot: int = N_BOOT, threads: int | None = None, reference_seed: int | None = None) -> list[NullFitSums]:
     """The null heads' fit sums of every layer over the batches of ``masks``, at the heads' fitted score scales.
 
     One task per layer (its batches in order: the sums of a serial pass, bit for bit), at most ``threads``
@@ -305,8 +309,14 @@ def null_sums(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: 
     fits : list of dict
         Per layer the heads' fit (``score_scale`` is used).
     seed, tile_bytes, n_boot : int
+        ``seed`` keys the bootstrap weights.
     dtype : torch.dtype
     threads : int, optional
+    reference_seed : int, optional
+        Seed of the null heads' scores (default ``seed``; the diagnosis passes its ``reference_seed``). The null heads'
+        equivalents are fitted on the very draws whose spectra step 3 takes: fitted on other draws (another seed, or
+        a grid of score scales shared by the heads), their departure ``D_null`` grows by 10-40 % at score scales
+        below 1.5 on MiniLM, since one draw's own slope differs from another's by a few percent.
 
     Returns
     -------
@@ -335,7 +345,7 @@ def null_sums(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: 
             B, L = valid.shape
             rows = max(1, min(L, tile_bytes // max(1, 4 * B * s.n_heads * L)))
             out[i].update(allowed_of(i), valid, order, i, s.n_heads, s.head_dim, fits[i]["score_scale"], seed, rows,
-                          dtype, n_boot)
+                          dtype, n_boot, reference_seed)
     with _layer_pool(threads or torch.get_num_threads()) as pool:
         for done in [pool.submit(layer, i) for i in range(len(sites))]:
             done.result()

@@ -87,10 +87,11 @@ def _run_layers(lbs: list[LayerBatch], fn: Callable[[LayerBatch], Any], on_resul
 
 def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
              cache: forward_cache.ForwardCache | None = None, seed: int = 0, n_boot: int = N_BOOT,
-             device: "torch.device | str" = "cpu") -> tuple[list[LayerFitSums], MaskStore, CorpusStats]:
+             device: "torch.device | str" = "cpu", reference_seed: int = 0
+             ) -> tuple[list[LayerFitSums], MaskStore, CorpusStats]:
     """Step 2 over ``batches`` on ``device``: per-layer fit sums (with ``n_boot`` bootstrap replicates keyed by
-    ``seed``), the kept masks and the corpus counts (the forward passes' records are kept in ``cache``
-    for step 3 when given)."""
+    ``seed``; the key null's queries keyed by ``reference_seed``), the kept masks and the corpus counts (the forward
+    passes' records are kept in ``cache`` for step 3 when given)."""
     W = [s.w_out().to(device) for s in adapter.sites]
     sums = [LayerFitSums() for _ in adapter.sites]
     masks, corpus = MaskStore(), CorpusStats()
@@ -98,7 +99,7 @@ def fit_pass(adapter, batches, tile_bytes: int = DEFAULT_TILE_BYTES, progress: b
     def on_batch(batch, lbs):
         masks.add(lbs)
         corpus.update(batch)
-    _per_layer(adapter, batches, lambda lb: LayerFitSums().update(lb, W[lb.index], seed, n_boot),
+    _per_layer(adapter, batches, lambda lb: LayerFitSums().update(lb, W[lb.index], seed, n_boot, reference_seed),
                lambda i, r: sums.__setitem__(i, sums[i].merge(r)), tile_bytes, "fit", progress, on_batch, cache,
                device=device)
     return sums, masks, corpus
@@ -108,12 +109,14 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
                  tile_bytes: int = DEFAULT_TILE_BYTES, progress: bool = False,
                  cache: forward_cache.ForwardCache | None = None, grams: list | None = None,
                  n_boot: int = N_BOOT, texts: frozenset | None = None, dependence: bool = True,
-                 device: "torch.device | str" = "cpu", removal_spectra: str = REMOVAL_SPECTRA[0]) -> list[LayerSpectra]:
+                 device: "torch.device | str" = "cpu", removal_spectra: str = REMOVAL_SPECTRA[0],
+                 reference_seed: int = 0) -> list[LayerSpectra]:
     """Step 3 over ``batches`` on ``device``: per-layer pooled spectra of the spectra texts ``texts`` (corpus positions;
     None: all) and Gram sums of every text (batches kept in ``cache`` are read from it instead of a second
     forward pass); with ``grams`` (step 2's merged Gram sums per layer) and ``n_boot > 0`` also the CKA influence
     sums of the ``n_boot`` bootstrap replicates; ``dependence=False``: the spectra of ``texts`` only (a later stage);
-    ``removal_spectra``: how the layer without each head is taken (:data:`..statistics.spectral.REMOVAL_SPECTRA`)."""
+    ``removal_spectra``: how the layer without each head is taken (:data:`..statistics.spectral.REMOVAL_SPECTRA`);
+    ``seed`` keys the bootstrap weights, ``reference_seed`` the reference draws (equivalents, null heads, rotation)."""
     W = [s.w_out().to(device) for s in adapter.sites]
     store = "float64" if compute_dtype(adapter) == torch.float64 else "float32"
     cut = texts if not dependence else None     # a later stage: its batches cut to its texts before the work
@@ -121,7 +124,7 @@ def spectra_pass(adapter, batches, fits: list[dict], null_fits: list[dict], powe
     g = grams if grams is not None else [None] * len(W)
     _per_layer(adapter, batches,
                lambda lb: layer_batch_spectra(lb, W[lb.index], fits[lb.index], null_fits[lb.index],
-                                              powers[lb.index], seed, g[lb.index],
+                                              powers[lb.index], reference_seed, g[lb.index],
                                               weights(seed, lb.order, n_boot) if g[lb.index] is not None and n_boot else None,
                                               texts, dependence, removal_spectra),
                lambda i, r: acc[i].update(r), tile_bytes, "spectra", progress, cache=cache, texts=cut, device=device)

@@ -60,7 +60,7 @@ LAYER_SPECTRA = ("act", "ge", "free")
 INFLUENCE_BYTES = 32 * 2 ** 20
 
 
-def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | None = None,
+def _contexts(lb: LayerBatch, f: dict, f0: dict, reference_seed: int, idx: torch.Tensor | None = None,
               which: str = "head") -> dict[str, torch.Tensor]:
     """Uncentered contexts ``A V`` of one layer batch, built one query tile at a time. ``which='head'``: the
     head's ``(B, H, L, d_v)`` (every text of the batch) and its Gaussian equivalent's for the texts ``idx``
@@ -88,7 +88,7 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
     allowed = lb.allowed if idx is None else batch_rows(lb.allowed, sub, B)
     Vs = lb.values if idx is None else lb.values[sub]      # per key/value head (lb.attend)
     fit = f if head else f0
-    noise = TextNoise(seed, Draw.GE_NOISE if head else Draw.NULL_GE_NOISE, i, order, valid)
+    noise = TextNoise(reference_seed, Draw.GE_NOISE if head else Draw.NULL_GE_NOISE, i, order, valid)
     size = BLOCK_PER_WIDTH * dv                     # whole blocks of keys of the equivalents' noise (long texts)
     R = None                                        # one factorization per key/value head, shared by its query heads
     if n:
@@ -97,7 +97,8 @@ def _contexts(lb: LayerBatch, f: dict, f0: dict, seed: int, idx: torch.Tensor | 
     alpha = torch.as_tensor(np.asarray(fit["alpha_hat"]), dtype=lb.dtype, device=lb.device)[:, None, None]
     tiles = list(lb.tiles())                        # the whole batch's tiles: the texts idx read the same keys
     weights = (((rows, keys, lb.weights_of(rows, keys)) for rows, keys in tiles) if head else
-               null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], seed, tiles, lb.dtype))
+               null_tile_weights(allowed, valid, order, i, H, lb.site.head_dim, f["score_scale"], reference_seed,
+                                 tiles, lb.dtype))
     for rows, keys, A in weights:
         if head:
             out["act"][:, :, rows] = lb.attend(A, keys)
@@ -184,7 +185,7 @@ def cka_influence(M: torch.Tensor, gram: np.ndarray, max_bytes: int = INFLUENCE_
     return out
 
 
-def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, seed: int,
+def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: np.ndarray, reference_seed: int,
                         gram: np.ndarray | None = None, w: np.ndarray | None = None,
                         texts: frozenset | None = None, dependence: bool = True,
                         removal_spectra: str = spectral.REMOVAL_SPECTRA[0]) -> dict:
@@ -195,7 +196,9 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     ``h`` (``removal_spectra``: Rayleigh-Ritz values on the layer's eigenvectors,
     :func:`..statistics.spectral.layer_eigs_ritz`, or exactly, :func:`..statistics.spectral.layer_eigs_without_each`);
     ``gram``: head-pair Gram blocks of the contexts.
-    ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers;
+    ``W`` ``(H d_head, d_out)``, ``f``/``f0`` the head and null fits, ``ch`` the value-path powers, ``reference_seed``
+    the seed of the reference draws (the equivalents' noise, the null heads, the free rotation; the diagnosis'
+    ``reference_seed``, not its ``seed``, :mod:`..statistics.noise`);
     ``boot_cka``: ``sum_b w_rb IF[b]`` ``(n_boot, H, H)`` (:func:`cka_influence`) for the merged Gram sum
     ``gram`` of step 2 and the texts' bootstrap weights ``w`` (0.0 without them). Given step 2's ``gram``,
     the batch's own Gram of the contexts is not recomputed (``gram`` is 0.0 in the result): step 2
@@ -225,13 +228,13 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     >>> ad, batch, lb = tiny_layer()             # layer 0 of a 2-layer GPT-2: 2 heads of width 16, d_out = 32
     >>> W = ad.sites[0].w_out(); sums = LayerFitSums().update(lb, W); f = sums.fit()
     >>> f0 = NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
-    >>> r = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0)
+    >>> r = layer_batch_spectra(lb, W, f, f0, sums.head_power(), reference_seed=0)
     >>> [len(e) for e in r["heads"]["act"]], r["layer"]["free"].shape, r["removed"].shape
     ([10, 10], (10,), (2, 10))
 
     With one of the two texts as the spectra texts, its eigenvalues only, the same as with both:
 
-    >>> one = layer_batch_spectra(lb, W, f, f0, sums.head_power(), seed=0, texts=frozenset({lb.order[1]}))
+    >>> one = layer_batch_spectra(lb, W, f, f0, sums.head_power(), reference_seed=0, texts=frozenset({lb.order[1]}))
     >>> one["order"].tolist(), [len(e) for e in one["heads"]["ge"]]
     ([1], [5, 5])
     >>> all(np.allclose(one["heads"][k][h], r["heads"][k][h][5:], rtol=1e-5, atol=1e-6)
@@ -251,10 +254,10 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     lengths = host(valid_s.sum(1))
     heads = {}
     if keep:                                            # the null heads first: a pass holds two contexts, not four
-        for k, X in _contexts(lb, f, f0, seed, idx, "null").items():
+        for k, X in _contexts(lb, f, f0, reference_seed, idx, "null").items():
             heads[k] = spectral.head_eigs(spectral.center(X, valid_s, inplace=True), Ks, lengths, ch, lb.site.d_out)
         del X
-    M = _contexts(lb, f, f0, seed, idx, "head")
+    M = _contexts(lb, f, f0, reference_seed, idx, "head")
     M["act"] = spectral.center(M["act"], valid, inplace=True)
     if dependence:                                      # the dependence statistics: every text of the batch
         counted = {"gram": dep.gram_blocks(M["act"]) if gram is None else 0.0,
@@ -282,7 +285,8 @@ def layer_batch_spectra(lb: LayerBatch, W: torch.Tensor, f: dict, f0: dict, ch: 
     # (its own draws, so the order changes no number), then the head's: at most three contexts' worth at a time
     for k in ("ge", "free", "act"):
         if k == "free":
-            X = spectral.free_rotation(M["act"], valid, TextNoise(seed, Draw.FREE_ROTATION, i, order.tolist(), valid))
+            X = spectral.free_rotation(M["act"], valid, TextNoise(reference_seed, Draw.FREE_ROTATION, i, order.tolist(),
+                                                                             valid))
             Y = spectral.layer_output(X, Wh)
             del X
             layer[k] = spectral.layer_eigs(Y, lengths, c_layer)
@@ -317,7 +321,7 @@ class LayerSpectra:
     >>> sums = fit.LayerFitSums().update(lb, W); f = sums.fit()
     >>> f0 = fit.NullFitSums().update(lb.allowed, lb.valid, lb.order, 0, 2, 16, f["score_scale"], 0, 6).fit()
     >>> spectra = lambda b: LayerSpectra(2, head_dim=16, d_out=32).update(
-    ...     layer_batch_spectra(b, W, f, f0, sums.head_power(), seed=0))
+    ...     layer_batch_spectra(b, W, f, f0, sums.head_power(), reference_seed=0))
     >>> whole = spectra(lb)
     >>> sp = whole.merge(whole)                                          # the batch twice
     >>> sp.head("act", 0).shape, sp.of_layer("ge").shape, sp.without(1).shape

@@ -98,7 +98,7 @@ def fit_task(adapter, run_id: str, batches: list, opts: DiagnoseOptions, progres
     """Step 2 on ``batches``: ``(fit sums, kept masks, corpus counts, worker address)``."""
     cache = run_cache(run_id, adapter, opts.reuse_forward, create=True)
     sums, masks, corpus = fit_pass(adapter, batches, opts.tile_bytes, progress, cache, opts.seed, opts.n_boot,
-                                   statistics_device(opts.statistics_device, adapter.model))
+                                   statistics_device(opts.statistics_device, adapter.model), opts.reference_seed)
     return sums, masks, corpus, here()
 
 
@@ -106,7 +106,7 @@ def null_task(adapter, fit_part: tuple, fits: list, opts: DiagnoseOptions) -> li
     """The null heads' fit sums at the heads' fitted score scales, from the masks a fit task kept (layers in
     parallel, :func:`.fit.null_sums`)."""
     return null_sums(adapter.sites, fit_part[1], fits, opts.seed, opts.tile_bytes, compute_dtype(adapter),
-                     opts.n_boot)
+                     opts.n_boot, reference_seed=opts.reference_seed)
 
 
 def merged_grams(parts: list) -> list:
@@ -124,7 +124,7 @@ def spectra_task(adapter, run_id: str, batches: list, fits: list, null_fits: lis
     hit = cache is not None and all(cache.has(tuple(b["order"])) for b in batches)
     out = spectra_pass(adapter, batches, fits, null_fits, powers, opts.seed, opts.tile_bytes, progress, cache,
                        grams, opts.n_boot, texts, dependence, statistics_device(opts.statistics_device, adapter.model),
-                       opts.removal_spectra)
+                       opts.removal_spectra, opts.reference_seed)
     return out, hit
 
 

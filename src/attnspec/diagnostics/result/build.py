@@ -49,7 +49,10 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     summary.update(options_used(adapter, opts, res.removal_plan.mode, source, res.removal_plan))
     spectra = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"),
                    "free_sum": sp.of_layer("free")} for i, sp in enumerate(res.spectra)}
+    summary["reference_seed"] = int(opts.reference_seed)
     reps, meta = (_replicates(res, opt, heads, per_layer) if opt.n_boot else ({}, {}))
+    if meta:
+        meta["reference_seed"] = int(opts.reference_seed)   # the reference draws: a paired comparison needs them equal
     return Diagnosis(heads=heads, layers=layers, pairs=pairs, spectra=spectra, summary=summary, replicates=reps,
                      replicate_meta=meta)
 

@@ -11,8 +11,9 @@ __all__ = ["COLUMNS", "HEATMAPS", "describe", "markdown"]
 
 _SELECTION = (
     "log of spec_w1_rel over the same quantity for a null head (same values, W_O, masks and temperature, "
-    "random scores Q K^T/sqrt(d) of the theory's model). About 0 for noise-like heads; positive for heads "
-    "whose attention is structured beyond their temperature.")
+    "random scores Q K^T/sqrt(d) of the theory's model), both floored at 1e-3, the smallest departure resolved (0 "
+    "for a head too cool to depart measurably from its equivalent). About 0 for noise-like heads; positive for "
+    "heads whose attention is structured beyond their temperature.")
 
 _LO = ("Lower end of the 95 % bootstrap interval of {} (Poisson bootstrap over texts, 200 replicates by "
        "default, percentile interval).")
@@ -257,7 +258,14 @@ VERDICTS = (
     "(`attnspec.diagnostics.statistics.bootstrap`): each text gets 200 Poisson(1) weights (`n_boot`), seeded by the diagnosis "
     "seed and the text's position, and every per-text sum is accumulated once more per replicate, so the model runs "
     "once. Intervals describe the spread over texts of the corpus; they hold the fitted Gaussian equivalents and "
-    "null heads fixed. The spectral columns (`spec_*`, `null_w1_rel`, `selection_score`, `removal_spec_shift*`; "
+    "null heads fixed. What is random: the *reference draws* (the Gaussian equivalents' noise, the null heads' scores "
+    "and their equivalents' noise, the free rotation, the key null's queries), drawn per layer and text and keyed by "
+    "`reference_seed` (0 by default), are part of the spectral statistics' definition, so a rerun with another "
+    "`seed` gives the same point values; their sampling variance is inside the intervals, since a text's bootstrap "
+    "weight multiplies its draws' eigenvalues too (MiniLM's intervals at one reference seed held the mean score over "
+    "three reference seeds for 97 % of the heads), and another `reference_seed` shows how far one draw moves a score "
+    "(docs/validity.md). The bootstrap weights and the seeded samples of texts are keyed by `seed`: another seed "
+    "moves the interval ends by their Monte-Carlo error. The spectral columns (`spec_*`, `null_w1_rel`, `selection_score`, `removal_spec_shift*`; "
     "in `layers.csv` `spec_m1`, `ge_*`, `free_*`, `free_defect_*`) and their intervals come from the spectra texts: "
     "a seeded sample (`spectra_texts`: by default at least 32 texts and 2,048 eigenvalues per head spectrum, doubled "
     "until the selection verdicts are predicted to agree with all texts' on 95 % of heads; a number; `'all'`; the "

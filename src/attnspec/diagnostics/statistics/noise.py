@@ -13,6 +13,13 @@ sizes and the order of texts change no drawn number. Draws come from numpy's SFC
 generator that passes BigCrush and PractRand; its float32 normals take about 7.5 ns against PCG64's 14), whose
 normal stream is the same however it is cut into calls (torch's CPU normal sampler is not: it switches
 algorithm at 16 values).
+
+The *reference draws* (every purpose but ``BOOTSTRAP``: the equivalents' noise, the null heads, the free
+rotation, the key null) are part of the statistics' definition: they take the diagnosis' ``reference_seed``
+(fixed, 0 by default), and the bootstrap weights its ``seed``, so that a rerun with another ``seed`` changes only
+the intervals' Monte-Carlo draws. The reference draws' own sampling variance is inside every interval: the
+bootstrap re-weights each text together with its draws (docs/validity.md, *How much a verdict depends on the
+seed*).
 """
 from __future__ import annotations
 

@@ -11,7 +11,10 @@ random scores of the theory's model (``A0 = softmax(s_h G)``, ``G = Q K^T / sqrt
 standard normal ``Q, K``, drawn text by text), and its own fitted equivalent (fit pooled over all
 texts, like the head's):
 
-    selection_score = log( D(Y, Y~) / D(Y0, Y0~) ).
+    selection_score = log( D(Y, Y~) / D(Y0, Y0~) ),
+
+both departures floored at :data:`DEPARTURE_RESOLUTION` (1e-3), below which float32 spectra and a pooled ``W1`` do
+not resolve a departure.
 
 It is about 0 for a noise-like head (a random head at the same temperature departs as much), and
 positive when the head's attention is structured beyond what its temperature explains (it selects
@@ -58,7 +61,7 @@ from ...spectra import ks_distance, moments, split_outliers, wasserstein1
 from .devices import host
 
 __all__ = ["baseline_sums", "baselines", "spectral_departure", "selection_score", "label", "DIFFUSE_THRESHOLD",
-           "BETA_MAX_DIFFUSE", "MIN_TOKENS_FOR_LABEL", "LABELS"]
+           "BETA_MAX_DIFFUSE", "MIN_TOKENS_FOR_LABEL", "LABELS", "DEPARTURE_RESOLUTION"]
 
 #: Default threshold on the selection score below which a head is noise-like (log 2).
 DIFFUSE_THRESHOLD = math.log(2.0)
@@ -233,14 +236,25 @@ def spectral_departure(actual: np.ndarray, reference: np.ndarray) -> dict[str, f
             "m1_ref": m1r}
 
 
-def selection_score(d_actual: np.ndarray, d_null: np.ndarray) -> np.ndarray:
-    """The selection score ``log(D / D_null)`` (module docstring), elementwise.
+#: Smallest relative departure ``D`` the selection score resolves: both departures are floored at it. Float32
+#: spectra carry the last-bit differences of their inputs at about 1e-7 of ``m1`` (a copied model, another memory
+#: layout), and ``W1`` between two spectra of about 2,000 pooled eigenvalues has a sampling noise near 1e-2; below
+#: 1e-3 a head is indistinguishable from its equivalent (a head at score scale 0.01, whose softmax is linear to
+#: 1e-4: its ``log(D / D_null)`` was a ratio of rounding errors, moving by 3e-3 when the weights moved by 1e-7).
+DEPARTURE_RESOLUTION = 1e-3
+
+
+def selection_score(d_actual: np.ndarray, d_null: np.ndarray, floor: float = DEPARTURE_RESOLUTION) -> np.ndarray:
+    """The selection score ``log(max(D, floor) / max(D_null, floor))`` (module docstring), elementwise.
 
     Parameters
     ----------
     d_actual, d_null : numpy.ndarray
-        Relative departures ``w1_rel`` of the heads and of their null heads (:func:`spectral_departure`);
-        both are floored at 1e-12.
+        Relative departures ``w1_rel`` of the heads and of their null heads (:func:`spectral_departure`).
+    floor : float
+        Both are floored at it (default :data:`DEPARTURE_RESOLUTION`): a departure below it is not resolved, so
+        that two heads both below it score 0 and last-bit differences of the inputs move no score by more than
+        about ``1e-7 / floor``.
 
     Returns
     -------
@@ -252,5 +266,11 @@ def selection_score(d_actual: np.ndarray, d_null: np.ndarray) -> np.ndarray:
     >>> import numpy as np
     >>> selection_score(np.array([0.4, 0.1]), np.array([0.1, 0.1])).round(4)   # log 4, log 1
     array([1.3863, 0.    ])
+
+    Departures below the resolution are not told apart (a very cool head and its null):
+
+    >>> selection_score(np.array([2e-4]), np.array([5e-5]))
+    array([0.])
     """
-    return np.log(np.maximum(d_actual, 1e-12) / np.maximum(d_null, 1e-12))
+    f = max(float(floor), 1e-300)
+    return np.log(np.maximum(d_actual, f) / np.maximum(d_null, f))
