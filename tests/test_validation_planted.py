@@ -142,7 +142,8 @@ def test_attnspec_ranks_a_planted_class_head_above_random_heads(tmp_path):
     model, tok = load_model(pm.path)
     scores, noise_like = [], []
     for seed in range(4):
-        heads = attnspec.diagnose(model, tok, builtin_texts(64), removal=False, gradient=False, seed=seed).heads
+        heads = attnspec.diagnose(model, tok, builtin_texts(64), removal=False, gradient=False, seed=seed,
+                                   reference_seed=seed).heads
         h = heads.merge(pm.heads, on=["layer", "head"])
         assert roc_auc(h["selection_score"], h["selective"]) == 1.0
         assert (h.loc[~h["selective"], "selection"] != "selective").all()

@@ -46,8 +46,9 @@ def _same_tables(new_dir_or_diag, old_dir: Path) -> None:
     """Every column of the stored tables is reproduced (new columns added since are allowed), to 1e-3 relative:
     the tables were stored on the earlier development machine, and float32 kernels of another CPU round
     differently (on an AVX2-only CPU distances moved by up to 1.3e-4 relative; wiring errors move them by far
-    more). The KS columns, suprema over a few dozen eigenvalues, may move by one or two steps of 1/32. The
-    columns of :data:`NULL_DRAWN` are left out."""
+    more). The KS columns, suprema over a few dozen eigenvalues, may move by one or two steps of 1/32. The selection
+    scores, logs of ratios of departures as small as 3e-4 on these cool heads, move by about 1e-7 / D (7e-4 on an
+    Intel Xeon against the tables' AMD EPYC): 2e-3 absolute. The columns of :data:`NULL_DRAWN` are left out."""
     for table in ("heads", "layers", "pairs"):
         old = pd.read_csv(old_dir / f"{table}.csv")
         if isinstance(new_dir_or_diag, Path):
@@ -61,7 +62,7 @@ def _same_tables(new_dir_or_diag, old_dir: Path) -> None:
                 continue
             a, b = old[col].to_numpy(), new[col].to_numpy()
             if a.dtype.kind in "fi" and b.dtype.kind in "fi":
-                atol = 1 / 16 if col.endswith("_ks") else 1e-7
+                atol = 1 / 16 if col.endswith("_ks") else 2e-3 if col.startswith("selection_score") else 1e-7
                 np.testing.assert_allclose(b.astype(float), a.astype(float), rtol=1e-3, atol=atol, equal_nan=True,
                                            err_msg=f"{table}.{col}")
             else:

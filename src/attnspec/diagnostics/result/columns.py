@@ -11,8 +11,8 @@ __all__ = ["COLUMNS", "HEATMAPS", "describe", "markdown"]
 
 _SELECTION = (
     "log of spec_w1_rel over the same quantity for a null head (same values, W_O, masks and temperature, "
-    "random scores Q K^T/sqrt(d) of the theory's model), both floored at 1e-3, the smallest departure resolved (0 "
-    "for a head too cool to depart measurably from its equivalent). About 0 for noise-like heads; positive for "
+    "random scores Q K^T/sqrt(d) of the theory's model), both floored at 1e-5, the smallest departure float32 "
+    "spectra resolve (precision under last-bit differences of the inputs: about 1e-7 / min(D, D_null)). About 0 for noise-like heads; positive for "
     "heads whose attention is structured beyond their temperature.")
 
 _LO = ("Lower end of the 95 % bootstrap interval of {} (Poisson bootstrap over texts, 200 replicates by "

@@ -13,8 +13,8 @@ texts, like the head's):
 
     selection_score = log( D(Y, Y~) / D(Y0, Y0~) ),
 
-both departures floored at :data:`DEPARTURE_RESOLUTION` (1e-3), below which float32 spectra and a pooled ``W1`` do
-not resolve a departure.
+both departures floored at :data:`DEPARTURE_RESOLUTION` (1e-5), below which float32 spectra do not resolve a
+departure. Its precision under last-bit differences of the inputs is about ``1e-7 / min(D, D_null)``.
 
 It is about 0 for a noise-like head (a random head at the same temperature departs as much), and
 positive when the head's attention is structured beyond what its temperature explains (it selects
@@ -237,11 +237,11 @@ def spectral_departure(actual: np.ndarray, reference: np.ndarray) -> dict[str, f
 
 
 #: Smallest relative departure ``D`` the selection score resolves: both departures are floored at it. Float32
-#: spectra carry the last-bit differences of their inputs at about 1e-7 of ``m1`` (a copied model, another memory
-#: layout), and ``W1`` between two spectra of about 2,000 pooled eigenvalues has a sampling noise near 1e-2; below
-#: 1e-3 a head is indistinguishable from its equivalent (a head at score scale 0.01, whose softmax is linear to
-#: 1e-4: its ``log(D / D_null)`` was a ratio of rounding errors, moving by 3e-3 when the weights moved by 1e-7).
-DEPARTURE_RESOLUTION = 1e-3
+#: spectra carry the last-bit differences of their inputs (another CPU's kernels, a perturbation of the weights by
+#: 1e-7) at about 1e-7 to 1e-6 of ``m1`` in ``D``, and ``log(D / D_null)`` divides that by the smaller departure:
+#: 1e-7 moved the score of a head at ``D = 0.2`` by 7e-7 and of a head at score scale 0.01 (``D = 1e-4``, a softmax
+#: linear to 1e-4) by 3e-3. Below the floor, a hundred times that resolution, two departures are not told apart.
+DEPARTURE_RESOLUTION = 1e-5
 
 
 def selection_score(d_actual: np.ndarray, d_null: np.ndarray, floor: float = DEPARTURE_RESOLUTION) -> np.ndarray:
@@ -253,8 +253,8 @@ def selection_score(d_actual: np.ndarray, d_null: np.ndarray, floor: float = DEP
         Relative departures ``w1_rel`` of the heads and of their null heads (:func:`spectral_departure`).
     floor : float
         Both are floored at it (default :data:`DEPARTURE_RESOLUTION`): a departure below it is not resolved, so
-        that two heads both below it score 0 and last-bit differences of the inputs move no score by more than
-        about ``1e-7 / floor``.
+        that a head and its null both below it score 0, and last-bit differences of the inputs (about 1e-7 in a
+        departure) move no score by more than about ``1e-7 / floor``.
 
     Returns
     -------
@@ -269,7 +269,7 @@ def selection_score(d_actual: np.ndarray, d_null: np.ndarray, floor: float = DEP
 
     Departures below the resolution are not told apart (a very cool head and its null):
 
-    >>> selection_score(np.array([2e-4]), np.array([5e-5]))
+    >>> selection_score(np.array([2e-6]), np.array([5e-7]))
     array([0.])
     """
     f = max(float(floor), 1e-300)
