@@ -117,7 +117,9 @@ def test_sink_mass_does_not_count_against_the_rule():
     assert res["query_selection_rule"][0] == "offset -1" and res["query_selection_score"][0] > 0.99
     assert res["query_selection"][0] == "selective"
     assert qs.result(intervals=False)["query_selection"][0] == "undetermined"   # no interval, no verdict
-    assert np.isnan(qs.excess()[0, -2:]).all()                  # no tokens: no content rule
+    assert np.isnan(qs.excess()[0, -3:-1]).all()                # no tokens: no content rule
+    sink = qs.rules.index("sink")                                # its own role: 90 % on the first token
+    assert qs.excess()[0, sink] > 0.85 and qs.roles()["verdict"][0, sink] == "selective"
 
 
 def test_verdict_rules():

@@ -21,8 +21,8 @@ N_BOOT_BYTES_PER_HEAD = 1_000
 SCHEDULER_TIMEOUT_S = 10
 WORKER_TIMEOUT_S = 60
 #: Every file `attnspec diagnose` writes into --out (files of an earlier run not written again are removed).
-OUTPUT_FILES = ("heads.csv", "layers.csv", "pairs.csv", "heads.parquet", "layers.parquet", "pairs.parquet",
-                "replicates.npz", "report.html", "summary.json")
+OUTPUT_FILES = ("heads.csv", "layers.csv", "pairs.csv", "roles.csv", "heads.parquet", "layers.parquet",
+                "pairs.parquet", "roles.parquet", "replicates.npz", "report.html", "summary.json")
 #: Families whose activations overflow float16 (the diagnosis would see inf/NaN attention inputs).
 FLOAT16_OVERFLOW = ("gemma3", "gemma3_text", "gemma2")
 
@@ -545,7 +545,9 @@ def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:
           f"shared-target selection: {s['n_selective']} selective, {s['n_diffuse']} diffuse, {s['n_sparse']} sparse, "
           f"{s.get('n_undetermined', 0)} undetermined; per-query selection: {s.get('n_query_selective', 0)} selective; "
           f"{s.get('n_dependent_heads', 0)} dependent heads; "
+          f"{s.get('roles', {}).get('n_heads_with_roles', 0)} heads with a role; "
           f"load {t_load:.1f} s, diagnose {t_diag:.1f} s "
           f"({torch.get_num_threads()} threads)")
-    print(f"wrote {out}/heads.csv, layers.csv, pairs.csv, summary.json, report.html")
+    print(f"wrote {out}/heads.csv, layers.csv, pairs.csv, " + ("roles.csv, " if len(diag.roles) else "")
+          + "summary.json, report.html")
     return 0

@@ -86,11 +86,50 @@ def _heatmap(h, col: str, cmap_name: str, title: str, nL: int, nH: int) -> str:
 
 
 def _heatmaps(diag) -> str:
-    """Layer x head heat maps of the columns of :data:`HEATMAPS` present in ``diag.heads``."""
+    """Layer x head heat maps of the columns of :data:`HEATMAPS` present in ``diag.heads``, the role atlas after the
+    two selection maps."""
     h = diag.heads
     nL = int(h["layer"].max()) + 1
     nH = int(h["head"].max()) + 1
-    return "".join(_heatmap(h, col, cmap, title, nL, nH) for col, cmap, title in HEATMAPS if col in h)
+    maps = [_heatmap(h, col, cmap, title, nL, nH) for col, cmap, title in HEATMAPS if col in h]
+    if "roles" in h:
+        maps.insert(min(2, len(maps)), _role_atlas(h, nL, nH))
+    return "".join(maps)
+
+
+#: Short names of the rules in the role atlas.
+_SHORT = {"same token": "dup", "induction": "ind", "sink": "sink"}
+
+
+def _short(rule: str) -> str:
+    """``'offset -1'`` -> ``'-1'``, ``'offset 2'`` -> ``'+2'``, ``'same token'`` -> ``'dup'``."""
+    if rule.startswith("offset "):
+        d = int(rule.split()[1])
+        return f"{d:+d}" if d else "0"
+    return _SHORT.get(rule, rule)
+
+
+def _role_atlas(h, nL: int, nH: int) -> str:
+    """Layers x heads, each cell the head's roles (heads.csv ``roles``) in short names, shaded by how many."""
+    roles = {(int(r.layer), int(r.head)): [x for x in str(r.roles).split("; ") if x and x != "nan"]
+             for r in h[["layer", "head", "roles"]].itertuples()}
+    shade = ["#ffffff", "#fde0c5", "#facba6", "#f8b58b", "#f59e72"]
+    head_row = "".join(f"<th>{j}</th>" for j in range(nH))
+    rows = []
+    for i in range(nL):
+        cells = []
+        for j in range(nH):
+            if (i, j) not in roles:
+                cells.append('<td class="na" title="n/a"></td>')
+                continue
+            rs = roles[(i, j)]
+            tip = html.escape(f"layer {i}, head {j}: " + ("; ".join(rs) or "no role"))
+            cells.append(f'<td style="background:{shade[min(len(rs), len(shade) - 1)]};width:auto;padding:0 3px;'
+                         f'white-space:nowrap" title="{tip}">{html.escape(" ".join(_short(x) for x in rs))}</td>')
+        rows.append(f"<tr><th>{i}</th>{''.join(cells)}</tr>")
+    return ('<figure class="hm" id="roles"><figcaption>role atlas: the rules each head follows (selective in roles.csv; '
+            '-1 previous token, +1 next, 0 itself, dup same token, ind induction, sink excluded keys)</figcaption>'
+            f'<table><tr><th class="corner">layer \\ head</th>{head_row}</tr>{"".join(rows)}</table></figure>')
 
 
 def _spectra(diag) -> str:
@@ -260,7 +299,8 @@ of {len(diag.pairs)}</span></p>
 <h2>Notes</h2><ul>{notes or _THEORY_NOTE}</ul>
 <h2>Heat maps (layer x head)</h2>
 <p>Hover a cell for its value. On the selection-score map, crosses mark heads flagged diffuse, circles heads
-labelled sparse. On the CKA map, a number marks a dependent head and names its partner.</p>
+labelled sparse. The role atlas names every rule a head follows (roles.csv, under a family-wise error control over
+each head's rules). On the CKA map, a number marks a dependent head and names its partner.</p>
 <div id="heatmaps">{hm}</div>
 <h2>Uncertainty per head</h2>
 <p>Selection score and beta_hat of every head with their 95 % bootstrap intervals over texts; colour: the verdict

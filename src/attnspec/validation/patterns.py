@@ -29,15 +29,18 @@ import math
 
 import torch
 
-__all__ = ["PATTERNS", "DEFAULT_PATTERNS", "CLASS_TOKENS", "position_code", "structured_weights", "target_mask", "allowed_pairs",
+__all__ = ["PATTERNS", "DEFAULT_PATTERNS", "CLASS_TOKENS", "SINK_TOKENS", "position_code", "structured_weights", "target_mask", "allowed_pairs",
            "score_scale", "target_gain"]
 
-#: Structured attention patterns of selective heads.
-PATTERNS = ("offset", "class", "identity", "induction")
+#: Structured attention patterns of selective heads (``'offset+sink'``: two roles in one head, a fixed relative
+#: position and the special tokens ``[CLS]``/``[SEP]``, on disjoint rows of the head's query and key weights).
+PATTERNS = ("offset", "class", "identity", "induction", "offset+sink")
 #: The patterns planted by default (``'induction'`` is opt-in: it needs two layers and a writer head).
 DEFAULT_PATTERNS = ("offset", "class", "identity")
 #: Tokens of the 'class' pattern (attention sinks of trained BERTs).
 CLASS_TOKENS = ("[CLS]", "[SEP]", ".", ",")
+#: Tokens of the sink part of ``'offset+sink'``: the special tokens, which attnspec's sink rule counts.
+SINK_TOKENS = ("[CLS]", "[SEP]")
 
 
 def _omega(head_dim: int) -> torch.Tensor:
@@ -85,8 +88,8 @@ def _rotation(head_dim: int, offset: int) -> torch.Tensor:
 
 
 def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Tensor,
-                       identity_basis: torch.Tensor, prev_basis: torch.Tensor | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+                       identity_basis: torch.Tensor, prev_basis: torch.Tensor | None = None,
+                       sink_basis: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Unit-gain query and key weights ``(head_dim, hidden)`` of one structured pattern.
 
     ``'offset'``: query ``R(omega offset) U^T``, key ``U^T`` with ``U = basis[:, :head_dim]`` and ``R`` the
@@ -94,13 +97,16 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
     cos(omega_k (j - i - offset))`` (``a`` its amplitude); ``'class'``: query reads the constant direction
     ``basis[:, head_dim]``, key the class direction ``basis[:, head_dim + 1]`` (first row only, times
     ``sqrt(head_dim)``); ``'identity'``: query and key both ``identity_basis^T``; ``'induction'``: query
-    ``identity_basis^T``, key ``prev_basis^T``.
+    ``identity_basis^T``, key ``prev_basis^T``; ``'offset+sink'``: the offset pattern on the first ``head_dim - 2``
+    rows (the position code's first ``head_dim / 2 - 1`` frequencies) and, on the last row, a query reading the constant
+    direction and a key reading ``sink_basis`` (a direction only the special tokens carry), so that ``q_i . k_j`` is
+    the sum of the two patterns' scores with no cross term.
 
     Parameters
     ----------
-    pattern : {'offset', 'class', 'identity'}
+    pattern : {'offset', 'class', 'identity', 'induction', 'offset+sink'}
     offset : int
-        Relative position of the target key (``'offset'`` only).
+        Relative position of the target key (``'offset'`` and ``'offset+sink'``).
     head_dim : int
     basis : Tensor
         ``(hidden, head_dim + 2)`` float64: position code, constant, class directions.
@@ -108,6 +114,8 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
         ``(hidden, head_dim)`` float64: the subspace of the word embeddings read by ``'identity'``.
     prev_basis : Tensor, optional
         ``(hidden, head_dim)`` float64: the previous-token subspace read by ``'induction'`` keys.
+    sink_basis : Tensor, optional
+        ``(hidden,)`` float64: the direction of the special tokens read by ``'offset+sink'`` keys.
 
     Examples
     --------
@@ -122,11 +130,19 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
     [-0.5, -0.5, -0.5, 2.0, -0.5, -0.5, -0.5]
     >>> structured_weights("diagonal", 0, 4, basis, ident)
     Traceback (most recent call last):
-    ValueError: unknown pattern 'diagonal'; expected one of ('offset', 'class', 'identity', 'induction')
+    ValueError: unknown pattern 'diagonal'; expected one of ('offset', 'class', 'identity', 'induction', 'offset+sink')
     """
     U = basis[:, :head_dim]
     if pattern == "offset":
         return _rotation(head_dim, offset) @ U.T, U.T.clone()
+    if pattern == "offset+sink":
+        if head_dim < 4 or sink_basis is None:
+            raise ValueError(f"pattern 'offset+sink' needs head_dim >= 4 and sink_basis, got {head_dim}")
+        m = head_dim - 2
+        Wq, Wk = torch.zeros(head_dim, basis.shape[0], dtype=torch.float64), torch.zeros_like(U.T)
+        Wq[:m], Wk[:m] = _rotation(head_dim, offset)[:m, :m] @ U[:, :m].T, U[:, :m].T
+        Wq[-1], Wk[-1] = math.sqrt(head_dim) * basis[:, head_dim], 0.6 * math.sqrt(head_dim) * sink_basis
+        return Wq, Wk
     if pattern == "class":
         e1 = torch.zeros(head_dim, 1, dtype=torch.float64)
         e1[0] = math.sqrt(head_dim)
@@ -140,21 +156,24 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
     raise ValueError(f"unknown pattern {pattern!r}; expected one of {PATTERNS}")
 
 
-def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: torch.Tensor) -> torch.Tensor:
+def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: torch.Tensor,
+                sink_ids: torch.Tensor | None = None) -> torch.Tensor:
     """``(B, L, L)`` bool: the keys ``j`` a head of this pattern should attend to from query ``i``.
 
     ``'offset'``: ``j = i + offset``; ``'class'``: ``input_ids[j]`` in ``class_ids``; ``'identity'``:
     ``input_ids[j] == input_ids[i]`` (``j = i`` included); ``'induction'``: ``input_ids[j - 1] ==
-    input_ids[i]`` with ``j - 1 != i``.
+    input_ids[i]`` with ``j - 1 != i``; ``'offset+sink'``: ``'offset'``'s key or a special token (``sink_ids``).
 
     Parameters
     ----------
-    pattern : {'offset', 'class', 'identity'}
+    pattern : {'offset', 'class', 'identity', 'induction', 'offset+sink'}
     offset : int
     input_ids : Tensor
         ``(B, L)`` token ids.
     class_ids : Tensor
         Ids of the class tokens (:data:`CLASS_TOKENS`).
+    sink_ids : Tensor, optional
+        Ids of the special tokens (:data:`SINK_TOKENS`; ``'offset+sink'``).
 
     Examples
     --------
@@ -170,6 +189,8 @@ def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: t
     [0, 0, 1, 0, 0]
     """
     B, L = input_ids.shape
+    if pattern == "offset+sink":
+        return target_mask("offset", offset, input_ids, class_ids) | target_mask("class", 0, input_ids, sink_ids)
     if pattern == "offset":
         i = torch.arange(L)
         return ((i[None, :] - i[:, None]) == offset).expand(B, L, L)

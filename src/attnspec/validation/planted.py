@@ -46,7 +46,7 @@ import pandas as pd
 import torch
 
 from .architectures import ARCHITECTURES
-from .patterns import CLASS_TOKENS, DEFAULT_PATTERNS, PATTERNS, allowed_pairs, position_code, score_scale, structured_weights, \
+from .patterns import CLASS_TOKENS, DEFAULT_PATTERNS, PATTERNS, SINK_TOKENS, allowed_pairs, position_code, score_scale, structured_weights, \
     target_gain, target_mask
 
 __all__ = ["PlantSpec", "PlantedModel", "build_planted_model", "calibration_texts", "minilm_tokenizer_dir",
@@ -245,7 +245,7 @@ def _roles(spec: PlantSpec, rng: np.random.Generator) -> list[dict]:
             writer = sel[0] if layer == 0 else -1
         pattern = {h: order[i % len(order)] for i, h in enumerate(sel)}
         offsets = CAUSAL_OFFSETS if ARCHITECTURES[spec.architecture].causal else OFFSETS
-        offset = {h: int(rng.choice(offsets)) if pattern[h] == "offset" else 0 for h in sel}
+        offset = {h: int(rng.choice(offsets)) if pattern[h] in ("offset", "offset+sink") else 0 for h in sel}
         if writer >= 0:
             offset[writer] = -1
         out.append({"role": role, "pairs": pairs, "important": imp, "pattern": pattern, "offset": offset,
@@ -267,10 +267,10 @@ def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, allowed, enc,
     if not sel or spec.strength == 0:
         return gain
     pats = [(roles["pattern"][h], roles["offset"][h]) for h in sel]
-    unit = [structured_weights(p, o, spec.head_dim, geometry["basis"], geometry["identity"], geometry.get("prev"))
-            for p, o in pats]
+    unit = [structured_weights(p, o, spec.head_dim, geometry["basis"], geometry["identity"], geometry.get("prev"),
+                               geometry.get("sink")) for p, o in pats]
     Sq, Sk = torch.stack([u[0] for u in unit]), torch.stack([u[1] for u in unit])
-    targets = [target_mask(p, o, enc["input_ids"], geometry["class_ids"]) for p, o in pats]
+    targets = [target_mask(p, o, enc["input_ids"], geometry["class_ids"], geometry.get("sink_ids")) for p, o in pats]
     goal = spec.strength * spec.max_gain
     c2 = (goal / target_gain(X, allowed, Sq, Sk, targets)).clamp_min(0)
     base_q, base_k = Wq[sel].clone(), Wk[sel].clone()
@@ -337,13 +337,18 @@ def _embeddings(model, spec: PlantSpec, tokenizer, gen: torch.Generator) -> dict
     """Write word, position and token-type embeddings (without token types, the constant direction goes
     into every word embedding); return the geometry the patterns read."""
     D, d = spec.hidden, spec.head_dim
-    Q = torch.linalg.qr(torch.randn(D, (3 if spec.induction else 2) * d + 2, generator=gen, dtype=torch.float64))[0]
+    sink = "offset+sink" in spec.patterns and spec.n_selective > 0     # one more direction: the special tokens'
+    Q = torch.linalg.qr(torch.randn(D, (3 if spec.induction else 2) * d + 2 + sink, generator=gen,
+                                    dtype=torch.float64))[0]
     basis, identity = Q[:, :d + 2], Q[:, d + 2:2 * d + 2]
     class_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(CLASS_TOKENS)))
     word, position, token_type = ARCHITECTURES[spec.architecture].embeddings(model)
     with torch.no_grad():
         words = torch.randn(word.shape, generator=gen, dtype=torch.float64)
         words[class_ids] += spec.amplitude * basis[:, d]
+        if sink:
+            sink_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(SINK_TOKENS)))
+            words[sink_ids] += spec.amplitude * Q[:, -1]
         if token_type is None:
             words += spec.amplitude * basis[:, d + 1]
         else:
@@ -355,8 +360,11 @@ def _embeddings(model, spec: PlantSpec, tokenizer, gen: torch.Generator) -> dict
     out = {"basis": basis, "identity": identity, "class_ids": class_ids,
            "complement": torch.eye(D, dtype=torch.float64) - basis @ basis.T}
     if spec.induction:
-        out["prev"] = Q[:, 2 * d + 2:]
+        out["prev"] = Q[:, 2 * d + 2:3 * d + 2]
         out["complement"] = out["complement"] - out["prev"] @ out["prev"].T
+    if sink:
+        out["sink"], out["sink_ids"] = Q[:, -1], sink_ids
+        out["complement"] = out["complement"] - out["sink"][:, None] @ out["sink"][None]
     return out
 
 

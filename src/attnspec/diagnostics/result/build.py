@@ -1,5 +1,5 @@
 """Step 5: the :class:`.diagnosis.Diagnosis` from the merged step results (:class:`..pipeline.run.StepResults`):
-the ``heads``, ``layers`` and ``pairs`` tables (:mod:`.tables`), the summary (:mod:`.summary`) and the pooled
+the ``heads``, ``layers``, ``pairs`` and ``roles`` tables (:mod:`.tables`), the summary (:mod:`.summary`) and the pooled
 layer spectra. A task like the others (first argument the model's adapter): a cluster builds it on a worker."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..pipeline.removal_plan import EXACT_MODES
 from .diagnosis import Diagnosis
 from .intervals import TextWeights, removal_replicates
 from .summary import build_summary, options_used, removal_summary
-from .tables import TableOptions, build_tables
+from .tables import TableOptions, build_tables, head_roles, roles_table
 
 __all__: list[str] = []        # internal: the pipeline's parts (the public API is attnspec.diagnose)
 
@@ -35,6 +35,9 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     per_layer: list = []             # each layer's bootstrap replicates, computed once for its intervals
     heads, layers, pairs = build_tables(sites, res.fit_sums, res.fits, res.spectra, res.removal, W,
                                         res.corpus.max_tokens, opt, res.null_sums, per_layer)
+    roles = roles_table(res.fit_sums, opt)
+    at = heads.columns.get_loc("induction_excess") + 1 if "induction_excess" in heads else len(heads.columns)
+    heads.insert(at, "roles", head_roles(heads, roles))
     timings["tables"] = time.perf_counter() - t0
     summary = build_summary(adapter, heads, res.corpus, opt, timings, source, opts.max_length, opts.bucket_size,
                             opts.seed, model_name, pairs=pairs, model_loss=res.removal.model_loss())
@@ -50,10 +53,14 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     spectra = {i: {"actual": sp.of_layer("act"), "gaussian_equivalent": sp.of_layer("ge"),
                    "free_sum": sp.of_layer("free")} for i, sp in enumerate(res.spectra)}
     summary["reference_seed"] = int(opts.reference_seed)
+    chosen = roles[roles["verdict"] == "selective"]
+    summary["roles"] = {"n_heads_with_roles": int((heads["roles"] != "").sum()),
+                        "selective_heads_per_rule": {r: int((chosen["rule"] == r).sum()) for r in roles["rule"].unique()}}
     reps, meta = (_replicates(res, opt, heads, per_layer) if opt.n_boot else ({}, {}))
     if meta:
         meta["reference_seed"] = int(opts.reference_seed)   # the reference draws: a paired comparison needs them equal
-    return Diagnosis(heads=heads, layers=layers, pairs=pairs, spectra=spectra, summary=summary, replicates=reps,
+    return Diagnosis(heads=heads, layers=layers, pairs=pairs, roles=roles, spectra=spectra, summary=summary,
+                     replicates=reps,
                      replicate_meta=meta)
 
 

@@ -116,6 +116,10 @@ COLUMNS: dict[str, dict[str, str]] = {
                             ">= 0.1, a tenth of the attention the rule could hold beyond chance), not selective (upper "
                             "bound below 0.1), or undetermined (the interval contains 0.1, fewer than min_tokens "
                             "counted queries, or no rule applies to 100 queries)."),
+        "roles": ("Every rule of roles.csv whose verdict is selective, in the rules' order, joined by '; ' (empty when "
+                  "none): the head's roles, e.g. 'offset -1; sink'. Family-wise: the simultaneous intervals over a "
+                  "head's rules give a head whose every rule is below the margin any role with probability about "
+                  "2.5 %."),
         "diffuse": "selection == 'diffuse'.",
         "dead": ("The head's output is zero (a pruned head: its W_O or V slice is zero). Its spectral columns and "
                  "their intervals are 0, selection is undetermined, and its removal effect is 0."),
@@ -233,6 +237,26 @@ COLUMNS: dict[str, dict[str, str]] = {
         "output_corr": "<Y_a, Y_b>_F / (||Y_a|| ||Y_b||) of the heads' outputs (positive: reinforce, negative: cancel).",
         "shared_kv": "The two heads read the same key/value head.",
     },
+    "roles": {
+        "layer": "Layer index.",
+        "head": "Head index within the layer.",
+        "rule": ("The rule: 'offset d' (the key d positions from the query, d in -8..8; 'offset -1' previous token, "
+                 "'offset 0' the token itself), 'same token' (an earlier or later occurrence of the query's token: "
+                 "duplicate-token heads), 'induction' (the token after an earlier occurrence of the query's token), "
+                 "'sink' (the excluded keys: special tokens and each text's first token)."),
+        "excess": ("The rule's excess fraction (O - E) / (N - E), as query_selection_score for the per-query rules; for "
+                   "'sink' O is the weight on the excluded keys, E its exact expectation under the null, "
+                   "sum_i |X_i| / |A_i| (the null's weights are exchangeable over all allowed keys at every "
+                   "temperature), N the queries that can see an excluded key. 1: the rule takes all it can; about 0 "
+                   "for a random head. NaN where the rule applies to no query."),
+        "excess_lo": ("Lower end of the simultaneous 95 % interval over the head's rules (bootstrap max-t band: excess "
+                      "- c se, c the 95 % quantile over replicates of the largest |replicate - excess| / se among the "
+                      "rules that apply to at least 100 queries)."),
+        "excess_hi": "Upper end of the simultaneous 95 % interval (at most 1).",
+        "verdict": ("selective (excess_lo >= 0.1), not selective (excess_hi < 0.1) or undetermined (the interval "
+                    "contains 0.1, the rule applies to fewer than 100 queries, fewer than min_tokens counted queries, "
+                    "or no interval)."),
+    },
 }
 
 #: Heat-mapped head columns of the report: (column, colour map, title).
@@ -349,7 +373,7 @@ def markdown() -> str:
     --------
     >>> md = markdown()
     >>> [line for line in md.splitlines() if line.startswith("## ")]
-    ['## Intervals and verdicts', '## `heads.csv`', '## `layers.csv`', '## `pairs.csv`']
+    ['## Intervals and verdicts', '## `heads.csv`', '## `layers.csv`', '## `pairs.csv`', '## `roles.csv`']
     >>> "| `beta_hat` | Least-squares slope" in md
     True
     """

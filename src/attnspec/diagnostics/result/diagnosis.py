@@ -15,6 +15,8 @@ __all__ = ["Diagnosis"]
 
 #: The replicates file beside the tables (:meth:`Diagnosis.to_csv`, ``attnspec diagnose --out``).
 REPLICATES = "replicates.npz"
+#: The tables of a diagnosis, each written as ``<name>.csv`` (``roles`` only when it has rows).
+TABLES = ("heads", "layers", "pairs", "roles")
 #: Point columns stored with the replicates: they must equal the tables' for the file to be read back (a
 #: ``replicates.npz`` left by an earlier run into the same folder is ignored).
 _CHECK = ("score_scale", "n_tokens")
@@ -90,6 +92,7 @@ class Diagnosis:
     heads: pd.DataFrame
     layers: pd.DataFrame
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    roles: pd.DataFrame = field(default_factory=pd.DataFrame)
     spectra: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
     replicates: dict = field(default_factory=dict, repr=False)
@@ -105,10 +108,12 @@ class Diagnosis:
         return json.dumps(jsonable(self.summary), indent=2)
 
     def write_tables(self, stage: StagedFiles, suffix: str) -> None:
-        """Write ``heads``, ``layers`` and ``pairs`` as ``<name>.<suffix>`` (csv or parquet) into the temporary
-        files of ``stage`` (:class:`attnspec.atomicio.StagedFiles`), renamed into place when it is committed."""
-        for name in ("heads", "layers", "pairs"):
-            getattr(getattr(self, name), f"to_{suffix}")(stage.path(f"{name}.{suffix}"), index=False)
+        """Write ``heads``, ``layers``, ``pairs`` and (when there are any) ``roles`` as ``<name>.<suffix>`` (csv or
+        parquet) into the temporary files of ``stage`` (:class:`attnspec.atomicio.StagedFiles`), renamed into place
+        when it is committed."""
+        for name in TABLES:
+            if name != "roles" or len(self.roles):
+                getattr(getattr(self, name), f"to_{suffix}")(stage.path(f"{name}.{suffix}"), index=False)
         if suffix == "csv" and self.replicates:
             with open(stage.path(REPLICATES), "wb") as fh:
                 np.savez_compressed(fh, **self._npz())
@@ -161,7 +166,7 @@ class Diagnosis:
             if not (d / name).is_file():
                 raise FileNotFoundError(f"{d}: no {name} (not a diagnosis output folder)")
         tables = {}
-        for name in ("heads", "layers", "pairs"):
+        for name in TABLES:
             try:
                 tables[name] = pd.read_csv(d / f"{name}.csv")
             except (FileNotFoundError, pd.errors.EmptyDataError):
@@ -190,7 +195,7 @@ class Diagnosis:
 
         Each file is written to a temporary name in ``directory`` and renamed into place once all are written,
         ``summary.json`` last (:class:`attnspec.atomicio.StagedFiles`): a failure leaves the directory as it was."""
-        with StagedFiles(directory, last="summary.json", stale=(REPLICATES,)) as st:
+        with StagedFiles(directory, last="summary.json", stale=(REPLICATES, "roles.csv")) as st:
             self.write_tables(st, "csv")
             st.path("summary.json").write_text(self.summary_json())
             names = list(st.items)

@@ -16,6 +16,7 @@ from ...config import BETA_MAX, alpha_of_beta
 from ...models import AttentionSite
 from ..statistics import dependence as dep
 from . import dependence_verdict as dv
+from ..statistics import query_selection as qsel
 from ..statistics import selection as sel
 from ..statistics.bootstrap import N_BOOT, interval
 from .intervals import TextWeights, cka_excess_replicates, head_intervals, head_replicates
@@ -26,7 +27,7 @@ from ..pipeline.head_removal import RemovalSums
 from ..pipeline.removal_plan import EXACT_MODES
 from ..pipeline.spectra import LayerSpectra
 
-__all__ = ["TableOptions", "build_tables", "attention_kind"]
+__all__ = ["TableOptions", "build_tables", "attention_kind", "roles_table", "head_roles"]
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,50 @@ def removal_columns(removal: RemovalSums, opt: TableOptions, H_of: np.ndarray) -
         cols["michel_importance"] = normalize_per_layer(mich)
         cols["michel_importance_raw"] = mich
     return cols
+
+
+def roles_table(fit_sums: list[LayerFitSums], opt: TableOptions) -> pd.DataFrame:
+    """One row per layer, head and rule of the per-query statistic and the sink (columns ``layer``, ``head`` and
+    :data:`..statistics.query_selection.ROLE_COLUMNS`; :meth:`..statistics.query_selection.QuerySelectionSums.roles`),
+    from step 2's merged sums: no other pass.
+
+    Examples
+    --------
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.pipeline.collect import collect
+    >>> from attnspec.diagnostics.pipeline.fit import LayerFitSums
+    >>> ad, batch = tiny_causal_lm()
+    >>> sums = [LayerFitSums().update(lb, s.w_out(), 0, 20) for lb, s in zip(collect(ad, batch), ad.sites)]
+    >>> t = roles_table(sums, TableOptions(n_boot=20))
+    >>> len(t), list(t.columns), t["rule"].iloc[-1]                # 2 layers x 2 heads x 20 rules
+    (80, ['layer', 'head', 'rule', 'excess', 'excess_lo', 'excess_hi', 'verdict'], 'sink')
+    """
+    parts = []
+    for i, fs in enumerate(fit_sums):
+        if fs.query is None:
+            continue
+        r = fs.query.roles(min_tokens=opt.min_tokens, intervals=opt.n_boot > 0)
+        H, R = r["excess"].shape
+        parts.append(pd.DataFrame({"layer": i, "head": np.repeat(np.arange(H), R),
+                                   **{k: np.asarray(v).ravel() for k, v in r.items()}}))
+    cols = ["layer", "head", *qsel.ROLE_COLUMNS]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+
+
+def head_roles(heads: pd.DataFrame, roles: pd.DataFrame) -> list[str]:
+    """Per row of ``heads``, its rules whose verdict is ``selective``, joined by ``'; '`` (empty when none).
+
+    Examples
+    --------
+    >>> heads = pd.DataFrame({"layer": [0, 0], "head": [0, 1]})
+    >>> roles = pd.DataFrame({"layer": [0, 0, 0], "head": [0, 0, 1], "rule": ["offset -1", "sink", "sink"],
+    ...                       "verdict": ["selective", "selective", "not selective"]})
+    >>> head_roles(heads, roles)
+    ['offset -1; sink', '']
+    """
+    sel_rows = roles[roles["verdict"] == "selective"] if len(roles) else roles
+    named = sel_rows.groupby(["layer", "head"], sort=False)["rule"].agg("; ".join).to_dict() if len(sel_rows) else {}
+    return [named.get((int(layer), int(head)), "") for layer, head in zip(heads["layer"], heads["head"])]
 
 
 def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits: list[dict],

@@ -81,6 +81,26 @@ below 0.1 (docs/validity.md gives the measured false-positive rates).
 
 ``query_selection_kind`` is ``positional`` or ``content`` for the best rule, ``none`` where no rule applies;
 ``query_selection_rule`` names it (``'offset -1'``, ``'same token'``, ``'induction'``, ``'none'``).
+
+**The sink rule.** The excluded keys ``X_i = A_i & X`` are a rule of their own (``'sink'``): the head's weight on
+them beyond chance. Over *all* allowed keys the null's weights are exchangeable, so at every beta
+
+    E_null[ sum_{j in X_i} a_ij ] = |X_i| / |A_i|,
+
+and ``O = sum_i sum_{j in X_i} a_ij``, ``E = sum_i |X_i| / |A_i|``, ``N = sum_i 1[X_i nonempty]`` (each counted query
+weighs 1: the sink takes what ``m_i`` leaves) give its excess fraction as above: 1 for a head that puts every
+query's whole weight on ``[CLS]`` or ``<bos>``, about 0 for a random head. It is never a head's best rule (that
+stays a per-query rule) but is a role of its own (:meth:`QuerySelectionSums.roles`).
+
+**Roles** (:meth:`QuerySelectionSums.roles`, ``roles.csv``): every rule of every head with its excess, a
+*simultaneous* 95 % interval over the head's rules and a verdict. The interval is the bootstrap max-t band:
+with ``se_r`` the replicates' standard deviation of rule ``r`` and ``c`` the 95 % quantile over replicates of
+``max_r |x*_r - x_r| / se_r`` (the rules that apply to at least ``min_queries`` queries), ``[x_r - c se_r,
+x_r + c se_r]`` holds every rule's excess at once with probability about 95 %, so the chance that *any* rule of a
+head whose excess is below the margin everywhere is called ``selective`` is at most about 2.5 % (family-wise, one
+side). Verdicts as above: ``selective`` when ``lo >= margin``, ``not selective`` when ``hi < margin``, else (or the
+rule applies to fewer than ``min_queries`` queries, or fewer than ``min_tokens`` queries were counted)
+``undetermined``.
 """
 from __future__ import annotations
 
@@ -91,13 +111,16 @@ import torch
 
 from .devices import host
 
-__all__ = ["QuerySelectionSums", "OFFSETS", "CONTENT_RULES", "MARGIN", "MIN_QUERIES", "MIN_TOKENS_FOR_LABEL",
-           "VERDICTS", "COLUMNS", "NAMED_RULES", "verdict"]
+__all__ = ["QuerySelectionSums", "OFFSETS", "CONTENT_RULES", "SINK_RULE", "MARGIN", "MIN_QUERIES",
+           "MIN_TOKENS_FOR_LABEL", "VERDICTS", "COLUMNS", "ROLE_COLUMNS", "NAMED_RULES", "verdict",
+           "simultaneous_interval"]
 
 #: Relative offsets of the positional rules (query ``i`` attends to key ``i + d``).
 OFFSETS = tuple(range(-8, 9))
 #: The content rules, in column order after the offsets.
 CONTENT_RULES = ("same token", "induction")
+#: The rule of the excluded keys (special tokens, each text's first token): the last column, never a best rule.
+SINK_RULE = "sink"
 #: Default margin on the excess fraction: ``selective`` when the interval's lower bound reaches it.
 MARGIN = 0.1
 #: Fewest queries a rule must apply to (all texts) to be chosen as a head's best rule.
@@ -109,6 +132,8 @@ VERDICTS = ("selective", "not selective", "undetermined")
 #: The columns of :meth:`QuerySelectionSums.result`.
 COLUMNS = ("query_selection_score", "query_selection_score_lo", "query_selection_score_hi", "query_selection_kind",
            "query_selection_rule", "query_selection", "previous_token_excess", "induction_excess")
+#: The columns of :meth:`QuerySelectionSums.roles` (one row per head and rule), after ``layer`` and ``head``.
+ROLE_COLUMNS = ("rule", "excess", "excess_lo", "excess_hi", "verdict")
 #: The rules most asked after, reported whatever a head's best rule (column -> rule).
 NAMED_RULES = {"previous_token_excess": "offset -1", "induction_excess": "induction"}
 _LEVEL = 0.95
@@ -147,6 +172,63 @@ def _interval(reps: np.ndarray, level: float = _LEVEL) -> tuple[np.ndarray, np.n
     return lo, hi
 
 
+def simultaneous_interval(x: np.ndarray, reps: np.ndarray, level: float = _LEVEL,
+                          family: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Bootstrap max-t band over the last axis (one head's rules): ``x +- c se`` with ``se`` the replicates' standard
+    deviation and ``c`` the ``level`` quantile over replicates of ``max_r |reps_r - x_r| / se_r`` over the rules of
+    ``family`` (default: every rule with a finite estimate); all of them inside at once with probability about
+    ``level``. Rules without replicates' spread get ``[x, x]``; NaN where fewer than 10 replicates are finite.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (..., R)
+    reps : numpy.ndarray, shape (n_boot, ..., R)
+    level : float
+    family : numpy.ndarray of bool, shape (..., R), optional
+
+    Returns
+    -------
+    lo, hi : numpy.ndarray, shape (..., R)
+
+    Examples
+    --------
+    Two independent rules: the band is wider than each rule's own 95 % interval (1.96 se), about 2.24 se:
+
+    >>> rng = np.random.default_rng(0)
+    >>> reps = rng.standard_normal((4000, 2))
+    >>> lo, hi = simultaneous_interval(np.zeros(2), reps)
+    >>> bool(2.15 < hi[0] < 2.35), bool(np.allclose(lo, -hi))
+    (True, True)
+    """
+    x = np.asarray(x, dtype=np.float64)
+    reps = np.asarray(reps, dtype=np.float64)
+    lo, hi = np.full(x.shape, np.nan), np.full(x.shape, np.nan)
+    if reps.shape[0] == 0:
+        return lo, hi
+    fam = np.isfinite(x) if family is None else (np.asarray(family, bool) & np.isfinite(x))
+    finite = np.isfinite(reps)
+    n = finite.sum(0)
+    enough = n >= 10                                                          # (..., R)
+    r0 = np.where(finite, reps, 0.0)
+    mean = r0.sum(0) / np.maximum(n, 1)
+    se = np.sqrt((np.where(finite, reps - mean, 0.0) ** 2).sum(0) / np.maximum(n, 1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.abs(reps - x) / np.where(se > 0, se, np.nan)                  # (n_boot, ..., R)
+    t = np.where((fam & enough & (se > 0))[None], t, np.nan)
+    with np.errstate(invalid="ignore"):
+        worst = np.nanmax(np.where(np.isnan(t), -np.inf, t), axis=-1)            # (n_boot, ...)
+    worst = np.where(np.isfinite(worst), worst, np.nan)
+    counted = np.isfinite(worst).sum(0) >= 10
+    c = np.full(worst.shape[1:], np.nan)
+    if counted.any():
+        c[counted] = np.nanquantile(worst[:, counted], level, axis=0)
+    c = np.where(counted, c, 0.0)[..., None]
+    half = np.where(se > 0, c * np.where(se > 0, se, 0.0), 0.0)
+    ok = enough & np.isfinite(x)
+    lo[ok], hi[ok] = (x - half)[ok], (x + half)[ok]
+    return lo, hi
+
+
 def _excess(O: np.ndarray, E: np.ndarray, N: np.ndarray) -> np.ndarray:
     """``(O - E) / (N - E)`` elementwise; NaN where ``N - E <= 0``."""
     den = N - E
@@ -172,7 +254,8 @@ class QuerySelectionSums:
     Attributes
     ----------
     observed, expected, capacity : numpy.ndarray, shape (H, R)
-        ``O``, ``E`` and ``N`` per head and rule (rules: :attr:`rules`, the offsets then :data:`CONTENT_RULES`).
+        ``O``, ``E`` and ``N`` per head and rule (rules: :attr:`rules`, the offsets, :data:`CONTENT_RULES`, then
+        :data:`SINK_RULE`).
     count : numpy.ndarray, shape (R,)
         Queries each rule applies to (the same for every head).
     n_queries : float
@@ -212,7 +295,7 @@ class QuerySelectionSums:
         self.n_heads, self.n_boot = int(n_heads), int(n_boot)
         self.first_is_sink = bool(first_is_sink)
         self.offsets = tuple(int(d) for d in offsets)
-        R = len(self.offsets) + len(CONTENT_RULES)
+        R = len(self.offsets) + len(CONTENT_RULES) + 1
         self.observed, self.expected, self.capacity = (np.zeros((self.n_heads, R)) for _ in range(3))
         self.count = np.zeros(R)
         self.n_queries = 0.0
@@ -221,8 +304,8 @@ class QuerySelectionSums:
 
     @property
     def rules(self) -> list[str]:
-        """Names of the rules, in column order: ``'offset d'`` then :data:`CONTENT_RULES`."""
-        return [f"offset {d}" for d in self.offsets] + list(CONTENT_RULES)
+        """Names of the rules, in column order: ``'offset d'``, :data:`CONTENT_RULES`, then :data:`SINK_RULE`."""
+        return [f"offset {d}" for d in self.offsets] + list(CONTENT_RULES) + [SINK_RULE]
 
     def update(self, A: torch.Tensor, rows: slice, allowed: torch.Tensor, valid: torch.Tensor,
                tokens: torch.Tensor | None = None, weights: np.ndarray | None = None,
@@ -302,6 +385,15 @@ class QuerySelectionSums:
             E += [torch.zeros(B, H, k, dtype=torch.float64, device=dev)]
             N += [torch.zeros(B, H, k, dtype=torch.float64, device=dev)]
             C += [torch.zeros(B, k, dtype=torch.float64, device=dev)]
+        # the sink rule: the excluded keys among all allowed real keys, E = |X_i| / |A_i|, each counted query weighs 1
+        allowed_real = al & valid[:, None, :L]
+        sink = allowed_real & ~key_ok[:, None, :L] & q[:, :, None]                   # (B, r, L)
+        k_sink = sink.sum(-1).double()
+        applies = (k_sink > 0).double()                                               # (B, r)
+        O.append(torch.einsum("bhrl,brl->bh", A, sink.to(A.dtype)).double()[..., None])
+        E.append((k_sink / allowed_real.sum(-1).clamp_min(1).double()).sum(1)[:, None, None].expand(B, H, 1))
+        N.append(applies.sum(1)[:, None, None].expand(B, H, 1))
+        C.append(applies.sum(1)[:, None])
         O, E, N, C = (host(torch.cat(x, -1)) for x in (O, E, N, C))  # per text: (B, H, R) x 3, (B, R)
         self.observed += O.sum(0)
         self.expected += E.sum(0)
@@ -344,9 +436,10 @@ class QuerySelectionSums:
         return _excess(self.boot_observed, self.boot_expected, self.boot_capacity)
 
     def best_rule(self, min_queries: float = MIN_QUERIES) -> np.ndarray:
-        """Index of each head's best rule (largest excess among rules applying to ``>= min_queries``
-        queries), ``(H,)``; -1 where none applies."""
-        x = np.where((self.count >= max(min_queries, 1))[None, :], self.excess(), np.nan)
+        """Index of each head's best per-query rule (largest excess among rules applying to ``>= min_queries``
+        queries; never the sink), ``(H,)``; -1 where none applies."""
+        per_query = np.arange(len(self.count)) < len(self.count) - 1
+        x = np.where(((self.count >= max(min_queries, 1)) & per_query)[None, :], self.excess(), np.nan)
         has = np.isfinite(x).any(1)
         return np.where(has, np.argmax(np.where(np.isfinite(x), x, -np.inf), 1), -1)
 
@@ -392,3 +485,46 @@ class QuerySelectionSums:
                  for col, r in NAMED_RULES.items()}
         return {"query_selection_score": score, "query_selection_score_lo": lo, "query_selection_score_hi": hi,
                 "query_selection_kind": kind, "query_selection_rule": rule, "query_selection": lab, **named}
+
+    def roles(self, margin: float = MARGIN, min_queries: float = MIN_QUERIES, min_tokens: int = MIN_TOKENS_FOR_LABEL,
+              level: float = _LEVEL, intervals: bool = True) -> dict[str, np.ndarray]:
+        """Every rule of every head (module docstring, *Roles*): ``rule`` (names, :attr:`rules`), ``excess``,
+        ``excess_lo`` / ``excess_hi`` (the simultaneous band over a head's rules, :func:`simultaneous_interval`, the
+        rules applying to at least ``min_queries`` queries its family; NaN without replicates or with
+        ``intervals=False``) and ``verdict``, each of shape ``(H, R)``.
+
+        Examples
+        --------
+        A head that puts half of each query's weight on the previous token and half on the first token (a sink),
+        and a uniform head, on 8 causal texts of 64 random tokens: the first has both roles, the second none:
+
+        >>> import torch
+        >>> B, L = 8, 64
+        >>> allowed = torch.ones(L, L, dtype=torch.bool).tril().expand(B, L, L)
+        >>> two = 0.5 * torch.diag(torch.ones(L - 1), -1); two[:, 0] += 0.5; two[0, 0] = 1.0; two[1, 0] = 1.0
+        >>> uniform = allowed[0] / allowed[0].sum(-1, keepdim=True)
+        >>> A = torch.stack([two, uniform]).expand(B, 2, L, L).double()
+        >>> valid = torch.ones(B, L, dtype=torch.bool)
+        >>> tokens = torch.randint(0, 50, (B, L), generator=torch.Generator().manual_seed(0))
+        >>> w = torch.poisson(torch.ones(100, B), generator=torch.Generator().manual_seed(1)).numpy()
+        >>> qs = QuerySelectionSums(n_heads=2, n_boot=100).update(A, slice(0, L), allowed, valid, tokens, w)
+        >>> r = qs.roles()
+        >>> [rule for rule, v in zip(r["rule"][0], r["verdict"][0]) if v == "selective"]
+        ['offset -1', 'sink']
+        >>> [rule for rule, v in zip(r["rule"][1], r["verdict"][1]) if v == "selective"]
+        []
+        >>> round(float(r["excess"][0, qs.rules.index("sink")]), 3)      # half the weight, beyond 1 / (i + 1)
+        0.472
+        """
+        x = self.excess()
+        H, R = x.shape
+        family = np.broadcast_to(self.count >= max(min_queries, 1), (H, R))
+        if self.n_boot and intervals:
+            lo, hi = simultaneous_interval(x, self.excess_replicates(), level, family)
+            hi = np.minimum(hi, 1.0)                                       # an excess fraction is at most 1
+        else:
+            lo, hi = np.full((H, R), np.nan), np.full((H, R), np.nan)
+        lab = np.array([[verdict(float(x[h, r]), float(lo[h, r]), float(hi[h, r]), margin, self.n_queries, min_tokens)
+                         if family[h, r] else "undetermined" for r in range(R)] for h in range(H)], dtype=object)
+        rule = np.broadcast_to(np.array(self.rules, dtype=object), (H, R))
+        return {"rule": rule, "excess": x, "excess_lo": lo, "excess_hi": hi, "verdict": lab}
