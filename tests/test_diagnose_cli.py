@@ -30,11 +30,18 @@ def test_cli_writes_tables_and_report(model_dir, tmp_path, capsys):
     rc = main(["diagnose", "--model", str(model_dir), "--texts", str(texts), "--n-texts", "8", "--out", str(out),
                "--quiet", "--threads", "1"])
     assert rc == 0
-    for name in ("heads.csv", "layers.csv", "pairs.csv", "summary.json", "report.html"):
+    for name in ("heads.csv", "layers.csv", "pairs.csv", "roles.csv", "summary.json", "report.html"):
         assert (out / name).is_file(), name
     import pandas as pd
     heads = pd.read_csv(out / "heads.csv")
-    assert len(heads) == 8 and not heads.select_dtypes("number").isna().any().any()
+    # 'roles' is empty for a head without one (read back as NaN where no head has one)
+    assert len(heads) == 8 and not heads.drop(columns="roles").select_dtypes("number").isna().any().any()
+    roles = pd.read_csv(out / "roles.csv")               # 8 heads x (17 offsets, same token, induction, sink)
+    assert len(roles) == 8 * 20 and list(roles.columns) == ["layer", "head", "rule", "excess", "excess_lo", "excess_hi",
+                                                            "verdict"]
+    from attnspec.diagnostics import Diagnosis
+    back = Diagnosis.load(out)
+    assert back.roles.shape == roles.shape and back.roles["rule"].tolist() == roles["rule"].tolist()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_texts"] == 8 and "timings_s" in summary
     assert "8 heads" in capsys.readouterr().out
@@ -99,7 +106,7 @@ def test_cli_diagnoses_a_vision_transformer_on_images(vit_dir, tmp_path):
         out = tmp_path / ("out" + str(len(images)))
         assert main(["diagnose", "--model", str(vit_dir), "--images", images, "--n-texts", n, "--out", str(out),
                      "--quiet"]) == 0
-        heads = pd.read_csv(out / "heads.csv")
+        heads = pd.read_csv(out / "heads.csv").drop(columns="roles")       # empty roles read back as NaN
         num = heads.select_dtypes("number")
         ends = [c for c in num if c.endswith(("_lo", "_hi"))]
         assert len(heads) == 8 and not num.drop(columns=ends).isna().any().any() and num[ends].isna().all().all()

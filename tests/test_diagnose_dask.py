@@ -61,7 +61,7 @@ def _numeric(df):
 
 
 def _assert_same_tables(a, b):
-    for name in ("heads", "layers", "pairs"):
+    for name in ("heads", "layers", "pairs", "roles"):
         x, y = getattr(a, name), getattr(b, name)
         assert list(x.columns) == list(y.columns), name
         np.testing.assert_allclose(_numeric(x), _numeric(y), rtol=1e-9, atol=1e-12, err_msg=name)

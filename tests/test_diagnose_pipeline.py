@@ -56,7 +56,7 @@ _LOG = ("selection_score", "selection_score_lo", "selection_score_hi")
 
 
 def _assert_tables_close(a, b, rtol, atol=1e-9):
-    for name in ("heads", "layers", "pairs"):
+    for name in ("heads", "layers", "pairs", "roles"):
         x, y = getattr(a, name), getattr(b, name)
         assert list(x.columns) == list(y.columns), name
         rel = [c for c in x.columns if c not in _ABSOLUTE + _LOG]

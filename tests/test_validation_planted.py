@@ -235,3 +235,28 @@ def test_planted_induction_circuit(planted_induction):
     assert res["query_selection"][1, head] == "selective"
     others = [k for k in range(6) if k not in set(h[(h.layer == 1) & h.selective]["head"])]
     assert not (res["query_selection"][1, others] == "selective").any()
+
+
+def test_a_head_with_two_planted_roles_gets_both(tmp_path):
+    """Heads of pattern 'offset+sink' attend both to a fixed relative position and to [CLS]/[SEP] (disjoint rows of
+    their query and key weights): roles.csv calls both rules selective for every such head, and no rule of the
+    other heads (random background heads) selective; each planted rule's own excess ranks its heads first."""
+    torch.set_num_threads(1)
+    spec = PlantSpec(strength=1.0, patterns=("offset+sink",), n_layers=2, n_heads=12, head_dim=16, n_selective=3,
+                     n_pairs=0, n_important=0, max_gain=7.0)
+    pm = build_planted_model(spec, 0, tmp_path / "m")
+    model, tok = load_model(pm.path)
+    d = attnspec.diagnose(model, tok, builtin_texts(64), removal=False, gradient=False, progress=False)
+    h = d.heads.merge(pm.heads, on=["layer", "head"])
+    two = h[h["pattern"] == "offset+sink"]
+    assert len(two) == 6
+    for r in two.itertuples():
+        assert r.roles.split("; ") == [f"offset {r.offset}", "sink"], (r.layer, r.head, r.roles)
+    assert (h.loc[h["pattern"] != "offset+sink", "roles"] == "").all()
+    roles = d.roles.merge(pm.heads[["layer", "head", "pattern", "offset"]], on=["layer", "head"])
+    sink = roles[roles["rule"] == "sink"]
+    assert roc_auc(sink["excess"], sink["pattern"] == "offset+sink") == 1.0
+    for off in set(two["offset"]):
+        rows = roles[roles["rule"] == f"offset {off}"]
+        assert roc_auc(rows["excess"], (rows["pattern"] == "offset+sink") & (rows["offset"] == off)) == 1.0
+
