@@ -28,8 +28,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["previous_token_scores", "induction_scores", "attention_weights", "eager_attention",
-           "top_decile", "query_selection_from_attention"]
+__all__ = ["previous_token_scores", "offset_scores", "induction_scores", "duplicate_token_scores", "attention_weights",
+           "eager_attention", "top_decile", "query_selection_from_attention"]
 
 
 @contextmanager
@@ -94,10 +94,8 @@ def _special_mask(tokenizer, ids: torch.Tensor) -> torch.Tensor:
 
 def previous_token_scores(model, tokenizer, texts: Sequence[str], max_length: int = 128,
                           batch_size: int = 8) -> np.ndarray:
-    """Mean attention from query ``i`` to key ``i - 1`` per head (module docstring), ``(n_layers, H)``.
-
-    Queries: real, non-special tokens ``i >= 1`` whose key ``i - 1`` is real. Texts are truncated to
-    ``max_length`` tokens and padded on the right.
+    """Mean attention from query ``i`` to key ``i - 1`` per head (module docstring), ``(n_layers, H)``:
+    :func:`offset_scores` at offset -1.
 
     Examples
     --------
@@ -107,6 +105,28 @@ def previous_token_scores(model, tokenizer, texts: Sequence[str], max_length: in
     >>> s.shape, round(float(s[0, 2]), 2)          # MiniLM layer 0 head 2: a previous-token head
     ((6, 12), 1.0)
     """
+    return offset_scores(model, tokenizer, texts, -1, max_length, batch_size)
+
+
+def offset_scores(model, tokenizer, texts: Sequence[str], offset: int, max_length: int = 128,
+                  batch_size: int = 8) -> np.ndarray:
+    """Mean attention from query ``i`` to key ``i + offset`` per head, ``(n_layers, H)`` (``offset = -1``: the
+    previous-token probe; ``+1``: the next token, in an encoder).
+
+    Queries: real, non-special tokens whose key ``i + offset`` is real (a special token too). Texts are truncated to
+    ``max_length`` tokens and padded on the right.
+
+    Examples
+    --------
+    >>> from attnspec.models import load_model
+    >>> model, tok = load_model("minilm")
+    >>> s = offset_scores(model, tok, ["The cat sat on the mat.", "A dog ran home, then it slept."], 1)
+    >>> s.shape, bool(((s >= 0) & (s <= 1)).all())
+    ((6, 12), True)
+    """
+    d = int(offset)
+    if d == 0:
+        raise ValueError("offset must be non-zero (offset 0 is the token itself)")
     total, count = None, 0.0
     side = getattr(tokenizer, "padding_side", "right")
     tokenizer.padding_side = "right"
@@ -115,12 +135,15 @@ def previous_token_scores(model, tokenizer, texts: Sequence[str], max_length: in
             enc = tokenizer(list(texts[b0:b0 + batch_size]), padding=True, truncation=True, max_length=max_length,
                             return_tensors="pt")
             ids, valid = enc["input_ids"], enc["attention_mask"].bool()
-            q = valid & ~_special_mask(tokenizer, ids)
-            q[:, 0] = False
-            q[:, 1:] &= valid[:, :-1]
+            L = ids.shape[1]
+            i = torch.arange(L)
+            ok = (i + d >= 0) & (i + d < L)
+            key_valid = torch.zeros_like(valid)
+            key_valid[:, ok] = valid[:, (i + d)[ok]]
+            q = valid & ~_special_mask(tokenizer, ids) & ok[None] & key_valid
             A = torch.stack(attention_weights(model, ids, enc["attention_mask"]))       # (layers, B, H, L, L)
-            prev = torch.diagonal(A, offset=-1, dim1=-2, dim2=-1)                         # (layers, B, H, L - 1)
-            s = (prev.double() * q[None, :, None, 1:]).sum(dim=(1, 3))
+            target = A[..., i.clamp(0, L - 1), (i + d).clamp(0, L - 1)]                 # (layers, B, H, L)
+            s = (target.double() * q[None, :, None]).sum(dim=(1, 3))
             total = s if total is None else total + s
             count += float(q.sum())
     finally:
@@ -164,20 +187,42 @@ def induction_scores(model, tokenizer, n_sequences: int = 8, length: int = 50, s
     >>> s.shape, bool(((s >= 0) & (s <= 1)).all())
     ((6, 12), True)
     """
+    return _repeated_scores(model, tokenizer, n_sequences, length, seed, batch_size, 1)
+
+
+def duplicate_token_scores(model, tokenizer, n_sequences: int = 8, length: int = 50, seed: int = 0,
+                           batch_size: int = 8) -> np.ndarray:
+    """The duplicate-token score per head, ``(n_layers, H)``: on the repeated random sequences of
+    :func:`induction_scores`, the mean attention from each token of the second copy to its own earlier occurrence
+    (the same token in the first copy).
+
+    Examples
+    --------
+    >>> from attnspec.models import load_model
+    >>> model, tok = load_model("minilm")
+    >>> s = duplicate_token_scores(model, tok, n_sequences=2, length=20, seed=0)
+    >>> s.shape, bool(((s >= 0) & (s <= 1)).all())
+    ((6, 12), True)
+    """
+    return _repeated_scores(model, tokenizer, n_sequences, length, seed, batch_size, 0)
+
+
+def _repeated_scores(model, tokenizer, n_sequences: int, length: int, seed: int, batch_size: int,
+                     shift: int) -> np.ndarray:
+    """Mean attention from token ``k`` of the second copy to token ``k + shift`` of the first, per head."""
     pool = _token_pool(tokenizer)
     if len(pool) < length:
         raise ValueError(f"only {len(pool)} distinct ordinary tokens, {length} requested")
     rng = np.random.default_rng(seed)
     seqs = [rng.choice(pool, size=length, replace=False).tolist() for _ in range(n_sequences)]
     prefix, suffix = _wrapping(tokenizer)
-    wrap = lambda x: prefix + x + suffix                          # noqa: E731
     lead = len(prefix)
     total, count = None, 0
     for b0 in range(0, n_sequences, batch_size):
-        ids = torch.tensor([wrap(s + s) for s in seqs[b0:b0 + batch_size]])
+        ids = torch.tensor([prefix + s + s + suffix for s in seqs[b0:b0 + batch_size]])
         A = torch.stack(attention_weights(model, ids, torch.ones_like(ids)))          # (layers, B, H, L, L)
         k = torch.arange(length)
-        qpos, kpos = lead + length + k, lead + k + 1
+        qpos, kpos = lead + length + k, lead + k + shift
         s = A[..., qpos, kpos].double().sum(dim=(1, 3))                               # (layers, H)
         total = s if total is None else total + s
         count += ids.shape[0] * length
