@@ -71,6 +71,8 @@ conversion to ``dtype``: a NaN or an infinity is refused, naming the tensor.
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 import time
 from pathlib import Path
@@ -372,17 +374,35 @@ def _convert_gguf(file: Path, target: Path) -> None:
         tok.save_pretrained(tmp)
 
 
+@contextlib.contextmanager
+def _exclusive(lock: Path):
+    """Hold an exclusive lock on the file ``lock`` (created if missing) between processes: two processes loading a
+    packaged model for the first time convert it once, not over each other (the second one waited for the first,
+    then finds the copy; before, the first deleted the GGUF file the second was reading)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+b") as fh:
+        try:
+            import fcntl
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except ImportError:          # no fcntl (Windows): no lock, as before
+            pass
+        yield
+
+
 def _cached_gguf(target: Path, assemble, verbose: bool, placement: dict | None, keep_gguf: bool = False):
     """Load the float32 safetensors copy at ``target``, first converting ``assemble()``'s GGUF into it (then
-    deleted, unless ``keep_gguf``: a file read in place from an installed package)."""
+    deleted, unless ``keep_gguf``: a file read in place from an installed package), under a lock between
+    processes (:func:`_exclusive`)."""
     if not (target / "config.json").is_file():
-        gguf = assemble()
-        t0 = time.perf_counter()
-        _convert_gguf(gguf, target)
-        if not keep_gguf:
-            gguf.unlink(missing_ok=True)  # the safetensors copy replaces it
-        if verbose:
-            print(f"converted {gguf.name} to safetensors in {time.perf_counter() - t0:.1f} s: {target}")
+        with _exclusive(target.parent / f".{target.name}.lock"):
+            if not (target / "config.json").is_file():        # another process may have converted it meanwhile
+                gguf = assemble()
+                t0 = time.perf_counter()
+                _convert_gguf(gguf, target)
+                if not keep_gguf:
+                    gguf.unlink(missing_ok=True)  # the safetensors copy replaces it
+                if verbose:
+                    print(f"converted {gguf.name} to safetensors in {time.perf_counter() - t0:.1f} s: {target}")
     return _load_dir(target, causal=True, placement=placement)
 
 
