@@ -106,7 +106,8 @@ def spread(runs: list) -> str:
     width = np.nanmedian([np.nanmedian(r["selection_score_hi"] - r["selection_score_lo"]) for r in runs])
     open_ = np.mean([np.mean(r["selection"].astype(str) == "undetermined") for r in runs])
     cross = np.mean([holds(a, b) for a, b in itertools.permutations(runs, 2)])
-    return (f"var(selection_score) {score:.2e}, of which log D_null {null / max(score, 1e-300):.0%}; median interval "
+    share = f"{null / score:.0%}" if score > 1e-20 else "-"        # no spread left: no share to speak of
+    return (f"var(selection_score) {score:.2e}, of which log D_null {share}; median interval "
             f"width {width:.3f}; undetermined {open_:.3f}; an interval holds another run's score {cross:.3f}")
 
 
