@@ -485,3 +485,25 @@ def test_sigterm_from_another_process_leaves_no_cache(models, tmp_path):
     assert proc.returncode == 143, err
     assert lines[-1] == "attnspec diagnose: interrupted by SIGTERM; temporary files removed"
     assert "Traceback" not in err and not list(scratch.glob("attnspec-forward-*"))
+
+
+def test_diagnose_and_the_callback_leave_every_submodule_in_its_own_mode():
+    """A model in training mode whose embeddings are frozen in evaluation mode: after a diagnosis and after the
+    training callback, each submodule is in the mode it had (``model.train()`` would give the frozen part its
+    dropout back)."""
+    import transformers
+    from attnspec import diagnose
+    from attnspec.callbacks import AttnspecCallback
+    from attnspec.data import builtin_texts
+    from attnspec.models import load_model
+    tok = load_model("minilm")[1]
+    torch.manual_seed(0)
+    model = transformers.BertModel(transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                                           num_attention_heads=2, intermediate_size=64)).train()
+    model.embeddings.eval()
+    before = {name: m.training for name, m in model.named_modules()}
+    assert before["embeddings.dropout"] is False and before["encoder"] is True
+    diagnose(model, tok, builtin_texts(8), removal="none", gradient=False, progress=False)
+    assert {name: m.training for name, m in model.named_modules()} == before
+    AttnspecCallback(tok, builtin_texts(8), n_boot=20).diagnose_now(model, step=1)
+    assert {name: m.training for name, m in model.named_modules()} == before

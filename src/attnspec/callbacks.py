@@ -167,20 +167,16 @@ class AttnspecCallback(_Base):
         """
         from .compare.tracking import summary_scalars, track_rows, write_track
         from .diagnostics import diagnose
+        from .models.protocol import evaluation_mode
         t0 = time.perf_counter()
         tok = tokenizer if tokenizer is not None else self.tokenizer
-        was_training = model.training
-        with _RNG():
-            model.eval()
-            try:
-                if self.inputs is not None:
-                    d = diagnose(model, self.inputs, options=self.options)
-                else:
-                    if tok is None:
-                        raise ValueError("AttnspecCallback needs a tokenizer (or inputs) to diagnose texts")
-                    d = diagnose(model, tok, self.texts, options=self.options)
-            finally:
-                model.train(was_training)
+        with _RNG(), evaluation_mode(model):           # each submodule back in its own mode after
+            if self.inputs is not None:
+                d = diagnose(model, self.inputs, options=self.options)
+            else:
+                if tok is None:
+                    raise ValueError("AttnspecCallback needs a tokenizer (or inputs) to diagnose texts")
+                d = diagnose(model, tok, self.texts, options=self.options)
         rows = track_rows(d, step, f"checkpoint-{int(step)}")
         self.table = rows if self.table.empty else pd.concat([self.table, rows], ignore_index=True)
         scalars = summary_scalars(d)

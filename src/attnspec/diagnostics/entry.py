@@ -112,19 +112,14 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
 def _diagnose_here(model: Any, tokenizer_or_inputs: Any, texts, opts: DiagnoseOptions) -> Diagnosis:
     """The step sequence in this process, on the caller's model (put in eval mode, restored after)."""
     from ..models import adapt
+    from ..models.protocol import evaluation_mode
     adapter = adapt(model)
     with _one_blas_thread():
         t_start = time.perf_counter()
-        tmod = adapter.model
-        was_training = tmod.training
-        tmod.eval()
         timings: dict[str, float] = {}
-        try:
+        with evaluation_mode(adapter.model):       # each submodule back in its own mode after
             prep = prepare(adapter, tokenizer_or_inputs, texts, opts)
             res = run_steps(LocalExecutor(adapter, opts.progress), prep, opts, timings)
-        finally:
-            if was_training:
-                tmod.train()
         diag = build_diagnosis(adapter, res, opts, prep.source, prep.model_name, timings)
     timings["total"] = time.perf_counter() - t_start
     diag.summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}

@@ -64,13 +64,37 @@ site (:attr:`AttentionSite.structure`, :attr:`AttentionSite.path`).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
-__all__ = ["AttentionSite", "AttentionBlock"]
+__all__ = ["AttentionSite", "AttentionBlock", "evaluation_mode"]
+
+
+@contextlib.contextmanager
+def evaluation_mode(module: nn.Module):
+    """Every submodule of ``module`` in evaluation mode inside the block, each put back in its *own* mode after
+    (``module.train()`` would set every submodule to training, giving frozen, eval-mode parts their dropout back).
+
+    Examples
+    --------
+    >>> net = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)).train()
+    >>> _ = net[1].eval()                                  # a frozen part the user keeps in eval mode
+    >>> with evaluation_mode(net):
+    ...     inside = [m.training for m in net.modules()]
+    >>> inside, [m.training for m in net.modules()]
+    ([False, False, False], [True, True, False])
+    """
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield module
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 @runtime_checkable
