@@ -294,7 +294,9 @@ sparse <b>{s.get('n_sparse')}</b>, undetermined <b>{s.get('n_undetermined')}</b>
 <b>{s.get('n_query_not_selective', 'n/a')}</b>, undetermined <b>{s.get('n_query_undetermined', 'n/a')}</b>
 (verdicts need {s.get('min_tokens_for_label')} tokens and a decisive 95 % interval)</span>
 <span>dependent heads: <b>{s.get('n_dependent_heads', 'n/a')}</b>, dependent pairs: <b>{_n_dependent_pairs(diag)}</b>
-of {len(diag.pairs)}</span></p>
+of {len(diag.pairs)}</span>
+<span>heads with a role: <b>{s.get('roles', {}).get('n_heads_with_roles', 'n/a')}</b> (roles.csv; the role atlas
+below)</span></p>
 <p>Texts: {esc(str(s.get('corpus', s.get('texts'))))}. Time: {esc(timing)}.</p>
 <h2>Notes</h2><ul>{notes or _THEORY_NOTE}</ul>
 <h2>Heat maps (layer x head)</h2>
