@@ -424,20 +424,24 @@ class LayerSpectra:
         return (sel.spectral_departure(self.head("act", h), self.head("ge", h)),
                 sel.spectral_departure(self.head("null", h), self.head("nullge", h)))
 
-    def departure_replicates(self, column_of, w: np.ndarray, key=None) -> tuple[np.ndarray, np.ndarray]:
+    def departure_replicates(self, column_of, w: np.ndarray, key=None, heads=None) -> tuple[np.ndarray, np.ndarray]:
         """Bootstrap replicates ``(n_boot, H)`` of each head's departure from its Gaussian equivalent
         (``spec_w1_rel``: W1 over the equivalent's mean eigenvalue) and of its null head's, each pooled
         eigenvalue weighted by its text's weight ``w[:, column_of(order)]``
         (:func:`..statistics.bootstrap.weighted_relative_w1`). ``key``: what identifies the texts' weights
         (``(seed, n_boot)`` of :func:`..statistics.bootstrap.weights`, drawn per text): a second call with the
-        same key returns the first's arrays (the spectra plan's prediction and the tables ask for the same)."""
-        if key is not None and key in self._departures:
+        same key returns the first's arrays (the spectra plan's prediction and the tables ask for the same).
+        ``heads``: only these heads, ``(n_boot, len(heads))`` (not cached)."""
+        if key is not None and heads is None and key in self._departures:
             return self._departures[key]
         ih = self.text_index(column_of)
         rel = lambda a, b, h: weighted_relative_w1(self.pooled(self.heads[a][h]), self.pooled(self.heads[b][h]),  # noqa: E731
                                                    ih, w)
-        out = (np.stack([rel("act", "ge", h) for h in range(self.n_heads)], 1),
-               np.stack([rel("null", "nullge", h) for h in range(self.n_heads)], 1))
+        which = range(self.n_heads) if heads is None else [int(h) for h in heads]
+        out = (np.stack([rel("act", "ge", h) for h in which], 1),
+               np.stack([rel("null", "nullge", h) for h in which], 1))
+        if heads is not None:
+            return out
         if key is not None:
             self._departures[key] = out
         return out

@@ -19,7 +19,7 @@ from . import dependence_verdict as dv
 from ..statistics import query_selection as qsel
 from ..statistics import selection as sel
 from ..statistics.bootstrap import N_BOOT, interval
-from .intervals import TextWeights, cka_excess_replicates, head_intervals, head_replicates
+from .intervals import TextWeights, cka_excess_replicates, head_intervals, head_replicates, refined_selection
 from ..statistics.removal import normalize_per_layer, spectral_shift
 from ..pipeline.resources import _layer_pool
 from ..pipeline.fit import LayerFitSums, NullFitSums
@@ -397,6 +397,8 @@ def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: La
     if replicates is not None:
         replicates[i] = reps
     iv = head_intervals(fs, ns, sp, tw, reps=reps)
+    if reps is not None and fs.n_tokens >= opt.min_tokens:      # verdicts given: ends near the threshold refined
+        refined_selection(iv, reps["selection_score"], sp, tw, opt.threshold)
     hr = _head_rows(i, site, fs, f, sp, cka, cka0, inner, opt, iv)
     pr = _pair_rows(i, site, cka, cka0, inner, pair_reps, fs.n_tokens >= opt.min_tokens, opt.n_boot > 0)
     _head_dependence(hr, pr)
