@@ -67,7 +67,8 @@ def _diagnosis(x: str, which: str, args, texts, out: Path):
     if texts is None:
         from ..data import builtin_texts
         texts = builtin_texts(args.n_texts) if args.n_texts else None
-    kw = dict(seed=args.seed, reference_seed=args.reference_seed, n_boot=args.n_boot, removal=args.removal, progress=not args.quiet, model_name=x)
+    kw = dict(seed=args.seed, reference_seed=args.reference_seed, n_boot=args.n_boot, removal=args.removal,
+              progress=not args.quiet, model_name=x)
     if args.max_length:
         kw["max_length"] = args.max_length
     d = diagnose(model, tok, texts, **kw)

@@ -484,7 +484,8 @@ def _removal(args: argparse.Namespace) -> str:
 FLAG_OF = {"n_texts": "--n-texts", "max_length": "--max-length", "bucket_size": "--bucket-size", "pack": "--pack",
            "spectra_texts": "--spectra-texts", "statistics_device": "--statistics-device",
            "removal_spectra": "--removal-spectra",
-           "n_boot": "--n-boot", "seed": "--seed", "reference_seed": "--reference-seed", "removal": "--removal/--no-removal", "mean_ablation": "--mean-ablation",
+           "n_boot": "--n-boot", "seed": "--seed", "reference_seed": "--reference-seed", "removal": "--removal/--no-removal",
+           "mean_ablation": "--mean-ablation",
            "gradient": "--no-gradient", "removal_positions": "--removal-positions", "removal_texts": "--removal-texts",
            "removal_vocab": "--removal-vocab", "removal_target": "--removal-target", "screen_top": "--screen-top",
            "screen_sample": "--screen-sample", "progress": "--quiet", "model_name": "--model"}

@@ -29,8 +29,8 @@ import math
 
 import torch
 
-__all__ = ["PATTERNS", "DEFAULT_PATTERNS", "CLASS_TOKENS", "SINK_TOKENS", "position_code", "structured_weights", "target_mask", "allowed_pairs",
-           "score_scale", "target_gain"]
+__all__ = ["PATTERNS", "DEFAULT_PATTERNS", "CLASS_TOKENS", "SINK_TOKENS", "position_code", "structured_weights",
+           "target_mask", "allowed_pairs", "score_scale", "target_gain"]
 
 #: Structured attention patterns of selective heads (``'offset+sink'``: two roles in one head, a fixed relative
 #: position and the special tokens ``[CLS]``/``[SEP]``, on disjoint rows of the head's query and key weights).

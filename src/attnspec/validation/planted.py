@@ -46,8 +46,8 @@ import pandas as pd
 import torch
 
 from .architectures import ARCHITECTURES
-from .patterns import CLASS_TOKENS, DEFAULT_PATTERNS, PATTERNS, SINK_TOKENS, allowed_pairs, position_code, score_scale, structured_weights, \
-    target_gain, target_mask
+from .patterns import CLASS_TOKENS, DEFAULT_PATTERNS, PATTERNS, SINK_TOKENS, allowed_pairs, position_code, score_scale, \
+    structured_weights, target_gain, target_mask
 
 __all__ = ["PlantSpec", "PlantedModel", "build_planted_model", "calibration_texts", "minilm_tokenizer_dir",
            "ROLES", "OFFSETS"]

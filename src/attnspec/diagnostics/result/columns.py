@@ -12,7 +12,8 @@ __all__ = ["COLUMNS", "HEATMAPS", "describe", "markdown"]
 _SELECTION = (
     "log of spec_w1_rel over the same quantity for a null head (same values, W_O, masks and temperature, "
     "random scores Q K^T/sqrt(d) of the theory's model), both floored at 1e-5, the smallest departure float32 "
-    "spectra resolve (precision under last-bit differences of the inputs: about 1e-7 / min(D, D_null)). About 0 for noise-like heads; positive for "
+    "spectra resolve (precision under last-bit differences of the inputs: about 1e-7 / min(D, D_null)). About 0 "
+    "for noise-like heads; positive for "
     "heads whose attention is structured beyond their temperature.")
 
 _LO = ("Lower end of the 95 % bootstrap interval of {} (Poisson bootstrap over texts, 200 replicates by "
@@ -289,7 +290,8 @@ VERDICTS = (
     "weight multiplies its draws' eigenvalues too (MiniLM's intervals at one reference seed held the mean score over "
     "three reference seeds for 97 % of the heads), and another `reference_seed` shows how far one draw moves a score "
     "(docs/validity.md). The bootstrap weights and the seeded samples of texts are keyed by `seed`: another seed "
-    "moves the interval ends by their Monte-Carlo error. The spectral columns (`spec_*`, `null_w1_rel`, `selection_score`, `removal_spec_shift*`; "
+    "moves the interval ends by their Monte-Carlo error. The spectral columns (`spec_*`, `null_w1_rel`, "
+    "`selection_score`, `removal_spec_shift*`; "
     "in `layers.csv` `spec_m1`, `ge_*`, `free_*`, `free_defect_*`) and their intervals come from the spectra texts: "
     "a seeded sample (`spectra_texts`: by default at least 32 texts and 2,048 eigenvalues per head spectrum, doubled "
     "until the selection verdicts are predicted to agree with all texts' on 95 % of heads; a number; `'all'`; the "
