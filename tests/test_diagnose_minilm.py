@@ -88,7 +88,8 @@ def test_minilm_has_selective_heads(minilm_diag):
 def test_outputs_roundtrip(minilm_diag, tmp_path):
     import pandas as pd
     paths = minilm_diag.to_csv(tmp_path)
-    assert {p.name for p in paths} == {"heads.csv", "layers.csv", "pairs.csv", "replicates.npz", "summary.json"}
+    assert {p.name for p in paths} == {"heads.csv", "layers.csv", "pairs.csv", "roles.csv", "replicates.npz",
+                                       "summary.json"}
     back = pd.read_csv(tmp_path / "heads.csv")
     assert len(back) == 72
     minilm_diag.to_parquet(tmp_path)

@@ -229,7 +229,7 @@ def test_outputs_replace_an_earlier_run(models, tmp_path, capsys):
     assert victim.read_text() == "not yours"                       # the symlink was replaced, not written through
     assert not (out / "report.html").is_symlink() and "<html" in (out / "report.html").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["heads.csv", "layers.csv", "pairs.csv", "report.html",
-                                                      "summary.json"]      # no stale parquet, no temporary file
+                                                      "roles.csv", "summary.json"]   # no stale parquet or temporary
 
 
 def test_failed_write_leaves_the_earlier_run(models, tmp_path, monkeypatch, capsys):

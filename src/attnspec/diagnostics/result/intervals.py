@@ -382,6 +382,27 @@ def refined_selection(iv: dict, reps: np.ndarray, sp: LayerSpectra, tw: TextWeig
     head whose lower end is 0.007 above log 2 read 0.699-0.738 at 200 replicates, 0.693-0.705 at 2,000 and
     0.697-0.707 at 10,000 over three seeds; a stage of 10,000 cost three times the first stage's time (MiniLM: 19
     heads refined, 1.5 s and 2.9 s on a busy box), so the default is one stage.
+
+    Examples
+    --------
+    The tiny GPT-2's layer 0 with a threshold put at head 0's lower end: that head is refined, the other not:
+
+    >>> from attnspec.models.tiny import tiny_causal_lm
+    >>> from attnspec.diagnostics.pipeline.collect import collect
+    >>> from attnspec.diagnostics.pipeline.spectra import layer_batch_spectra
+    >>> ad, batch = tiny_causal_lm()
+    >>> lb, W = collect(ad, batch)[0], ad.sites[0].w_out()
+    >>> fs = LayerFitSums().update(lb, W, 0, 20); f = fs.fit()
+    >>> ns = NullFitSums().update(lb.allowed, lb.valid, lb.order, lb.index, 2, 16, f["score_scale"], 0, 6, n_boot=20)
+    >>> sp = LayerSpectra(2, head_dim=16, d_out=32).update(layer_batch_spectra(
+    ...     lb, W, f, ns.fit(), fs.head_power(), 0, fs.gram, weights(0, lb.order, 20)))
+    >>> tw = TextWeights(0, lb.order, 20)
+    >>> reps = head_replicates(fs, ns, sp, tw)["selection_score"]
+    >>> iv = {"selection_score_lo": np.array([0.1, -5.0]), "selection_score_hi": np.array([0.3, -4.0])}
+    >>> refined_selection(iv, reps, sp, tw, threshold=0.1)
+    [0]
+    >>> float(iv["selection_score_lo"][1])                   # far from the threshold: kept
+    -5.0
     """
     lo, hi = iv["selection_score_lo"], iv["selection_score_hi"]
     if tw.n_boot == 0 or reps is None or not len(reps):

@@ -397,7 +397,7 @@ def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: La
     if replicates is not None:
         replicates[i] = reps
     iv = head_intervals(fs, ns, sp, tw, reps=reps)
-    if reps is not None and fs.n_tokens >= opt.min_tokens:      # verdicts given: ends near the threshold refined
+    if reps is not None:            # ends near the threshold from more replicates (whether or not a verdict is given)
         refined_selection(iv, reps["selection_score"], sp, tw, opt.threshold)
     hr = _head_rows(i, site, fs, f, sp, cka, cka0, inner, opt, iv)
     pr = _pair_rows(i, site, cka, cka0, inner, pair_reps, fs.n_tokens >= opt.min_tokens, opt.n_boot > 0)
