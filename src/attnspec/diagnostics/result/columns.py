@@ -117,6 +117,11 @@ COLUMNS: dict[str, dict[str, str]] = {
                             ">= 0.1, a tenth of the attention the rule could hold beyond chance), not selective (upper "
                             "bound below 0.1), or undetermined (the interval contains 0.1, fewer than min_tokens "
                             "counted queries, or no rule applies to 100 queries)."),
+        "selection_replicates": ("Bootstrap replicates behind the selection_score interval: n_boot (200 by "
+                                 "default), or 2,000 where an end of the n_boot replicates' interval lay within four "
+                                 "Monte-Carlo errors of the threshold, recomputed so that the verdict does not hang on "
+                                 "the bootstrap's draw (the first n_boot replicates are the same; replicates.npz keeps "
+                                 "those)."),
         "roles": ("Every rule of roles.csv whose verdict is selective, in the rules' order, joined by '; ' (empty when "
                   "none): the head's roles, e.g. 'offset -1; sink'. Family-wise: the simultaneous intervals over a "
                   "head's rules give a head whose every rule is below the margin any role with probability about "

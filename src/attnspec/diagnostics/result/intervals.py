@@ -370,9 +370,10 @@ _NEAR = 4.0
 
 
 def refined_selection(iv: dict, reps: np.ndarray, sp: LayerSpectra, tw: TextWeights, threshold: float,
-                      level: float = LEVEL, stages: tuple = REFINED_REPLICATES) -> list[int]:
+                      level: float = LEVEL, stages: tuple = REFINED_REPLICATES) -> dict[int, int]:
     """Recompute the ``selection_score`` interval of every head whose interval end lies near ``threshold`` from more
-    replicates, stage by stage (``stages``, in place in ``iv``); returns the heads refined.
+    replicates, stage by stage (``stages``, in place in ``iv``); returns the heads refined and the replicates behind
+    each one's interval now.
 
     A percentile end of ``B`` replicates moves by about ``0.19-0.3 sd sqrt(200 / B)`` from one draw of the weights to
     another (``sd``: the replicates' spread): at 200 replicates the verdict of a head whose end sits within that of
@@ -400,18 +401,18 @@ def refined_selection(iv: dict, reps: np.ndarray, sp: LayerSpectra, tw: TextWeig
     >>> reps = head_replicates(fs, ns, sp, tw)["selection_score"]
     >>> iv = {"selection_score_lo": np.array([0.1, -5.0]), "selection_score_hi": np.array([0.3, -4.0])}
     >>> refined_selection(iv, reps, sp, tw, threshold=0.1)
-    [0]
+    {0: 2000}
     >>> float(iv["selection_score_lo"][1])                   # far from the threshold: kept
     -5.0
     """
     lo, hi = iv["selection_score_lo"], iv["selection_score_hi"]
     if tw.n_boot == 0 or reps is None or not len(reps):
-        return []
+        return {}
     with np.errstate(invalid="ignore"):
         sd = np.nanstd(np.where(np.isfinite(reps), reps, np.nan), axis=0) if np.isfinite(reps).any() else None
     if sd is None:
-        return []
-    refined: set[int] = set()
+        return {}
+    refined: dict[int, int] = {}
     B = tw.n_boot
     for n in stages:
         if n <= B:
@@ -424,9 +425,9 @@ def refined_selection(iv: dict, reps: np.ndarray, sp: LayerSpectra, tw: TextWeig
         more = TextWeights(tw.seed, tw.ids, n)
         d, d0 = sp.departure_replicates(more.column, more.w, heads=near)
         lo[near], hi[near] = interval(sel.selection_score(d, d0), level)
-        refined.update(int(h) for h in near)
+        refined.update({int(h): int(n) for h in near})
         B = n
-    return sorted(refined)
+    return dict(sorted(refined.items()))
 
 
 def head_intervals(fs: LayerFitSums, ns: NullFitSums | None, sp: LayerSpectra, tw: TextWeights,

@@ -397,9 +397,11 @@ def _layer_tables(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: La
     if replicates is not None:
         replicates[i] = reps
     iv = head_intervals(fs, ns, sp, tw, reps=reps)
-    if reps is not None:            # ends near the threshold from more replicates (whether or not a verdict is given)
-        refined_selection(iv, reps["selection_score"], sp, tw, opt.threshold)
+    refined = (refined_selection(iv, reps["selection_score"], sp, tw, opt.threshold)   # ends near the threshold,
+               if reps is not None else {})                                            # verdict given or not
     hr = _head_rows(i, site, fs, f, sp, cka, cka0, inner, opt, iv)
+    for h, row in enumerate(hr):
+        row["selection_replicates"] = refined.get(h, tw.n_boot)
     pr = _pair_rows(i, site, cka, cka0, inner, pair_reps, fs.n_tokens >= opt.min_tokens, opt.n_boot > 0)
     _head_dependence(hr, pr)
     for h, row in enumerate(hr):
