@@ -315,8 +315,8 @@ def null_sums(sites, masks: MaskStore, fits: list[dict], seed: int, tile_bytes: 
     reference_seed : int, optional
         Seed of the null heads' scores (default ``seed``; the diagnosis passes its ``reference_seed``). The null heads'
         equivalents are fitted on the very draws whose spectra step 3 takes: fitted on other draws (another seed, or
-        a grid of score scales shared by the heads), their departure ``D_null`` grows by 10-40 % at score scales
-        below 1.5 on MiniLM, since one draw's own slope differs from another's by a few percent.
+        a grid of score scales shared by the heads), their departure ``D_null`` grew by up to 37 % at score
+        scales below 1.5 on MiniLM, since one draw's own slope differs from another's by a few percent.
 
     Returns
     -------
