@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._checks import CLIError, int_range, nonneg_int, read_text_lines
+from ..diagnostics.options import MAX_SEED
+from ._checks import CLIError, int_range, read_text_lines
 from ._options import HelpFormatter
 
 ORDER = 32
@@ -27,9 +28,10 @@ def register(sub) -> None:
                    help="models only: 'builtin' or a UTF-8 file, one text per line (blank lines skipped)")
     p.add_argument("--n-texts", type=int_range(8, None), default=None,
                    help="models only: number of texts, >= 8 (default: as attnspec diagnose)")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="models only: resampling seed of the diagnoses, >= 0")
-    p.add_argument("--reference-seed", type=nonneg_int, default=0,
-                   help="models only: seed of the diagnoses' reference draws (null heads, equivalents), >= 0")
+    p.add_argument("--seed", type=int_range(0, MAX_SEED), default=0,
+                   help="models only: resampling seed of the diagnoses, 0..2**63 - 2")
+    p.add_argument("--reference-seed", type=int_range(0, MAX_SEED), default=0,
+                   help="models only: seed of the diagnoses' reference draws (null heads, equivalents), 0..2**63 - 2")
     p.add_argument("--n-boot", type=int_range(10, 100000), default=200,
                    help="models only: bootstrap replicates, 10..100000")
     p.add_argument("--removal", choices=("auto", "exact", "first-order", "none"), default="auto",

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._checks import CLIError, int_range, nonneg_int, read_text_lines
+from ..diagnostics.options import MAX_SEED
+from ._checks import CLIError, int_range, read_text_lines
 from ._options import HelpFormatter
 
 ORDER = 34
@@ -28,9 +29,9 @@ def register(sub) -> None:
     p.add_argument("--texts", default="builtin", help="'builtin' or a UTF-8 file, one text per line")
     p.add_argument("--n-texts", type=int_range(8, None), default=16,
                    help="number of built-in texts, >= 8 (default 16)")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="resampling seed of every diagnosis, >= 0")
-    p.add_argument("--reference-seed", type=nonneg_int, default=0,
-                   help="seed of every diagnosis' reference draws (null heads, equivalents), >= 0")
+    p.add_argument("--seed", type=int_range(0, MAX_SEED), default=0, help="resampling seed of every diagnosis, 0..2**63 - 2")
+    p.add_argument("--reference-seed", type=int_range(0, MAX_SEED), default=0,
+                   help="seed of every diagnosis' reference draws (null heads, equivalents), 0..2**63 - 2")
     p.add_argument("--n-boot", type=int_range(10, 100000), default=200, help="bootstrap replicates, 10..100000")
     p.add_argument("--removal", choices=("auto", "exact", "first-order", "none"), default="none",
                    help="head removal of each diagnosis (default none, as the training callback)")
