@@ -1,7 +1,11 @@
 """Seeds from integer parts, shared by every layer that draws per item (text, head, layer)."""
 from __future__ import annotations
 
-__all__ = ["seed_of"]
+__all__ = ["seed_of", "MAX_SEED"]
+
+#: Largest seed: :func:`seed_of` works modulo ``2**63 - 1``, so seeds are the exact integers ``0 .. 2**63 - 2``
+#: (``2**63 - 1`` would be seed 0 again).
+MAX_SEED = 2 ** 63 - 2
 
 
 def seed_of(*parts: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..diagnostics.options import MAX_SEED
+from ..seeding import MAX_SEED
 from ._checks import CLIError, int_range, read_text_lines
 from ._options import HelpFormatter
 

@@ -21,6 +21,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..seeding import MAX_SEED
 from .statistics.bootstrap import MIN_TEXTS_FOR_INTERVALS, N_BOOT
 from .statistics.devices import STATISTICS_DEVICES
 from .statistics.selection import DIFFUSE_THRESHOLD, MIN_TOKENS_FOR_LABEL
@@ -32,8 +33,6 @@ __all__ = ["DiagnoseOptions", "OptionError", "Interval", "OneOf", "Boolean", "in
 DEFAULT_TILE_BYTES = 4 * 2 ** 20
 #: Most bootstrap replicates (each keeps about 1 kB per head: 10,000 replicates of a 144-head model hold 1.5 GB).
 MAX_N_BOOT = 10_000
-#: Largest seed: seeds are exact integers below 2**63 - 1 (:func:`attnspec.seeding.seed_of` works modulo 2**63 - 1).
-MAX_SEED = 2 ** 63 - 2
 #: Removal modes (``--removal``, :mod:`.pipeline.head_removal`).
 MODES = ("exact", "sampled", "screened", "first-order", "none")
 #: The modes in which ``removal_texts='auto'`` grows the sample until the heads' ranking is predicted to agree
