@@ -47,7 +47,7 @@ import numpy as np
 from ..statistics import dependence as dep
 from ..statistics import identification as ident
 from ..statistics import selection as sel
-from ..statistics.bootstrap import LEVEL, interval, weighted_relative_w1, weights
+from ..statistics.bootstrap import LEVEL, interval, replicate_sd, weighted_relative_w1, weights
 from ..pipeline.fit import LayerFitSums, NullFitSums
 from ..pipeline.spectra import LayerSpectra
 
@@ -408,10 +408,7 @@ def refined_selection(iv: dict, reps: np.ndarray, sp: LayerSpectra, tw: TextWeig
     lo, hi = iv["selection_score_lo"], iv["selection_score_hi"]
     if tw.n_boot == 0 or reps is None or not len(reps):
         return {}
-    with np.errstate(invalid="ignore"):
-        sd = np.nanstd(np.where(np.isfinite(reps), reps, np.nan), axis=0) if np.isfinite(reps).any() else None
-    if sd is None:
-        return {}
+    sd = replicate_sd(reps)
     refined: dict[int, int] = {}
     B = tw.n_boot
     for n in stages:

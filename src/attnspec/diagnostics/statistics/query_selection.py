@@ -109,11 +109,11 @@ import math
 import numpy as np
 import torch
 
+from .bootstrap import simultaneous_interval
 from .devices import host
 
 __all__ = ["QuerySelectionSums", "OFFSETS", "CONTENT_RULES", "SINK_RULE", "MARGIN", "MIN_QUERIES",
-           "MIN_TOKENS_FOR_LABEL", "VERDICTS", "COLUMNS", "ROLE_COLUMNS", "NAMED_RULES", "verdict",
-           "simultaneous_interval"]
+           "MIN_TOKENS_FOR_LABEL", "VERDICTS", "COLUMNS", "ROLE_COLUMNS", "NAMED_RULES", "verdict"]
 
 #: Relative offsets of the positional rules (query ``i`` attends to key ``i + d``).
 OFFSETS = tuple(range(-8, 9))
@@ -169,63 +169,6 @@ def _interval(reps: np.ndarray, level: float = _LEVEL) -> tuple[np.ndarray, np.n
     ok = np.isfinite(reps).sum(0) >= 10
     if ok.any():
         lo[ok], hi[ok] = np.nanquantile(reps[:, ok], [a, 1 - a], axis=0)
-    return lo, hi
-
-
-def simultaneous_interval(x: np.ndarray, reps: np.ndarray, level: float = _LEVEL,
-                          family: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Bootstrap max-t band over the last axis (one head's rules): ``x +- c se`` with ``se`` the replicates' standard
-    deviation and ``c`` the ``level`` quantile over replicates of ``max_r |reps_r - x_r| / se_r`` over the rules of
-    ``family`` (default: every rule with a finite estimate); all of them inside at once with probability about
-    ``level``. Rules without replicates' spread get ``[x, x]``; NaN where fewer than 10 replicates are finite.
-
-    Parameters
-    ----------
-    x : numpy.ndarray, shape (..., R)
-    reps : numpy.ndarray, shape (n_boot, ..., R)
-    level : float
-    family : numpy.ndarray of bool, shape (..., R), optional
-
-    Returns
-    -------
-    lo, hi : numpy.ndarray, shape (..., R)
-
-    Examples
-    --------
-    Two independent rules: the band is wider than each rule's own 95 % interval (1.96 se), about 2.24 se:
-
-    >>> rng = np.random.default_rng(0)
-    >>> reps = rng.standard_normal((4000, 2))
-    >>> lo, hi = simultaneous_interval(np.zeros(2), reps)
-    >>> bool(2.15 < hi[0] < 2.35), bool(np.allclose(lo, -hi))
-    (True, True)
-    """
-    x = np.asarray(x, dtype=np.float64)
-    reps = np.asarray(reps, dtype=np.float64)
-    lo, hi = np.full(x.shape, np.nan), np.full(x.shape, np.nan)
-    if reps.shape[0] == 0:
-        return lo, hi
-    fam = np.isfinite(x) if family is None else (np.asarray(family, bool) & np.isfinite(x))
-    finite = np.isfinite(reps)
-    n = finite.sum(0)
-    enough = n >= 10                                                          # (..., R)
-    r0 = np.where(finite, reps, 0.0)
-    mean = r0.sum(0) / np.maximum(n, 1)
-    se = np.sqrt((np.where(finite, reps - mean, 0.0) ** 2).sum(0) / np.maximum(n, 1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.abs(reps - x) / np.where(se > 0, se, np.nan)                  # (n_boot, ..., R)
-    t = np.where((fam & enough & (se > 0))[None], t, np.nan)
-    with np.errstate(invalid="ignore"):
-        worst = np.nanmax(np.where(np.isnan(t), -np.inf, t), axis=-1)            # (n_boot, ...)
-    worst = np.where(np.isfinite(worst), worst, np.nan)
-    counted = np.isfinite(worst).sum(0) >= 10
-    c = np.full(worst.shape[1:], np.nan)
-    if counted.any():
-        c[counted] = np.nanquantile(worst[:, counted], level, axis=0)
-    c = np.where(counted, c, 0.0)[..., None]
-    half = np.where(se > 0, c * np.where(se > 0, se, 0.0), 0.0)
-    ok = enough & np.isfinite(x)
-    lo[ok], hi[ok] = (x - half)[ok], (x + half)[ok]
     return lo, hi
 
 
@@ -489,7 +432,7 @@ class QuerySelectionSums:
     def roles(self, margin: float = MARGIN, min_queries: float = MIN_QUERIES, min_tokens: int = MIN_TOKENS_FOR_LABEL,
               level: float = _LEVEL, intervals: bool = True) -> dict[str, np.ndarray]:
         """Every rule of every head (module docstring, *Roles*): ``rule`` (names, :attr:`rules`), ``excess``,
-        ``excess_lo`` / ``excess_hi`` (the simultaneous band over a head's rules, :func:`simultaneous_interval`, the
+        ``excess_lo`` / ``excess_hi`` (the simultaneous band over a head's rules, :func:`.bootstrap.simultaneous_interval`, the
         rules applying to at least ``min_queries`` queries its family; NaN without replicates or with
         ``intervals=False``) and ``verdict``, each of shape ``(H, R)``.
 
