@@ -254,6 +254,108 @@ def paired_columns(ra: np.ndarray, rb: np.ndarray, xa: np.ndarray, xb: np.ndarra
     return {"diff": diff, "lo": lo, "hi": hi, "changed": changed, "size": size}
 
 
+#: A relative margin (``('median', f)``) is taken over A's live heads: those not ``dead`` whose ``|X|`` exceeds this
+#: fraction of the largest (a pruned head's removal effect is 0 up to rounding, 1e-17: a median over mostly pruned
+#: heads would be a margin of rounding noise).
+LIVE_FRACTION = 1e-6
+#: A margin is at least this fraction of the largest ``|X|`` of A's heads: the replicates are float32 (7 digits),
+#: and a difference below that is their rounding.
+RESOLUTION = 1e-5
+
+
+#: A head whose share of its layer's output energy is at most this is silent (a pruned head perturbed by rounding:
+#: its output spectrum is the rounding's, and its spectral diagnostics are noise).
+SILENT_SHARE = 1e-12
+#: Diagnostics of the shape of a head's output spectrum: they do not decide ``changed`` for a head silent in both.
+OUTPUT_DIAGNOSTICS = ("selection_score", "spec_w1_rel", "cka_excess", "removal_spec_shift")
+
+
+def _silent(heads: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Heads (the ``rows`` of ``heads``) that are dead or carry at most :data:`SILENT_SHARE` of their layer's
+    output energy."""
+    out = np.zeros(len(rows), bool)
+    if "dead" in heads:
+        out |= heads["dead"].fillna(False).to_numpy(bool)[rows]
+    if "energy_share" in heads:
+        share = heads["energy_share"].to_numpy(float)[rows]
+        with np.errstate(invalid="ignore"):
+            out |= np.isfinite(share) & (share <= SILENT_SHARE)
+    return out
+
+
+def relative_margin(xa: np.ndarray, fraction: float, dead: np.ndarray | None = None) -> tuple[float | None, str]:
+    """``fraction`` times the median ``|X|`` of A's live heads (:data:`LIVE_FRACTION`), at least
+    :data:`RESOLUTION` of the largest; ``(None, why)`` when no head is live.
+
+    Parameters
+    ----------
+    xa : numpy.ndarray
+        A's point values of the diagnostic.
+    fraction : float
+    dead : numpy.ndarray of bool, optional
+        A's heads with zero output (the ``dead`` column), left out.
+
+    Returns
+    -------
+    (float or None, str)
+
+    Examples
+    --------
+    Six pruned heads (rounding-size effects) and two live ones: the margin is a quarter of the live heads' median,
+    not of the rounding noise.
+
+    >>> x = np.array([1.2e-4, -1.9e-17, -1.9e-17, 2e-17, 6.2e-5, -1.9e-17, 0.0, 0.0])
+    >>> m, why = relative_margin(x, 0.25)
+    >>> round(m, 9), why
+    (2.275e-05, '')
+    >>> relative_margin(np.zeros(4), 0.25)
+    (None, 'no head of a has a nonzero value (every head pruned?); a margin relative to its heads would be 0')
+    """
+    ax = np.abs(np.asarray(xa, float))
+    keep = np.isfinite(ax)
+    if dead is not None:
+        keep &= ~np.asarray(dead, bool)
+    top = float(ax[keep].max()) if keep.any() else 0.0
+    live = ax[keep & (ax > LIVE_FRACTION * top)] if top > 0 else ax[:0]
+    if not live.size:
+        return None, "no head of a has a nonzero value (every head pruned?); a margin relative to its heads would be 0"
+    return max(float(fraction * np.median(live)), RESOLUTION * top), ""
+
+
+def check_margins(margins) -> dict:
+    """The user's ``margins`` checked: a dict from diagnostics of :data:`DIAGNOSTICS` to None, a finite number
+    >= 0 or ``('median', f)`` with ``f > 0``; a ``TypeError``/``ValueError`` naming the entry otherwise.
+
+    Examples
+    --------
+    >>> check_margins({"score_scale": 0.2, "removal_effect": ("median", 0.5)})
+    {'score_scale': 0.2, 'removal_effect': ('median', 0.5)}
+    >>> check_margins({"scale": 0.2})
+    Traceback (most recent call last):
+    ValueError: margins: unknown diagnostic 'scale' (known: score_scale, beta_corrected, ...)
+    """
+    if margins is None:
+        return {}
+    if not isinstance(margins, dict):
+        raise TypeError(f"margins must be a dict {{diagnostic: margin}}, got {type(margins).__name__}")
+    out = {}
+    for k, v in margins.items():
+        if k not in DIAGNOSTICS:
+            raise ValueError(f"margins: unknown diagnostic {k!r} (known: {', '.join(DIAGNOSTICS[:2])}, ...)")
+        if isinstance(v, (tuple, list)) and len(v) == 2 and v[0] == "median" and _number(v[1]) and v[1] > 0:
+            out[k] = ("median", float(v[1]))
+        elif v is None or (_number(v) and v >= 0):
+            out[k] = None if v is None else float(v)
+        else:
+            raise ValueError(f"margins[{k!r}] must be None, a finite number >= 0 or ('median', f) with f > 0, "
+                             f"got {v!r}")
+    return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and bool(np.isfinite(v))
+
+
 def compare(a, b, margins: dict | None = None, level: float = LEVEL) -> Comparison:
     """Per-head paired differences ``b - a`` between two diagnoses of the same texts and seed.
 
@@ -293,10 +395,13 @@ def compare(a, b, margins: dict | None = None, level: float = LEVEL) -> Comparis
     >>> c.summary["n_changed"], float(c.heads["score_scale_diff_hi"].abs().max())
     (0, 0.0)
     """
+    user_margins = check_margins(margins)
+    if not _number(level) or not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1), got {level!r}")
     da, db = _as_diagnosis(a, "a"), _as_diagnosis(b, "b")
     _check(da, db)
     m = dict(MARGINS)
-    m.update(margins or {})
+    m.update(user_margins)
     key = ["layer", "head"]
     ha, hb = da.heads.reset_index(drop=True), db.heads.reset_index(drop=True)
     ia = pd.Series(np.arange(len(ha)), index=pd.MultiIndex.from_frame(ha[key].astype(int)))
@@ -311,6 +416,12 @@ def compare(a, b, margins: dict | None = None, level: float = LEVEL) -> Comparis
     size = np.zeros(len(out))
     which: list[list[str]] = [[] for _ in range(len(out))]
     per_diag: dict[str, int] = {}
+    notes: list[str] = []
+    silent = _silent(ha, pa) & _silent(hb, pb)
+    if silent.any():
+        notes.append(f"{int(silent.sum())} heads silent in both (dead, or an output energy below "
+                     f"{SILENT_SHARE:g} of their layer's): their output-spectrum diagnostics "
+                     f"({', '.join(OUTPUT_DIAGNOSTICS)}) do not decide changed")
     reps: dict[str, np.ndarray] = {}
     compared = []
     resolved: dict[str, float | None] = {}
@@ -320,11 +431,15 @@ def compare(a, b, margins: dict | None = None, level: float = LEVEL) -> Comparis
         ra, rb = da.replicates[col][:, pa], db.replicates[col][:, pb]
         xa, xb = ha[col].to_numpy(float)[pa], hb[col].to_numpy(float)[pb]
         margin = m.get(col)
-        if isinstance(margin, (tuple, list)):          # ('median', f): f times the median |X| of a's heads
-            finite = np.abs(xa[np.isfinite(xa)])
-            margin = float(margin[1] * np.median(finite)) if finite.size else None
+        if isinstance(margin, (tuple, list)):          # ('median', f): f times the median |X| of a's live heads
+            margin, why = relative_margin(xa, float(margin[1]), ha["dead"].to_numpy(bool)[pa] if "dead" in ha else None)
+            if why:
+                notes.append(f"{col} does not decide changed: {why}")
         resolved[col] = margin
         p = paired_columns(ra, rb, xa, xb, margin, level)
+        if col in OUTPUT_DIAGNOSTICS and silent.any():      # rounding-size outputs: no spectrum to compare
+            p["changed"] = p["changed"] & ~silent
+            p["size"] = np.where(silent, 0.0, p["size"])
         out[f"{col}_a"], out[f"{col}_b"] = xa, xb
         out[f"{col}_diff"], out[f"{col}_diff_lo"], out[f"{col}_diff_hi"] = p["diff"], p["lo"], p["hi"]
         reps[col] = np.asarray(rb, np.float64) - np.asarray(ra, np.float64)
@@ -339,7 +454,6 @@ def compare(a, b, margins: dict | None = None, level: float = LEVEL) -> Comparis
     out["change_size"] = size
     only_a = [list(map(int, k)) for k in ia.index.difference(common)]
     only_b = [list(map(int, k)) for k in ib.index.difference(common)]
-    notes = []
     if only_a or only_b:
         notes.append(f"geometry differs: {len(common)} heads matched by (layer, head); {len(only_a)} only in a, "
                      f"{len(only_b)} only in b")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+from .checks import check_finite_model, check_texts, duplicates_note, unique_texts
 from .options import DiagnoseOptions
 from .pipeline.executor import LocalExecutor
 from .pipeline.resources import _one_blas_thread
@@ -60,10 +61,15 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     OptionError
         (a ``ValueError``) An option outside its allowed values, naming it, before any work.
     TypeError
-        An unknown option.
+        An unknown option; texts that are not strings (``None``, bytes, numbers), or one string for a list.
+    ValueError
+        Blank texts, non-finite weights, texts longer than the model's positions (:mod:`.checks`), before any work.
 
     Notes
     -----
+    A text given twice is diagnosed once: the bootstrap resamples texts as independent draws, and a repeated
+    text would count as several (``summary['n_duplicate_texts']`` and a note say how many were dropped).
+
     Custom models: a model implementing :class:`attnspec.CustomAttention` (``attention_blocks()`` and
     ``functional_output(*args)``, :mod:`attnspec.models.custom`) takes its inputs ``X`` ``(B, ...)`` as
     ``tokenizer_or_inputs`` (an array or tensor, or a dict ``{"args": (X,), "attention_mask": (B, L)}``);
@@ -86,9 +92,31 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     >>> d2.heads.equals(d.heads)
     True
     """
+    opts = DiagnoseOptions.of(options, **kwargs)
+    texts, n_given, n_dropped = _checked_texts(texts)
+    diag = _diagnose(model, tokenizer_or_inputs, texts, opts, client, n_workers, load_kwargs, n_shards, torch_threads,
+                     cluster_kwargs)
+    if n_dropped:
+        diag.summary.setdefault("notes", []).append(duplicates_note(n_dropped, n_given))
+        diag.summary["n_duplicate_texts"] = n_dropped
+    return diag
+
+
+def _checked_texts(texts) -> tuple:
+    """``(texts, number given, number of repeats dropped)``: a list of texts checked (:func:`.checks.check_texts`)
+    and without repeats; ``None``, ``'builtin'`` and other strings (refused with the text policy's message) as
+    given."""
+    if texts is None or isinstance(texts, str):
+        return texts, 0, 0
+    given = check_texts(texts)
+    unique, dropped = unique_texts(given)
+    return unique, len(given), dropped
+
+
+def _diagnose(model, tokenizer_or_inputs, texts, opts: DiagnoseOptions, client, n_workers, load_kwargs, n_shards,
+              torch_threads, cluster_kwargs) -> Diagnosis:
     from ..models.custom import is_custom
 
-    opts = DiagnoseOptions.of(options, **kwargs)
     if client is None and n_workers is None:
         for name, v in (("load_kwargs", load_kwargs), ("n_shards", n_shards), ("torch_threads", torch_threads),
                         ("cluster_kwargs", cluster_kwargs)):
@@ -114,6 +142,7 @@ def _diagnose_here(model: Any, tokenizer_or_inputs: Any, texts, opts: DiagnoseOp
     from ..models import adapt
     from ..models.protocol import evaluation_mode
     adapter = adapt(model)
+    check_finite_model(adapter.model)
     with _one_blas_thread():
         t_start = time.perf_counter()
         timings: dict[str, float] = {}

@@ -75,7 +75,13 @@ def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, m
                  "order": list(range(ids.shape[0]))}]
     if texts is None:
         raise ValueError("texts are required when a tokenizer is given")
-    texts = [str(t) for t in texts]
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of strings, got one str (wrap it in a list: [text])")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"texts[{i}] is {'None' if t is None else type(t).__name__}, not a string: every text "
+                            "must be a non-blank string")
     if not texts:
         raise ValueError("texts is empty")
     tok = obj

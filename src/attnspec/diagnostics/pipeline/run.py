@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ...models import make_batches
+from ..checks import check_positions
 from ..options import DiagnoseOptions
 from ..statistics.bootstrap import N_BOOT, supports_intervals
 from . import tasks
@@ -86,7 +87,8 @@ def _is_tokenizer(obj: Any) -> bool:
 
 def prepare(adapter, tokenizer_or_inputs: Any, texts: Any, opts: DiagnoseOptions) -> Prepared:
     """Step 1: the removal mode (``'auto'`` resolved by the model's size), the texts resolved by the library's
-    text policy and length-bucketed, or the given inputs batched."""
+    text policy and length-bucketed, or the given inputs batched; texts longer than the model's positions are
+    refused here, before any forward pass (:func:`..checks.check_positions`)."""
     mode = resolve_mode(opts.removal, adapter)
     if _is_tokenizer(tokenizer_or_inputs):
         texts, source = resolve_texts(texts, tokenizer_or_inputs, adapter.kind, opts.n_texts, opts.max_length,
@@ -97,6 +99,8 @@ def prepare(adapter, tokenizer_or_inputs: Any, texts: Any, opts: DiagnoseOptions
     else:
         batches = make_batches(tokenizer_or_inputs, max_length=opts.max_length, bucket_size=opts.bucket_size)
         removal_batches, source = batches, "inputs"
+    check_positions(batches, adapter.model, opts.max_length if source != "inputs" else None,
+                    "texts" if source != "inputs" else "tokenizer_or_inputs")
     return Prepared(batches, removal_batches, source, opts.model_name or type(adapter.model).__name__,
                     [s.n_heads for s in adapter.sites], mode, [s.head_dim for s in adapter.sites])
 

@@ -107,7 +107,6 @@ def resolve_texts(texts: Sequence[str] | str | None, tokenizer: Any, kind: str, 
         return builtin_texts(n), "builtin"
     if isinstance(texts, (str, Path)):
         raise ValueError("texts must be a list of strings or 'builtin' (read a file with attnspec.diagnostics.read_texts)")
-    out = [str(t) for t in texts]
-    if not out:
-        raise ValueError("texts is empty")
+    from ..checks import check_texts
+    out = check_texts(texts)          # strings only: None, bytes or numbers refused, not turned into 'None'
     return (out[:n_texts] if n_texts else out), "user"

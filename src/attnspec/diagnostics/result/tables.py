@@ -161,8 +161,8 @@ def _layer_row(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
     H = site.n_heads
     groups = np.array([site.kv_group(h) for h in range(H)])
     la = sp.of_layer("act")
-    dfree = sel.spectral_departure(la, sp.of_layer("free"))
-    dge = sel.spectral_departure(la, sp.of_layer("ge"))
+    dfree = _departure(la, sp.of_layer("free"))
+    dge = _departure(la, sp.of_layer("ge"))
     iu = np.triu_indices(H, 1)
     shared = groups[iu[0]] == groups[iu[1]]
     labels = [r["selection"] for r in head_rows]
@@ -184,6 +184,14 @@ def _layer_row(i: int, site: AttentionSite, fs: LayerFitSums, f: dict, sp: Layer
         **{f"n_{k}": labels.count(k) for k in sel.LABELS},
         **_layer_dependence(site, pair_rows),
     }
+
+
+def _departure(actual: np.ndarray, reference: np.ndarray) -> dict:
+    """:func:`..statistics.selection.spectral_departure`, NaN columns when a spectrum is not finite (a layer whose
+    every head is pruned has no free sum to compare with)."""
+    if not (np.isfinite(actual).all() and np.isfinite(reference).all()):
+        actual = reference = np.zeros(0)
+    return sel.spectral_departure(actual, reference)
 
 
 def _layer_dependence(site: AttentionSite, pair_rows: list[dict]) -> dict:
