@@ -8,16 +8,17 @@ as one line ``attnspec <command>: error: ...`` with exit status 2. Model argumen
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 from ._errors import CLIError
 
 __all__ = ["CLIError", "SIMULATE_BETA_MAX", "LAW_BETA_MAX", "DEFAULT_TIME_LIMIT", "int_range", "positive_int",
            "nonneg_int", "float_range", "int_list", "check_output_dir", "check_output_file", "check_input_file",
-           "read_text_lines", "check_sqlite_file", "output_dir", "n_cores", "check_cores"]
+           "read_text_lines", "check_sqlite_file", "output_dir", "n_cores", "check_cores", "check_apart", "output_lock"]
 
 #: Largest beta for Monte-Carlo alone (``simulate`` without ``--with-law``, sweeps without the law):
 #: the surrogate's fourth moment grows like ``e^{4 beta^2}`` and overflows float64 from beta ~ 13.5
@@ -416,3 +417,90 @@ def check_sqlite_file(flag: str, path: Path | str) -> Path:
             raise CLIError(flag, path, f"its directory {path.absolute().parent} is not writable (SQLite needs it)")
         return path
     return check_output_file(flag, path)  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------- inputs and outputs
+def _real(path: Path | str) -> Path:
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def _inside(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def check_apart(flag: str, out: Path | str, inputs: Iterable[tuple[str, Path | str]], written: Iterable[str] = ()
+                ) -> None:
+    """The output folder ``out`` is not, and does not lie inside, an input folder; and no input is, or lies inside,
+    something the command writes there (``written``: names inside ``out``, files or folders).
+
+    Inputs that are not paths on this machine (built-in model names) are skipped; links are resolved.
+
+    Parameters
+    ----------
+    flag : str
+        The output's flag (``--out``).
+    out : path
+    inputs : iterable of (flag, path)
+    written : iterable of str
+        What the command writes inside ``out``.
+
+    Raises
+    ------
+    CLIError
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> (tmp / "diag").mkdir()
+    >>> check_apart("--out", tmp / "cmp", [("A", tmp / "diag")], ["heads.csv"])
+    >>> check_apart("--out", tmp / "diag", [("A", tmp / "diag")], ["heads.csv"])
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --out .../diag: is the input A (.../diag): an output folder must be apart from the ...
+    >>> check_apart("--out", tmp, [("A", tmp / "diag")], ["diag"])
+    Traceback (most recent call last):
+    attnspec.cli._errors.CLIError: --out ...: would write .../diag, which holds the input A (...): ...
+    """
+    o = _real(out)
+    targets = [_real(o / w) for w in written]
+    for what, x in inputs:
+        if x is None or not Path(x).expanduser().exists():
+            continue
+        i = _real(x)
+        if _inside(o, i):
+            where = "is" if o == i else "lies inside"
+            raise CLIError(flag, out, f"{where} the input {what} ({x}): an output folder must be apart from the "
+                                      "command's inputs (it would overwrite them); choose another folder")
+        for t in targets:
+            if _inside(i, t):
+                raise CLIError(flag, out, f"would write {t}, which holds the input {what} ({x}): choose another "
+                                          "folder")
+
+
+@contextlib.contextmanager
+def output_lock(flag: str, out: Path | str) -> Iterator[Path]:
+    """Hold the lock of the output folder ``out`` for a whole command (:class:`attnspec.atomicio.DirectoryLock`):
+    a second command writing the same folder at the same time is refused at once (a :class:`CLIError`) instead of
+    mixing its files with this one's. A folder the lock created and nothing was written into is removed after.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp(), "o")
+    >>> with output_lock("--out", out) as d:
+    ...     _ = (d / "f.txt").write_text("x")
+    >>> sorted(p.name for p in out.iterdir())
+    ['f.txt']
+    """
+    from ..atomicio import DirectoryBusy, DirectoryLock
+    lock = DirectoryLock(out)
+    try:
+        lock.acquire()
+    except DirectoryBusy as busy:
+        who = f" (process {busy.pid})" if busy.pid else ""
+        raise CLIError(flag, out, f"another attnspec run{who} is writing into this folder; wait for it to end or "
+                                  "choose another folder") from None
+    try:
+        yield Path(out)
+    finally:
+        lock.release()

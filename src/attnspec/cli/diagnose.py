@@ -6,7 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from ._checks import CLIError, check_cores, check_output_dir, output_dir, positive_int, read_text_lines
+from ._checks import (CLIError, check_apart, check_cores, check_output_dir, output_dir, output_lock, positive_int,
+                      read_text_lines)
 from ._options import HelpFormatter
 from ._registry import EEG_SUFFIXES, check_eeg_file, check_model, image_files, zoo_model_and_inputs
 
@@ -197,6 +198,9 @@ def check_args(args: argparse.Namespace) -> tuple[dict, list[str] | None]:
         raise CLIError("--removal-texts", args.removal_texts, f"exceeds the {n} texts diagnosed; allowed 1..{n} "
                                                                "or 'auto'")
     check_output_dir("--out", args.out)
+    check_apart("--out", args.out, [("--model", args.model), ("--texts", None if args.texts == "builtin" else args.texts),
+                                    ("--images", None if args.images in (None, "builtin") else args.images),
+                                    ("--inputs", args.inputs)], OUTPUT_FILES)
     _check_before_loading(args, info)
     return info, texts
 
@@ -282,7 +286,11 @@ def _check_zoo_inputs(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     info, user_texts = check_args(args)
     options_of(args)                      # every option checked against its declaration before the model loads
+    with output_lock("--out", args.out):  # a second run into the same --out is refused, never interleaved
+        return _run(args, info, user_texts)
 
+
+def _run(args: argparse.Namespace, info: dict, user_texts: list[str] | None) -> int:
     import torch
 
     if args.threads:

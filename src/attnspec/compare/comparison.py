@@ -165,24 +165,30 @@ class Comparison:
         return [Path(directory) / n for n in names]
 
 
-def _as_diagnosis(x, name: str) -> Diagnosis:
+def _as_diagnosis(x, name: str) -> tuple[Diagnosis, str]:
+    """The diagnosis ``x`` (a folder read with every file checked, :mod:`.folders`) and why its replicates were not
+    read (``''``)."""
     if isinstance(x, Diagnosis):
-        return x
+        return x, ""
     if isinstance(x, (str, Path)):
+        from .folders import read_diagnosis
         try:
-            return Diagnosis.load(x)
+            return read_diagnosis(x, name)
         except FileNotFoundError as err:
             raise ComparisonError(f"{name}: {err}") from None
-    raise TypeError(f"{name}: a Diagnosis or a diagnosis output folder, got {type(x).__name__}")
+    raise TypeError(f"{name} must be a Diagnosis or a diagnosis output folder, got {type(x).__name__}")
 
 
-def _check(a: Diagnosis, b: Diagnosis) -> None:
-    """One-line refusal when the replicates of ``a`` and ``b`` are not paired."""
-    for name, d in (("a", a), ("b", b)):
+def _check(a: Diagnosis, b: Diagnosis, why: tuple = ("", "")) -> None:
+    """One-line refusal when the replicates of ``a`` and ``b`` are not paired (``why``: why a folder's replicates
+    were not read)."""
+    for name, d, reason in (("a", a, why[0]), ("b", b, why[1])):
         if not d.replicates:
             raise ComparisonError(
-                f"{name} ({d.summary.get('model')}) has no bootstrap replicates: diagnose with at least 8 texts and "
-                "n_boot >= 10 (a folder needs the replicates.npz that attnspec writes beside heads.csv)")
+                f"{name} ({d.summary.get('model')}) has no bootstrap replicates: "
+                + (f"{reason}; rerun attnspec diagnose into that folder" if reason else
+                   "diagnose with at least 8 texts and n_boot >= 10 (a folder needs the replicates.npz that attnspec "
+                   "writes beside heads.csv)"))
     ma, mb = a.replicate_meta, b.replicate_meta
     for key, what in (("seed", "seeds"), ("n_boot", "numbers of bootstrap replicates")):
         if int(ma.get(key, -1)) != int(mb.get(key, -2)):
@@ -398,8 +404,8 @@ def compare(a, b, margins: dict | None = None, level: float = LEVEL) -> Comparis
     user_margins = check_margins(margins)
     if not _number(level) or not 0 < level < 1:
         raise ValueError(f"level must be a number in (0, 1), got {level!r}")
-    da, db = _as_diagnosis(a, "a"), _as_diagnosis(b, "b")
-    _check(da, db)
+    (da, why_a), (db, why_b) = _as_diagnosis(a, "a"), _as_diagnosis(b, "b")
+    _check(da, db, (why_a, why_b))
     m = dict(MARGINS)
     m.update(user_margins)
     key = ["layer", "head"]

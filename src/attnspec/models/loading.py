@@ -80,7 +80,7 @@ from typing import Any
 
 from .files import ModelLoadError, _concat_checked, cache_dir, published_directory
 
-__all__ = ["ModelLoadError", "load_model", "cache_dir", "DEVICES", "DTYPES", "BUILTIN_MODELS",
+__all__ = ["ModelLoadError", "load_model", "check_tokenizer", "cache_dir", "DEVICES", "DTYPES", "BUILTIN_MODELS",
            "MIN_VOCAB_FRACTION", "TOKENIZER_FILES"]
 
 BUILTIN_MODELS = ("minilm", "mpnet", "gemma3-270m", "qwen2.5-0.5b", "smollm2-135m")
@@ -221,8 +221,8 @@ def _check_loading_info(info: dict, where: Path) -> None:
     parts = []
     if missing:
         parts.append(f"{len(missing)} parameter(s) of the model are not in the file ({_first(missing)})")
-    if mismatched:
-        shown = [f"{k}: {tuple(a)} in the model, {tuple(b)} in the file" for k, a, b in mismatched]
+    if mismatched:      # transformers lists (key, shape in the file, shape in the model)
+        shown = [f"{k}: {tuple(b)} in the model, {tuple(a)} in the file" for k, a, b in mismatched]
         parts.append(f"{len(mismatched)} tensor(s) have another shape ({_first(shown, 2, '; ')})")
     if unexpected:
         parts.append(f"{len(unexpected)} tensor(s) of the file are not used by the model ({_first(unexpected)})")
@@ -304,7 +304,7 @@ def _from_pretrained(cls, path: Path, where: Path, **kw):
     return model
 
 
-def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = None):
+def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = None, tokenizer: bool = True):
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path} is not a model directory: no config.json. Expected {_EXPECTED}.")
     _refuse_remote_code(path)
@@ -312,7 +312,7 @@ def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = N
         bad = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".ckpt")]
         extra = f" (found {', '.join(bad)}: pickled checkpoints are never loaded)" if bad else ""
         raise ModelLoadError(f"{path} has no *.safetensors weights{extra}. Expected {_EXPECTED}.")
-    vision = _read_json(path / "config.json").get("model_type") in VISION_MODEL_TYPES
+    vision = _read_json(path / "config.json").get("model_type") in VISION_MODEL_TYPES or not tokenizer
     if not vision and not _has_tokenizer_files(path):
         raise ModelLoadError(f"{path} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}): copy the model's "
                              "own tokenizer next to config.json (tokenizer.save_pretrained(path)).")
@@ -330,7 +330,7 @@ def _load_dir(path: Path, causal: bool | None = None, placement: dict | None = N
         cls = tr.AutoModelForSeq2SeqLM     # T5, BART with their LM head: removal measured on the LM loss
     kw = {"dtype": "float32"} if placement is None else placement
     _check_safetensors_files(path)
-    if vision:   # images, not texts: no tokenizer (inputs from attnspec.models.image_inputs)
+    if vision:   # images, not texts (inputs from attnspec.models.image_inputs), or tokenizer=False: no tokenizer
         return _finish(_from_pretrained(cls, path, path, use_safetensors=True, **kw), None)
     try:
         tok = tr.AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
@@ -467,7 +467,7 @@ def _minilm(placement: dict | None = None):
 
 def load_model(name_or_path: str | os.PathLike, verbose: bool = False, *, device: str = "cpu",
                dtype: str = "float32", device_map: str | None = None,
-               attn_implementation: str | None = None) -> tuple[Any, Any]:
+               attn_implementation: str | None = None, tokenizer: bool = True) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` by built-in name or local path (see module docstring).
 
     Parameters
@@ -479,6 +479,9 @@ def load_model(name_or_path: str | os.PathLike, verbose: bool = False, *, device
     attn_implementation : str or None
         ``None`` keeps the model's default (SDPA for most families); ``'eager'``, ``'sdpa'``,
         ``'flash_attention_2'``, ... force one.
+    tokenizer : bool
+        Load the model folder's tokenizer (``False``: the folder needs none and the tokenizer returned is None;
+        the caller brings its own, checked with :func:`check_tokenizer`).
 
     Raises
     ------
@@ -520,4 +523,18 @@ def load_model(name_or_path: str | os.PathLike, verbose: bool = False, *, device
         ggufs = sorted(path.glob("*.gguf"))
         if ggufs:
             return _finish(*_load_gguf(ggufs[0], placement))
-    return _load_dir(path, placement=placement)
+    return _load_dir(path, placement=placement, tokenizer=tokenizer)
+
+
+def check_tokenizer(tokenizer: Any, model: Any, where: str | os.PathLike = "the model") -> None:
+    """Refuse a tokenizer that cannot be the model's: far fewer tokens than its ``config.vocab_size`` (every word
+    would map to a few ids), as :func:`load_model` refuses a folder's own.
+
+    Examples
+    --------
+    >>> model, tok = load_model("minilm")
+    >>> check_tokenizer(tok, model)
+    """
+    config = getattr(model, "config", None)
+    if config is not None:
+        _check_tokenizer(tokenizer, config, Path(where))
