@@ -269,23 +269,30 @@ LIVE_FRACTION = 1e-6
 RESOLUTION = 1e-5
 
 
-#: A head whose share of its layer's output energy is at most this is silent (a pruned head perturbed by rounding:
-#: its output spectrum is the rounding's, and its spectral diagnostics are noise).
+#: A head whose output energy is at most this fraction of the model's loudest head's is silent (a pruned head
+#: perturbed by rounding: its output spectrum is the rounding's, and its spectral diagnostics are noise).
 SILENT_SHARE = 1e-12
 #: Diagnostics of the shape of a head's output spectrum: they do not decide ``changed`` for a head silent in both.
 OUTPUT_DIAGNOSTICS = ("selection_score", "spec_w1_rel", "cka_excess", "removal_spec_shift")
 
 
-def _silent(heads: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    """Heads (the ``rows`` of ``heads``) that are dead or carry at most :data:`SILENT_SHARE` of their layer's
-    output energy."""
+def _silent(d: Diagnosis, heads: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Heads (the ``rows`` of ``heads``) that are dead or carry at most :data:`SILENT_SHARE` of the output energy
+    of the model's loudest head (its share of its layer's energy times the layer's value power; the share alone
+    without the layers table)."""
     out = np.zeros(len(rows), bool)
     if "dead" in heads:
         out |= heads["dead"].fillna(False).to_numpy(bool)[rows]
     if "energy_share" in heads:
-        share = heads["energy_share"].to_numpy(float)[rows]
+        power = heads["energy_share"].to_numpy(float)
+        lay = d.layers
+        if len(lay) and {"layer", "value_power"} <= set(lay):
+            per_layer = lay.drop_duplicates("layer").set_index("layer")["value_power"]
+            power = power * heads["layer"].map(per_layer).to_numpy(float)
+        finite = power[np.isfinite(power)]
+        top = float(finite.max()) if finite.size else 0.0
         with np.errstate(invalid="ignore"):
-            out |= np.isfinite(share) & (share <= SILENT_SHARE)
+            out |= np.isfinite(power[rows]) & (power[rows] <= SILENT_SHARE * top)
     return out
 
 
@@ -423,10 +430,10 @@ def compare(a, b, margins: dict | None = None, level: float = LEVEL) -> Comparis
     which: list[list[str]] = [[] for _ in range(len(out))]
     per_diag: dict[str, int] = {}
     notes: list[str] = []
-    silent = _silent(ha, pa) & _silent(hb, pb)
+    silent = _silent(da, ha, pa) & _silent(db, hb, pb)
     if silent.any():
         notes.append(f"{int(silent.sum())} heads silent in both (dead, or an output energy below "
-                     f"{SILENT_SHARE:g} of their layer's): their output-spectrum diagnostics "
+                     f"{SILENT_SHARE:g} of the loudest head's): their output-spectrum diagnostics "
                      f"({', '.join(OUTPUT_DIAGNOSTICS)}) do not decide changed")
     reps: dict[str, np.ndarray] = {}
     compared = []
