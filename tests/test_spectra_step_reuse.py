@@ -9,6 +9,7 @@ from attnspec.diagnostics.statistics.bootstrap import weights
 from attnspec.diagnostics.statistics.spectral import center
 from attnspec.diagnostics.pipeline.fit import LayerFitSums, NullFitSums
 from attnspec.diagnostics.pipeline.spectra import LayerSpectra, cka_influence, layer_batch_spectra
+from attnspec.diagnostics.options import DiagnoseOptions
 from attnspec.diagnostics.result.tables import TableOptions, build_tables
 from attnspec.diagnostics.pipeline.head_removal import RemovalSums
 from attnspec.diagnostics.pipeline.collect import tiny_layer
@@ -87,7 +88,7 @@ def _tables(threads: int, reuse: bool):
         for sp, lb, w, f, n, s in zip(spectra, lbs, W, fits, nulls, sums):
             sp.boot_cka = layer_batch_spectra(lb, w, f, n.fit(), s.head_power(), 0, sp.gram,
                                               weights(0, lb.order, 20))["boot_cka"]
-    opt = TableOptions(removal="none", gradient=False, n_boot=20, min_tokens=0)
+    opt = TableOptions(DiagnoseOptions(gradient=False, n_boot=20, min_tokens=0), removal="none")
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -27,8 +27,7 @@ def build_diagnosis(adapter, res: StepResults, opts: DiagnoseOptions, source: st
     ``summary['notes']``."""
     t0 = time.perf_counter()
     effect_name = "loss_increase" if adapter.kind == "causal-lm" else "embedding_shift"
-    opt = TableOptions(removal=res.removal_plan.mode, mean_ablation=opts.mean_ablation, gradient=opts.gradient,
-                       threshold=opts.threshold, min_tokens=opts.min_tokens, effect_name=effect_name, seed=opts.seed,
+    opt = TableOptions(opts, removal=res.removal_plan.mode, effect_name=effect_name,
                        n_boot=res.n_boot if _intervals(res) else 0)
     sites = adapter.sites
     W = [s.w_out().cpu() for s in sites]

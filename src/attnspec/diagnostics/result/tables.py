@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -18,7 +18,7 @@ from ..statistics import dependence as dep
 from . import dependence_verdict as dv
 from ..statistics import query_selection as qsel
 from ..statistics import selection as sel
-from ..statistics.bootstrap import N_BOOT, interval
+from ..statistics.bootstrap import interval
 from .intervals import TextWeights, cka_excess_replicates, head_intervals, head_replicates, refined_selection
 from ..statistics.removal import normalize_per_layer, spectral_shift
 from ..pipeline.resources import _layer_pool
@@ -26,43 +26,67 @@ from ..pipeline.fit import LayerFitSums, NullFitSums
 from ..pipeline.head_removal import RemovalSums
 from ..pipeline.removal_plan import EXACT_MODES
 from ..pipeline.spectra import LayerSpectra
+from ..options import DiagnoseOptions
 
 __all__ = ["TableOptions", "build_tables", "attention_kind", "roles_table", "head_roles"]
 
 
 @dataclass(frozen=True)
 class TableOptions:
-    """What the tables contain: removal columns, gradient importance, labels.
+    """What the tables contain: the diagnosis' options, and what the run resolved of them.
 
     Attributes
     ----------
+    options : DiagnoseOptions
+        The options of the diagnosis: ``mean_ablation``, ``gradient``, ``threshold``, ``min_tokens`` and ``seed``
+        are read from it (properties of the same names), never restated.
     removal : str
-        Removal mode (:data:`..pipeline.head_removal.MODES`): which removal columns exist.
-    mean_ablation, gradient : bool
-        Add the mean-ablation columns; the first-order (Michel) importance.
-    threshold, min_tokens : float, int
-        Selection threshold and token minimum of the labels (:func:`..statistics.selection.label`).
+        The removal mode the run resolved (:data:`..pipeline.head_removal.MODES`; ``options.removal`` may be
+        ``'auto'``): which removal columns exist.
     effect_name : str
         Second name of the ``removal_effect`` column (e.g. ``'embedding_shift'``, ``'loss_increase'``).
-    seed, n_boot : int
-        Key of the texts' bootstrap weights and number of replicates (0: no intervals, every verdict
-        undetermined).
+    n_boot : int, optional
+        Replicates the intervals use: ``options.n_boot`` (None), or 0 when the texts or replicates support no
+        interval (every verdict undetermined).
 
     Examples
     --------
-    >>> opt = TableOptions(removal="none", n_boot=0)
-    >>> opt.removal, opt.gradient, round(opt.threshold, 4), opt.min_tokens
-    ('none', True, 0.6931, 400)
+    >>> opt = TableOptions(DiagnoseOptions(n_boot=0), removal="none")
+    >>> opt.removal, opt.gradient, round(opt.threshold, 4), opt.min_tokens, opt.n_boot
+    ('none', True, 0.6931, 400, 0)
     """
 
+    options: DiagnoseOptions = field(default_factory=DiagnoseOptions)
     removal: str = "exact"            # exact | sampled | screened | first-order | none
-    mean_ablation: bool = False
-    gradient: bool = True
-    threshold: float = sel.DIFFUSE_THRESHOLD
-    min_tokens: int = sel.MIN_TOKENS_FOR_LABEL
     effect_name: str = "embedding_shift"
-    seed: int = 0                     # keys the texts' bootstrap weights
-    n_boot: int = N_BOOT
+    n_boot: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.options, DiagnoseOptions):
+            raise TypeError(f"options must be a DiagnoseOptions, got {type(self.options).__name__}")
+        if self.n_boot is None:
+            object.__setattr__(self, "n_boot", int(self.options.n_boot))
+
+    @property
+    def mean_ablation(self) -> bool:
+        return self.options.mean_ablation
+
+    @property
+    def gradient(self) -> bool:
+        return self.options.gradient
+
+    @property
+    def threshold(self) -> float:
+        return self.options.threshold
+
+    @property
+    def min_tokens(self) -> int:
+        return self.options.min_tokens
+
+    @property
+    def seed(self) -> int:
+        """Keys the texts' bootstrap weights."""
+        return self.options.seed
 
 
 def attention_kind(site: AttentionSite) -> str:
@@ -365,7 +389,7 @@ def build_tables(sites: list[AttentionSite], fit_sums: list[LayerFitSums], fits:
     >>> spectra = [LayerSpectra(2, head_dim=16, d_out=32).update(layer_batch_spectra(
     ...     lb, w, f, n.fit(), s.head_power(), 0, s.gram, weights(0, lb.order, 20)))
     ...     for lb, w, f, n, s in zip(lbs, W, fits, nulls, sums)]
-    >>> opt = TableOptions(removal="none", gradient=False, n_boot=20, min_tokens=0)
+    >>> opt = TableOptions(DiagnoseOptions(gradient=False, n_boot=20, min_tokens=0), removal="none")
     >>> heads, layers, pairs = build_tables(ad.sites, sums, fits, spectra, RemovalSums(), W, 6, opt, nulls)
     >>> len(heads), len(layers), len(pairs), "removal_effect" in heads
     (4, 2, 2, False)
