@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnspec.compare import compare
+from attnspec.comparing import compare
 from attnspec.data import builtin_texts
 from attnspec.diagnostics import diagnose
 from attnspec.diagnostics.statistics.bootstrap import interval

@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from attnspec.callbacks import AttnspecCallback
-from attnspec.compare import compare, track
+from attnspec.comparing import compare, track
 from attnspec.data import builtin_texts
 from attnspec.models import load_model
 

@@ -14,7 +14,7 @@ import argparse
 import torch
 
 from attnspec.callbacks import AttnspecCallback
-from attnspec.compare.tracking import write_track
+from attnspec.comparing.tracking import write_track
 
 if __name__ == "__main__":
     from attnspec.zoo.experiment import QUICK_EPOCHS, build, default_sim, make_dataset

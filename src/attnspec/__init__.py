@@ -11,9 +11,9 @@ Layers, each depending only on those above it:
 * :mod:`attnspec.report`, :mod:`attnspec.cli` — reports and the command line.
 
 The most used entry points are importable from here: ``MHSAConfig``, ``simulate``, ``solve_law``, ``Law``,
-``diagnose``, ``DiagnoseOptions``, ``Diagnosis``, ``compare`` (a callable module: ``attnspec.compare(a, b)``),
-``track`` and ``CustomAttention`` (the protocol a custom model implements to be diagnosed;
-loaded lazily, so ``import attnspec`` does not import torch).
+``diagnose``, ``DiagnoseOptions``, ``Diagnosis``, ``compare`` and ``track`` (functions of
+:mod:`attnspec.comparing`: ``attnspec.compare(a, b)``) and ``CustomAttention`` (the protocol a custom model
+implements to be diagnosed; loaded lazily, so ``import attnspec`` does not import torch).
 """
 from importlib import import_module
 
@@ -30,8 +30,8 @@ _LAZY = {
     "Diagnosis": "attnspec.diagnostics",
     "DiagnoseOptions": "attnspec.diagnostics",
     "CustomAttention": "attnspec.models.custom",
-    "compare": "attnspec.compare",
-    "track": "attnspec.compare",
+    "compare": "attnspec.comparing",
+    "track": "attnspec.comparing",
 }
 __all__ = ["ConfigError", "MHSAConfig", "__version__", *_LAZY]
 

@@ -85,8 +85,8 @@ def _check_model(which: str, x: str, args) -> None:
 
 
 def _load(which: str, x: str):
-    from ..compare.comparison import ComparisonError
-    from ..compare.folders import read_diagnosis
+    from ..comparing.comparison import ComparisonError
+    from ..comparing.folders import read_diagnosis
     try:
         return read_diagnosis(x, which)
     except FileNotFoundError as err:
@@ -132,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, texts, out: Path) -> int:
-    from ..compare import compare
-    from ..compare.comparison import _check
+    from ..comparing import compare
+    from ..comparing.comparison import _check
     done = {}
     why = {}
     for which, x in (("A", args.a), ("B", args.b)):       # folders first: a damaged one is refused before any work

@@ -85,7 +85,7 @@ def _check_checkpoint(path: Path, with_tokenizer: bool, max_length: int) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compare.tracking import find_checkpoints
+    from ..comparing.tracking import find_checkpoints
     from ._checks import check_apart, check_output_dir, output_lock
     for c in args.checkpoints:
         if not Path(c).exists():
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, found, texts, notes) -> int:
-    from ..compare import track
+    from ..comparing import track
     tok = None
     if args.tokenizer:
         from ..models import load_model

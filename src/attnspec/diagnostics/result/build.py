@@ -67,7 +67,7 @@ def _replicates(res: StepResults, opt: TableOptions, heads, per_layer: list) -> 
     """The per-head bootstrap replicates of the diagnostic columns (:data:`.intervals.REPLICATE_COLUMNS`), each
     ``(n_boot, n_heads)`` float32 in the row order of ``heads``, and what identifies their weights and texts (seed,
     text ids, the real tokens of each text in the order of the ids, corpus size): the material of a paired
-    comparison (:mod:`attnspec.compare`). ``per_layer``: each layer's head replicates, as the tables computed
+    comparison (:mod:`attnspec.comparing`). ``per_layer``: each layer's head replicates, as the tables computed
     them."""
     ids, lengths = res.spectra[0].corpus_texts() if res.spectra else (np.zeros(0, np.int64),) * 2
     tw = TextWeights(opt.seed, ids, opt.n_boot)

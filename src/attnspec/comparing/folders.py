@@ -125,6 +125,20 @@ def read_diagnosis(directory: str | Path, name: str = "diagnosis") -> tuple[Diag
     Returns
     -------
     (Diagnosis, str)
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = Diagnosis(heads=pd.DataFrame({"layer": [0], "head": [0], "score_scale": [1.0]}), layers=pd.DataFrame(),
+    ...               summary={"model": "toy"}, replicates={"score_scale": np.ones((20, 1), np.float32)},
+    ...               replicate_meta={"seed": 0, "n_boot": 20})
+    >>> tmp = Path(tempfile.mkdtemp())
+    >>> _ = d.to_csv(tmp)
+    >>> read_diagnosis(tmp)[0].replicates["score_scale"].shape, read_diagnosis(tmp)[1]
+    ((20, 1), '')
+    >>> _ = d.heads.assign(score_scale=2.0).to_csv(tmp / "heads.csv", index=False)    # other tables, same npz
+    >>> read_diagnosis(tmp)[1]
+    "...replicates.npz belongs to other tables than ...heads.csv (other rows or point values: an earlier run's file)"
     """
     d = Path(directory)
     if not d.is_dir():
@@ -197,6 +211,6 @@ def load_diagnosis(directory: str | Path, name: str = "diagnosis") -> Diagnosis:
     >>> _ = (tmp / "heads.csv").write_text("layer,head\\n0,0\\n")          # cut after its first row
     >>> load_diagnosis(tmp)
     Traceback (most recent call last):
-    attnspec.compare.folders.DiagnosisFileError: .../heads.csv: has 1 rows, and summary.json counts 2 heads: ...
+    attnspec.comparing.folders.DiagnosisFileError: .../heads.csv: has 1 rows, and summary.json counts 2 heads: ...
     """
     return read_diagnosis(directory, name)[0]
