@@ -425,3 +425,17 @@ def test_compare_of_two_models_writes_their_diagnoses_last(files, tmp_path, caps
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["a", "b", "heads.csv", "report.html",
                                                                    "summary.json"]
     assert os.path.isfile(tmp_path / "c" / "a" / "replicates.npz")
+
+
+@pytest.mark.parametrize("call,error,words", [
+    (lambda m, t: diagnose("no-such-model", t, builtin_texts(8)), TypeError, "model is a name or path"),
+    (lambda m, t: diagnose(3, t, builtin_texts(8)), TypeError, "model must be a torch.nn.Module"),
+    (lambda m, t: diagnose(m, None, builtin_texts(8), max_length=64), ValueError, "tokenizer_or_inputs is None"),
+    (lambda m, t: diagnose(m, 3, builtin_texts(8), max_length=64), TypeError, "tokenizer_or_inputs must be"),
+    (lambda m, t: diagnose(m, t, builtin_texts(8), n_workers="2"), ValueError, "n_workers must be an integer >= 1"),
+    (lambda m, t: diagnose(m, t, builtin_texts(8), n_workers=0), ValueError, "n_workers must be an integer >= 1"),
+    (lambda m, t: diagnose(m, t, builtin_texts(8), load_kwargs=[1]), TypeError, "load_kwargs must be a dict"),
+])
+def test_diagnose_arguments_named(bert, tok, call, error, words):
+    with pytest.raises(error, match=words):              # AttributeError, or another argument blamed, before
+        call(bert, tok)

@@ -62,8 +62,9 @@ def _texts(args) -> list[str] | None:
     if args.texts == "builtin":
         return None
     texts = read_text_lines("--texts", args.texts)
-    if len(texts) < 8:
-        raise CLIError("--texts", args.texts, f"holds {len(texts)} texts; a paired comparison needs at least 8")
+    if len(set(texts)) < 8:
+        raise CLIError("--texts", args.texts, f"holds {len(set(texts))} distinct texts; a paired comparison needs at "
+                                              "least 8")
     return texts
 
 

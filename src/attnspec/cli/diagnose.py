@@ -557,6 +557,9 @@ def _write(diag, args: argparse.Namespace, t_diag: float, t_load: float) -> int:
           f"{s.get('roles', {}).get('n_heads_with_roles', 0)} heads with a role; "
           f"load {t_load:.1f} s, diagnose {t_diag:.1f} s "
           f"({torch.get_num_threads()} threads)")
+    if s.get("n_duplicate_texts"):
+        print(f"note: {s['n_duplicate_texts']} texts of {args.texts} repeat an earlier line and were dropped (a repeated "
+              "text is not independent evidence)")
     print(f"wrote {out}/heads.csv, layers.csv, pairs.csv, " + ("roles.csv, " if len(diag.roles) else "")
           + "summary.json, report.html")
     return 0

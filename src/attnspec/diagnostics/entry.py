@@ -117,11 +117,13 @@ def _diagnose(model, tokenizer_or_inputs, texts, opts: DiagnoseOptions, client, 
               torch_threads, cluster_kwargs) -> Diagnosis:
     from ..models.custom import is_custom
 
+    _check_placement(n_workers, n_shards, torch_threads, load_kwargs, cluster_kwargs)
     if client is None and n_workers is None:
         for name, v in (("load_kwargs", load_kwargs), ("n_shards", n_shards), ("torch_threads", torch_threads),
                         ("cluster_kwargs", cluster_kwargs)):
             if v is not None:
                 raise ValueError(f"{name} applies on a cluster only (client= or n_workers=)")
+        _check_local(model, tokenizer_or_inputs, is_custom(model))
         if is_custom(model):
             return _diagnose_custom(model, tokenizer_or_inputs, texts, opts)
         return _diagnose_here(model, tokenizer_or_inputs, texts, opts)
@@ -135,6 +137,28 @@ def _diagnose(model, tokenizer_or_inputs, texts, opts: DiagnoseOptions, client, 
     return diagnose_on_cluster(model, texts, client, n_workers=n_workers, load_kwargs=load_kwargs,
                                n_shards=n_shards, torch_threads=torch_threads, cluster_kwargs=cluster_kwargs,
                                options=opts)
+
+
+def _check_placement(n_workers, n_shards, torch_threads, load_kwargs, cluster_kwargs) -> None:
+    """The arguments of where a diagnosis runs, each named when of the wrong type or range."""
+    import numbers
+    for name, v in (("n_workers", n_workers), ("n_shards", n_shards), ("torch_threads", torch_threads)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
+            raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
+    for name, v in (("load_kwargs", load_kwargs), ("cluster_kwargs", cluster_kwargs)):
+        if v is not None and not isinstance(v, dict):
+            raise TypeError(f"{name} must be a dict or None, got {type(v).__name__}")
+
+
+def _check_local(model, tokenizer_or_inputs, custom: bool) -> None:
+    """A model for a diagnosis in this process: an object, not a name or path (a cluster's workers load those) nor
+    a plain value (a number, a string, a container); what else it must be, :func:`attnspec.models.adapt` says."""
+    import os
+    if isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model is a name or path ({str(model)!r}): load it with attnspec.models.load_model(...) and "
+                        "pass the model and its tokenizer, or diagnose it on a cluster (client= or n_workers=)")
+    if model is None or isinstance(model, (int, float, complex, bytes, bytearray, list, tuple, dict, set)):
+        raise TypeError(f"model must be a torch.nn.Module (or an attnspec adapter), got {type(model).__name__}")
 
 
 def _diagnose_here(model: Any, tokenizer_or_inputs: Any, texts, opts: DiagnoseOptions) -> Diagnosis:

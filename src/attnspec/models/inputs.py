@@ -73,6 +73,11 @@ def make_batches(tokenizer_or_inputs: Any, texts: Sequence[str] | None = None, m
             else torch.zeros_like(ids, dtype=torch.bool)
         return [{"input_ids": ids, "attention_mask": mask.long(), "special": special,
                  "order": list(range(ids.shape[0]))}]
+    if obj is None:
+        raise ValueError("tokenizer_or_inputs is None: pass the model's tokenizer (with texts) or its inputs")
+    if not callable(obj):
+        raise TypeError("tokenizer_or_inputs must be a tokenizer, a dict of input_ids (or args / pixel_values) or a "
+                        f"tensor, got {type(obj).__name__}")
     if texts is None:
         raise ValueError("texts are required when a tokenizer is given")
     if isinstance(texts, str):
