@@ -28,12 +28,14 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     Parameters
     ----------
     model : nn.Module or ModelAdapter or str
-        A supported model (see :func:`attnspec.models.adapt`), with any attention implementation; on a
-        cluster a built-in name or a path that every worker loads (``load_kwargs``).
+        A supported model (see :func:`attnspec.models.adapt`), with any attention implementation, also held by a
+        TransformerLens 4.x ``TransformerBridge`` or an nnsight ``LanguageModel`` (:mod:`attnspec.models.toolkits`);
+        on a cluster a built-in name or a path that every worker loads (``load_kwargs``).
     tokenizer_or_inputs : tokenizer, dict or tensor
         A tokenizer (then ``texts`` are tokenized, truncated to ``max_length`` and length-bucketed),
         a dict/BatchEncoding of ``input_ids``/``attention_mask``, or inputs for generic models (see
-        :func:`attnspec.models.make_batches`). ``None`` on a cluster (each worker loads the tokenizer).
+        :func:`attnspec.models.make_batches`). ``None`` on a cluster (each worker loads the tokenizer), and for a
+        toolkit's model (its own tokenizer is taken).
     texts : list of str or 'builtin' or None
         Texts (policy in :mod:`attnspec.diagnostics.pipeline.texts`: ``'builtin'``/``None`` takes ``n_texts``
         texts of the built-in corpus, packed to ``max_length`` tokens for causal LMs unless ``pack``).
@@ -167,6 +169,9 @@ def _diagnose_here(model: Any, tokenizer_or_inputs: Any, texts, opts: DiagnoseOp
     from ..models.protocol import evaluation_mode
     adapter = adapt(model)
     check_finite_model(adapter.model)
+    own_tokenizer = tokenizer_or_inputs is None and adapter.tokenizer is not None
+    if own_tokenizer:                   # a toolkit's own (TransformerLens, nnsight): the tokens it would feed
+        tokenizer_or_inputs = adapter.tokenizer
     with _one_blas_thread():
         t_start = time.perf_counter()
         timings: dict[str, float] = {}
@@ -174,6 +179,9 @@ def _diagnose_here(model: Any, tokenizer_or_inputs: Any, texts, opts: DiagnoseOp
             prep = prepare(adapter, tokenizer_or_inputs, texts, opts)
             res = run_steps(LocalExecutor(adapter, opts.progress), prep, opts, timings)
         diag = build_diagnosis(adapter, res, opts, prep.source, prep.model_name, timings)
+    if own_tokenizer:
+        diag.summary["notes"].append(f"no tokenizer given: the texts were tokenized by the {adapter.toolkit['wrapper']}'s "
+                                     "own tokenizer (TransformerLens's prepends a BOS token to each text)")
     timings["total"] = time.perf_counter() - t_start
     diag.summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
     return diag

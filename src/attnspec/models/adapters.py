@@ -34,6 +34,7 @@ from .lm_head import LMHead
 from .generic import AdapterError, _custom_sites, _heads_view, _mha_sites
 from .emitters import register
 from .protocol import AttentionSite
+from .toolkits import bridge_adapter, unwrap
 
 __all__ = ["ModelAdapter", "adapt", "AdapterError"]
 
@@ -74,6 +75,11 @@ class ModelAdapter:
         effect is the shift of the decoder's mean-pooled output. ``None``: not an encoder-decoder.
     notes : tuple of str
         Sentences for the diagnosis summary stating what the model was fed and what removal measures.
+    toolkit : dict or None
+        The interpretability toolkit the model came in (:mod:`attnspec.models.toolkits`: a TransformerLens
+        bridge, an nnsight envoy) and what it did to the weights, for ``summary.json``; ``None``: a plain module.
+    tokenizer : object or None
+        The toolkit's own tokenizer, used when the diagnosis is given texts and no tokenizer.
 
     Examples
     --------
@@ -100,6 +106,8 @@ class ModelAdapter:
     architecture: Architecture | None = None
     decoder_start: int | None = None
     notes: tuple[str, ...] = ()
+    toolkit: dict | None = None
+    tokenizer: Any = None
 
     @property
     def can_reuse(self) -> bool:
@@ -310,8 +318,10 @@ def _from_table(model: nn.Module, arch: Architecture) -> ModelAdapter:
 def adapt(model: nn.Module | ModelAdapter) -> ModelAdapter:
     """Detect the model family and return its :class:`ModelAdapter`.
 
-    Modules following the per-block protocol (:class:`attnspec.models.protocol.AttentionBlock`) come
-    first, then the transformers families of :data:`attnspec.models.architectures.ARCHITECTURES`, then
+    A TransformerLens 4.x ``TransformerBridge`` or an nnsight ``LanguageModel`` is first unwrapped to the
+    transformers model it holds (:mod:`attnspec.models.toolkits`; a bridge's attention is read through its own
+    hook points). Modules following the per-block protocol (:class:`attnspec.models.protocol.AttentionBlock`)
+    come first, then the transformers families of :data:`attnspec.models.architectures.ARCHITECTURES`, then
     ``nn.MultiheadAttention``; an adapter is returned as it is.
 
     Examples
@@ -333,6 +343,12 @@ def adapt(model: nn.Module | ModelAdapter) -> ModelAdapter:
     """
     if isinstance(model, ModelAdapter):
         return model
+    held = unwrap(model)
+    if held.toolkit is not None:
+        adapter = adapt(held.module)
+        if held.bridge:
+            adapter = bridge_adapter(adapter)
+        return replace(adapter, notes=adapter.notes + held.notes, toolkit=held.toolkit, tokenizer=held.tokenizer)
     custom = _custom_sites(model)
     if custom:
         return ModelAdapter(model, custom, "generic", None, family="custom")

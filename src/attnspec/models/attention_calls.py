@@ -286,6 +286,11 @@ def record_attention_calls(on_call: Callable[[AttentionCall], None], valid: torc
 
     handles = []
     for module, emit in registered():   # modules that compute attention themselves (emitters.py)
+        if hasattr(emit, "attach"):     # read from the module's own hook points as it runs
+            handles += emit.attach(module, lambda q, k, v, mask, kw, mod=module:
+                                   on_call(_to_call(alias(mod), q, k, v, mask, kw, valid)))
+            continue
+
         def pre_hook(mod, args, kwargs, emit=emit):
             with torch.no_grad():
                 q, k, v, mask, kw = emit(mod, args, kwargs)

@@ -9,6 +9,10 @@ module; :func:`attnspec.models.attention_calls.record_attention_calls` calls it 
 The projections run a second time on the same input (bit-identical results; the model's own call is
 untouched). Emitters return ``(query, key, value, mask, kwargs)`` with ``kwargs`` holding ``scaling``,
 ``is_causal`` and ``position_bias`` as the interface would.
+
+Modules that expose what they compute through hook points of their own (TransformerLens 4.x attention
+bridges, :class:`BridgeEmitter`) are read during their forward instead: the emitter's ``attach`` registers
+hooks that keep the module's own queries, keys and values and hands the call over when the module returns.
 """
 from __future__ import annotations
 
@@ -85,15 +89,59 @@ def _deberta_v2(mod: nn.Module, args: tuple, kwargs: dict):
             {"scaling": (d * s) ** -0.5, "is_causal": False, "position_bias": None if bias is None else view(bias)})
 
 
-#: Emitters by the name after ``'hooked:'`` in the architecture table.
-EMITTERS: dict[str, Callable] = {"mpnet": _mpnet, "falcon": _falcon, "deberta-v2": _deberta_v2}
+class BridgeEmitter:
+    """The attention call of a TransformerLens 4.x attention bridge (``PositionEmbeddingsAttentionBridge``:
+    Llama, Qwen2, Gemma 3 and the other rotary families), read from the bridge's own computation.
+
+    A bridge re-implements attention instead of calling transformers' attention functions, with hook points
+    on the way: ``hook_rot_q`` / ``hook_rot_k`` carry the queries ``(B, H, L, d)`` and keys ``(B, H_kv, L, d)``
+    after the query/key norms and the rotary encoding, ``v`` (a ``LinearBridge``) the values ``(B, L, H_kv d)``.
+    The mask is the ``attention_mask`` the bridge receives (the model's own causal, padding and sliding-window
+    mask), the scaling and the logit soft-capping are the wrapped module's. Nothing is recomputed: the call
+    carries the very tensors the bridge multiplied.
+    """
+
+    def attach(self, module: nn.Module, deliver: Callable) -> list:
+        """Hooks on ``module`` and its hook points; ``deliver(query, key, value, mask, kwargs)`` is called
+        once per forward of ``module``, when it returns. Returns the hook handles (the caller removes them)."""
+        seen: dict = {}
+        hf = module.original_component
+        d = int(hf.head_dim)
+        kw = {"scaling": float(getattr(hf, "scaling", d ** -0.5)), "is_causal": bool(getattr(module, "is_causal", True)),
+              "softcap": getattr(hf, "attn_logit_softcapping", None)}
+
+        def enter(mod, args, kwargs):
+            seen.clear()
+            seen["mask"] = _arg(args, kwargs, "attention_mask", 1)
+
+        def keep(name: str):
+            def hook(mod, args, out):
+                seen[name] = out
+            return hook
+
+        def leave(mod, args, kwargs, out):
+            if {"q", "k", "v"} - seen.keys():
+                raise RuntimeError(f"{type(mod).__name__}: its hook points hook_rot_q, hook_rot_k and v did not all "
+                                   "fire; this TransformerLens attention bridge is not supported")
+            deliver(seen["q"], seen["k"], _heads(seen["v"], d), seen["mask"], kw)
+            seen.clear()
+        return [module.register_forward_pre_hook(enter, with_kwargs=True),
+                module.hook_rot_q.register_forward_hook(keep("q")), module.hook_rot_k.register_forward_hook(keep("k")),
+                module.v.register_forward_hook(keep("v")),
+                module.register_forward_hook(leave, with_kwargs=True)]
+
+
+#: Emitters by the name after ``'hooked:'`` in the architecture table; ``'transformer-lens'``
+#: (:class:`BridgeEmitter`) is registered on the attention bridges of a TransformerLens model.
+EMITTERS: dict[str, Callable] = {"mpnet": _mpnet, "falcon": _falcon, "deberta-v2": _deberta_v2,
+                                 "transformer-lens": BridgeEmitter()}
 
 
 def register(module: nn.Module, name: str) -> None:
     """Attach emitter ``name`` to ``module`` (weakly: the registry never keeps a model alive).
 
-    ``name`` is a key of :data:`EMITTERS` (``'mpnet'``, ``'falcon'``, ``'deberta-v2'``);
-    :func:`attnspec.models.adapt` registers the emitters of the families that need one.
+    ``name`` is a key of :data:`EMITTERS` (``'mpnet'``, ``'falcon'``, ``'deberta-v2'``, ``'transformer-lens'``);
+    :func:`attnspec.models.adapt` registers the emitters of the families and toolkits that need one.
 
     Examples
     --------
@@ -106,7 +154,7 @@ def register(module: nn.Module, name: str) -> None:
     True
     >>> register(att, "xlnet")
     Traceback (most recent call last):
-    KeyError: "no attention-call emitter 'xlnet' (known: mpnet, falcon, deberta-v2)"
+    KeyError: "no attention-call emitter 'xlnet' (known: mpnet, falcon, deberta-v2, transformer-lens)"
     """
     if name not in EMITTERS:
         raise KeyError(f"no attention-call emitter {name!r} (known: {', '.join(EMITTERS)})")

@@ -388,6 +388,8 @@ def build_summary(adapter, heads, corpus: CorpusStats, opt: TableOptions, timing
         "seed": seed, "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "torch_threads": torch.get_num_threads(),
     }
+    if getattr(adapter, "toolkit", None):      # the interpretability toolkit the model came in (models.toolkits)
+        summary["toolkit"] = dict(adapter.toolkit)
     if source == "builtin":
         from ...data import CORPUS_SOURCE
         summary["corpus"] = CORPUS_SOURCE
