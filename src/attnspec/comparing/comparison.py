@@ -109,6 +109,12 @@ class Comparison:
         return f"Comparison({s.get('a', {}).get('model')} vs {s.get('b', {}).get('model')}: " \
                f"{len(self.heads)} heads, {s.get('n_changed')} changed)"
 
+    def _repr_html_(self) -> str:
+        """The notebook display (:func:`attnspec.report.notebook.comparison_html`); the figure:
+        :func:`attnspec.figures.difference_figure` of :attr:`heads`."""
+        from ..report.notebook import comparison_html
+        return comparison_html(self)
+
     def changed(self) -> pd.DataFrame:
         """The rows of the heads that changed, the most changed first (by the largest margin-scaled distance of an
         interval from 0).

@@ -338,6 +338,12 @@ class Tracking:
     def __repr__(self) -> str:
         return f"Tracking({self.table['step'].nunique() if len(self.table) else 0} steps, {len(self.table)} rows)"
 
+    def _repr_html_(self) -> str:
+        """The notebook display (:func:`attnspec.report.notebook.tracking_html`); the figure:
+        :func:`attnspec.figures.trajectories_figure` of :attr:`table`."""
+        from ..report.notebook import tracking_html
+        return tracking_html(self)
+
 
 def track(checkpoints, texts=None, out: str | Path | None = None, tokenizer=None, load=None, options=None,
           report: bool = True, log=None, **kwargs) -> Tracking:

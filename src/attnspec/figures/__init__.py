@@ -8,7 +8,10 @@
 * :mod:`.sweeps` — columns of a sweep against an axis (``attnspec sweep --plot``);
 * :mod:`.demo` — the demo's law-vs-simulation figures (``attnspec demo``);
 * :mod:`.reproduce` — figures of published studies (``attnspec reproduce``);
-* :mod:`.diagnosis` — the per-layer spectra of a diagnosis (the HTML report).
+* :mod:`.diagnosis` — a diagnosis's intervals and per-layer spectra (the HTML report; :func:`plot_diagnosis` in
+  notebooks);
+* :mod:`.compare` — a comparison's paired differences (:func:`difference_figure`) and a tracking's trajectories
+  (:func:`trajectories_figure`).
 
 Densities are those of docs/theory.md ("Model and normalization"): eigenvalues of ``Y Y^T``, each histogram
 normalized to its whole sample and a law's continuous density integrating to ``1 - atom``. Importing this
@@ -16,7 +19,10 @@ package does not import matplotlib; :mod:`.claims`, :mod:`.structure`, :mod:`.de
 imported on their own (they pull in the simulator, the solver or the sweep runner).
 """
 from .base import png_data_uri, pyplot, save_figure
+from .compare import difference_figure, trajectories_figure
+from .diagnosis import plot_diagnosis
 from .law import law_label, plot_law
 from .spectra import plot_spectra
 
-__all__ = ["plot_law", "law_label", "plot_spectra", "save_figure", "png_data_uri", "pyplot"]
+__all__ = ["plot_law", "law_label", "plot_spectra", "plot_diagnosis", "difference_figure", "trajectories_figure",
+           "save_figure", "png_data_uri", "pyplot"]

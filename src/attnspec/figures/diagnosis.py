@@ -14,7 +14,7 @@ import numpy as np
 
 from .base import pyplot
 
-__all__ = ["layer_spectra_figure", "interval_figure", "SPECTRA_STYLE", "SELECTION_COLORS"]
+__all__ = ["layer_spectra_figure", "interval_figure", "plot_diagnosis", "SPECTRA_STYLE", "SELECTION_COLORS"]
 
 #: spectrum name -> (colour, histogram keywords), in drawing order
 SPECTRA_STYLE = {"gaussian_equivalent": ("tab:orange", {"histtype": "stepfilled", "alpha": 0.35}),
@@ -162,3 +162,33 @@ def interval_figure(heads, threshold: float):
     _layer_ticks((a1, a2), heads["layer"].to_numpy())
     fig.tight_layout()
     return fig
+
+
+def plot_diagnosis(diag, kind: str = "intervals"):
+    """A matplotlib figure of a diagnosis, for notebooks: ``'intervals'`` (every head's selection score and
+    ``beta_hat`` with their 95 % intervals, :func:`interval_figure`) or ``'spectra'`` (each layer's output spectrum
+    against its Gaussian equivalent and the free sum of its heads, :func:`layer_spectra_figure`).
+
+    Raises
+    ------
+    ValueError
+        ``kind`` is neither, or the diagnosis has no such data (no intervals, no layer spectra).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from attnspec.diagnostics import Diagnosis
+    >>> plot_diagnosis(Diagnosis(pd.DataFrame({"layer": [0], "head": [0]}), pd.DataFrame()), "spectra")
+    Traceback (most recent call last):
+    ValueError: kind='spectra': this diagnosis has no layer spectra
+    """
+    if kind == "intervals":
+        fig = interval_figure(diag.heads, float(diag.summary.get("selection_threshold", np.log(2))))
+        if fig is None:
+            raise ValueError("kind='intervals': this diagnosis has no intervals (n_boot=0 or fewer than 8 texts)")
+        return fig
+    if kind == "spectra":
+        if not diag.spectra:
+            raise ValueError("kind='spectra': this diagnosis has no layer spectra")
+        return layer_spectra_figure(diag.spectra)
+    raise ValueError(f"kind must be 'intervals' or 'spectra', got {kind!r}")

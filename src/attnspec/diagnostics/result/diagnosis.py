@@ -103,6 +103,12 @@ class Diagnosis:
         return (f"Diagnosis({s.get('model')}: {len(self.layers)} layers, {len(self.heads)} heads, "
                 f"{s.get('n_selective')} selective / {s.get('n_diffuse')} diffuse, {s.get('n_texts')} texts)")
 
+    def _repr_html_(self) -> str:
+        """The notebook display: summary line, verdict counts, top heads with intervals, the selection map
+        (:func:`.display.diagnosis_html`); figures: :func:`attnspec.figures.plot_diagnosis`."""
+        from .display import diagnosis_html
+        return diagnosis_html(self)
+
     def summary_json(self) -> str:
         """:attr:`summary` as an indented JSON document (numpy values converted)."""
         return json.dumps(jsonable(self.summary), indent=2)
