@@ -302,7 +302,8 @@ def _heads_cut_row(d):
     (d / "heads.csv").write_text("".join(lines[:2]))
 
 
-@pytest.mark.parametrize("damage,file,words", [
+#: (damage, the file named, words of the message): every kind of damaged file a diagnosis folder can hold
+DAMAGES = [
     (lambda d: (d / "replicates.npz").write_bytes(b""), "replicates.npz", "is not a replicates file"),
     (_npz_cut, "replicates.npz", "truncated or damaged"),
     (lambda d: (d / "summary.json").write_text("not json"), "summary.json", "is not valid JSON"),
@@ -315,19 +316,61 @@ def _heads_cut_row(d):
     (lambda d: (d / "heads.csv").write_text("a,b\n1,2\n"), "heads.csv", "has no 'layer' and 'head' column"),
     (lambda d: (d / "layers.csv").write_text('x\n"open'), "layers.csv", "is truncated"),
     (lambda d: (d / "pairs.csv").write_text('x\n"open\n'), "pairs.csv", "is not a CSV table"),
-])
-def test_a_damaged_diagnosis_file_is_one_line_naming_it(files, tmp_path, capsys, damage, file, words):
+    (lambda d: (d / "roles.csv").write_bytes(b"layer,head\n\xff\xfe\n"), "roles.csv", "is not a UTF-8 CSV table"),
+    (lambda d: (d / "heads.csv").write_text("layer,head\n0,x\n1,y\n"), "heads.csv", "without integer 'layer' and"),
+    (lambda d: (d / "heads.csv").write_text("layer,head\n"), "heads.csv", "has no row"),
+]
+
+
+def _damaged(files, tmp_path, damage):
     bad = tmp_path / "bad"
     bad.mkdir()
     for p in (files / "diag").iterdir():
         (bad / p.name).write_bytes(p.read_bytes())
     damage(bad)
+    return bad
+
+
+@pytest.mark.parametrize("damage,file,words", DAMAGES)
+def test_a_damaged_diagnosis_file_is_one_line_naming_it(files, tmp_path, capsys, damage, file, words):
+    bad = _damaged(files, tmp_path, damage)
     assert main(["compare", str(bad), str(files / "diag"), "--out", str(tmp_path / "c")]) == 2
     _one_line(capsys, f"{bad / file}: ", words)
     assert not (tmp_path / "c").exists()
     from attnspec.comparing.folders import DiagnosisFileError
     with pytest.raises(DiagnosisFileError, match=words):
         attnspec.compare(bad, files / "diag")
+
+
+@pytest.mark.parametrize("damage,file,words", DAMAGES)
+def test_diagnosis_load_names_the_damaged_file(files, tmp_path, damage, file, words):
+    """Diagnosis.load, called directly, checks every file as compare does (a parser's traceback, a JSON list as the
+    summary, or a cut heads.csv read as fewer heads before)."""
+    import attnspec.diagnostics
+    from attnspec.comparing.folders import DiagnosisFileError
+    from attnspec.diagnostics.result.saved import DiagnosisFileError as Same
+    bad = _damaged(files, tmp_path, damage)
+    assert DiagnosisFileError is Same
+    for load in (attnspec.Diagnosis.load, attnspec.diagnostics.Diagnosis.load):
+        with pytest.raises(DiagnosisFileError, match=words) as e:
+            load(bad)
+        assert str(e.value).startswith(f"{bad / file}: ") and "\n" not in str(e.value)
+        assert e.value.file == bad / file
+
+
+def test_diagnosis_load_reads_a_whole_folder_and_ignores_stale_replicates(files, tmp_path):
+    from attnspec.diagnostics import Diagnosis
+    whole = Diagnosis.load(files / "diag")
+    assert len(whole.heads) == whole.summary["n_heads"] and whole.replicates and whole.spectra
+    stale = _damaged(files, tmp_path, lambda d: pd.read_csv(d / "heads.csv").assign(
+        score_scale=lambda h: h["score_scale"] + 1.0).to_csv(d / "heads.csv", index=False))
+    back = Diagnosis.load(stale)                         # an earlier run's replicates.npz beside these tables
+    assert back.replicates == {} and back.spectra == {} and len(back.heads) == len(whole.heads)
+    with pytest.raises(FileNotFoundError, match="no such diagnosis output folder"):
+        Diagnosis.load(tmp_path / "nowhere")
+    (stale / "summary.json").unlink()
+    with pytest.raises(FileNotFoundError, match="no summary.json"):
+        Diagnosis.load(stale)
 
 
 def test_a_stale_replicates_file_is_said_not_blamed(files, tmp_path, capsys):

@@ -10,28 +10,9 @@ import pandas as pd
 
 from ...atomicio import StagedFiles, write_text
 from ...jsonio import jsonable
+from .saved import CHECKED_COLUMNS, REPLICATES, TABLES, read_folder
 
 __all__ = ["Diagnosis"]
-
-#: The replicates file beside the tables (:meth:`Diagnosis.to_csv`, ``attnspec diagnose --out``).
-REPLICATES = "replicates.npz"
-#: The tables of a diagnosis, each written as ``<name>.csv`` (``roles`` only when it has rows).
-TABLES = ("heads", "layers", "pairs", "roles")
-#: Point columns stored with the replicates: they must equal the tables' for the file to be read back (a
-#: ``replicates.npz`` left by an earlier run into the same folder is ignored).
-_CHECK = ("score_scale", "n_tokens")
-
-
-def _belongs(arrays: dict, heads: pd.DataFrame) -> bool:
-    """Whether the arrays of a ``replicates.npz`` were written with ``heads`` (same rows, same point values)."""
-    for col in _CHECK:
-        key = f"check/{col}"
-        if key in arrays:
-            if col not in heads or len(heads) != arrays[key].shape[0]:
-                return False
-            if not np.allclose(heads[col].to_numpy(dtype=float), arrays[key], rtol=1e-9, atol=0, equal_nan=True):
-                return False
-    return all(v.shape[-1] == len(heads) for k, v in arrays.items() if k.startswith("rep/"))
 
 
 @dataclass
@@ -129,7 +110,7 @@ class Diagnosis:
         point values the replicates belong to) and ``spectrum/<layer>/<name>`` (pooled layer spectra)."""
         arrays = {f"rep/{k}": np.asarray(v, dtype=np.float32) for k, v in self.replicates.items()}
         arrays.update({f"meta/{k}": np.asarray(v) for k, v in self.replicate_meta.items()})
-        for col in _CHECK:
+        for col in CHECKED_COLUMNS:
             if col in self.heads:
                 arrays[f"check/{col}"] = self.heads[col].to_numpy(dtype=float)
         for layer, spectra in self.spectra.items():
@@ -140,7 +121,8 @@ class Diagnosis:
     @classmethod
     def load(cls, directory: str | Path) -> "Diagnosis":
         """Read a diagnosis written by :meth:`to_csv` or ``attnspec diagnose --out``: the tables, the summary, and
-        from ``replicates.npz`` (when present and written with these tables) the replicates and layer spectra.
+        from ``replicates.npz`` (when present and written with these tables) the replicates and layer spectra; every
+        file checked (:func:`.saved.read_folder`).
 
         Parameters
         ----------
@@ -154,7 +136,12 @@ class Diagnosis:
         Raises
         ------
         FileNotFoundError
-            When ``heads.csv`` or ``summary.json`` is missing.
+            No such folder, or no ``heads.csv`` / ``summary.json`` in it.
+        DiagnosisFileError
+            (a ``ValueError``) A damaged or foreign file: one line naming it (an empty or truncated
+            ``replicates.npz``, a ``summary.json`` that is not a JSON object, a ``heads.csv`` cut short or of
+            another program, a damaged ``layers.csv``/``pairs.csv``/``roles.csv``; :mod:`.saved`). A
+            ``replicates.npz`` of other tables (an earlier run's) is ignored: no replicates.
 
         Examples
         --------
@@ -167,32 +154,7 @@ class Diagnosis:
         >>> back.heads.to_dict("records"), back.summary, back.replicates
         ([{'layer': 0, 'head': 0, 'selection': 'diffuse'}], {'model': 'toy'}, {})
         """
-        d = Path(directory)
-        for name in ("heads.csv", "summary.json"):
-            if not (d / name).is_file():
-                raise FileNotFoundError(f"{d}: no {name} (not a diagnosis output folder)")
-        tables = {}
-        for name in TABLES:
-            try:
-                tables[name] = pd.read_csv(d / f"{name}.csv")
-            except (FileNotFoundError, pd.errors.EmptyDataError):
-                tables[name] = pd.DataFrame()
-        out = cls(**tables, summary=json.loads((d / "summary.json").read_text(encoding="utf-8")))
-        npz = d / REPLICATES
-        if npz.is_file():
-            with np.load(npz, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-            if _belongs(arrays, out.heads):
-                out.replicates = {k[4:]: v for k, v in arrays.items() if k.startswith("rep/")}
-                out.replicate_meta = {k[5:]: (v.item() if v.ndim == 0 else v) for k, v in arrays.items()
-                                      if k.startswith("meta/")}
-                spectra: dict = {}
-                for k, v in arrays.items():
-                    if k.startswith("spectrum/"):
-                        _, layer, name = k.split("/", 2)
-                        spectra.setdefault(int(layer), {})[name] = v.astype(np.float64)
-                out.spectra = dict(sorted(spectra.items()))
-        return out
+        return cls(**read_folder(directory)[0])
 
     def to_csv(self, directory: str | Path) -> list[Path]:
         """Write ``heads.csv``, ``layers.csv``, ``pairs.csv``, ``replicates.npz`` (with bootstrap replicates) and
