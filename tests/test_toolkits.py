@@ -132,3 +132,39 @@ def test_processing_read_from_the_weights():
             assert not isinstance(block.attn.c_proj, torch.nn.Linear)
     got = processing_of(holder)
     assert got["fold_ln"] and got["center_unembed"] and not got["center_writing_weights"]
+
+
+def _tiny_llama(seed: int):
+    import transformers
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=30522, attn_implementation="eager")
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_track_and_the_callback_take_a_bridge(tmp_path):
+    """track (through its load=) and the callback (in the zoo's loop) diagnose a bridge as its Hugging Face model."""
+    from attnspec.callbacks import AttnspecCallback
+    tok = load_model("minilm")[1]
+    texts = [f"text number {i} about attention heads and their roles" for i in range(8)]
+
+    def boot(model):
+        return tl.TransformerBridge.boot_transformers("tiny-llama", hf_model=model, tokenizer=tok)
+    for step in (1, 2):
+        _tiny_llama(step).save_pretrained(tmp_path / "run" / f"checkpoint-{step}")
+    import transformers
+
+    def hf(path):
+        return transformers.LlamaForCausalLM.from_pretrained(path, attn_implementation="eager"), tok
+    t = attnspec.track(tmp_path / "run", texts=texts, load=lambda p: (boot(hf(p)[0]), tok), report=False, n_boot=20,
+                       removal="none", progress=False)
+    plain = attnspec.track(tmp_path / "run", texts=texts, load=hf, report=False, n_boot=20, removal="none",
+                           progress=False)
+    assert t.summary["steps"] == [1, 2] and t.table.shape == plain.table.shape
+    num = t.table.select_dtypes("number").columns
+    np.testing.assert_allclose(t.table[num].to_numpy(float), plain.table[num].to_numpy(float), rtol=1e-6, atol=1e-9)
+    cb = AttnspecCallback(tok, texts, n_boot=20)
+    scalars = cb(boot(_tiny_llama(1)), 1, {})
+    assert scalars and cb.table["step"].unique().tolist() == [1]
+    np.testing.assert_allclose(cb.table[num].to_numpy(float), plain.table[plain.table["step"] == 1][num].to_numpy(float),
+                               rtol=1e-6, atol=1e-9)
