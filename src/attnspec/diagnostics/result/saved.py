@@ -10,21 +10,6 @@ replicates). A ``replicates.npz`` that reads but belongs to other tables (an ear
 is ignored, and the reason is returned for the caller that needs the replicates (:func:`attnspec.compare` says it).
 
 This module knows the files, not the :class:`~.diagnosis.Diagnosis` object: it returns the object's fields.
-
-Examples
---------
->>> import tempfile
->>> from pathlib import Path
->>> tmp = Path(tempfile.mkdtemp())
->>> _ = (tmp / "heads.csv").write_text("layer,head\\n0,0\\n0,1\\n")
->>> _ = (tmp / "summary.json").write_text('{"model": "toy", "n_heads": 2}')
->>> fields, why = read_folder(tmp)
->>> fields["heads"].values.tolist(), fields["summary"], why
-([[0, 0], [0, 1]], {'model': 'toy', 'n_heads': 2}, '')
->>> _ = (tmp / "summary.json").write_text('{"model": "toy", ')                 # cut short
->>> read_folder(tmp)
-Traceback (most recent call last):
-attnspec.diagnostics.result.saved.DiagnosisFileError: .../summary.json: is not valid JSON (...): truncated or ...
 """
 from __future__ import annotations
 
@@ -193,6 +178,20 @@ def read_folder(directory: str | Path, name: str = "diagnosis") -> tuple[dict, s
         No such folder, or no ``heads.csv`` / ``summary.json`` in it.
     DiagnosisFileError
         A damaged or foreign file, named (module docstring).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> tmp = Path(tempfile.mkdtemp())
+    >>> _ = (tmp / "heads.csv").write_text("layer,head\\n0,0\\n0,1\\n")
+    >>> _ = (tmp / "summary.json").write_text('{"model": "toy", "n_heads": 2}')
+    >>> fields, why = read_folder(tmp)
+    >>> fields["heads"].values.tolist(), fields["summary"], why
+    ([[0, 0], [0, 1]], {'model': 'toy', 'n_heads': 2}, '')
+    >>> _ = (tmp / "summary.json").write_text('{"model": "toy", ')                 # cut short
+    >>> read_folder(tmp)
+    Traceback (most recent call last):
+    attnspec.diagnostics.result.saved.DiagnosisFileError: .../summary.json: is not valid JSON (...): truncated or ...
     """
     d = Path(directory)
     if not d.is_dir():
