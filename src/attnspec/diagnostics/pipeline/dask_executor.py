@@ -133,9 +133,14 @@ class DaskExecutor:
                 for k, w in enumerate(workers)]
 
     def prepare(self, texts, opts):
-        """Step 1 on a worker (:func:`.dask_worker.prepare_task`)."""
-        return self.client.submit(wk.prepare_task, self.spec, texts, opts, key=f"attnspec-prepare-0-{self.run_id}",
-                                  pure=False).result()
+        """Step 1 on a worker (:func:`.dask_worker.prepare_task`), the run's first task: inputs it refuses (texts
+        longer than the model's positions, :func:`..checks.check_positions`) raise here the ``ValueError`` of a
+        diagnosis in this process, with its message, before any other task is submitted."""
+        out = self.client.submit(wk.prepare_task, self.spec, texts, opts, key=f"attnspec-prepare-0-{self.run_id}",
+                                 pure=False).result()
+        if isinstance(out, wk.Refusal):
+            raise ValueError(out.message)
+        return out
 
     def close(self) -> None:
         """Remove every worker's forward cache of this run (once)."""

@@ -153,12 +153,24 @@ def pop_times(run_id: str) -> dict:
         return {tag[1]: _TIMES.pop(tag) for tag in [t for t in _TIMES if t[0] == run_id]}
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """What :func:`prepare_task` returns for inputs that step 1 refuses (its ``ValueError``'s message): the client
+    raises it, before any other task, and the worker logs no failed task."""
+
+    message: str
+
+
 def prepare_task(spec: ModelSpec, texts, opts):
     """Step 1 on a worker (:func:`.run.prepare`, with the worker's model and tokenizer): the client needs
-    neither."""
+    neither. Inputs it refuses (texts longer than the model's positions, :func:`..checks.check_positions`; a text
+    policy's refusal) come back as a :class:`Refusal`."""
     from .run import prepare
     adapter, tok = spec.load()
-    return prepare(adapter, tok, texts, opts)
+    try:
+        return prepare(adapter, tok, texts, opts)
+    except ValueError as e:
+        return Refusal(str(e))
 
 
 def load_only(adapter) -> None:
