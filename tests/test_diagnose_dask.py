@@ -327,3 +327,54 @@ def test_the_staged_spectra_texts_agree_between_executors(tmp_path_factory, clie
     stages = here.summary["spectra_texts"]["stages"]
     assert there.summary["spectra_texts"]["stages"] == stages and len(stages) == 2 and 32 == stages[0] < stages[1]
     _assert_same_tables(here, there)
+
+
+@pytest.fixture(scope="module")
+def short_bert_dir(tmp_path_factory):
+    """A seeded 1-layer, 2-head BERT of 24 positions with MiniLM's tokenizer, saved so that every worker loads it."""
+    import transformers
+    d = tmp_path_factory.mktemp("short-bert")
+    model, tok = load_model("minilm")
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_hidden_layers=1,
+        max_position_embeddings=24)).save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def test_texts_longer_than_the_positions_are_refused_by_the_first_task(short_bert_dir, client):
+    """Texts of up to 41 tokens for 24 positions: the cluster refuses them with the one-process message, by its
+    prepare task and before any other (every worker loaded the model first, and the worker logged the refusal as a
+    failed task with its traceback, before)."""
+    from distributed import get_task_stream
+    model, tok = load_model(str(short_bert_dir))
+    texts = builtin_texts(8)
+    with pytest.raises(ValueError) as here:
+        diagnose(model, tok, texts, max_length=64, n_boot=20)
+    assert "texts of 41 tokens exceed its 24 positions" in str(here.value)
+    with get_task_stream(client) as ts:
+        with pytest.raises(ValueError) as there:
+            diagnose(str(short_bert_dir), None, texts, client=client, max_length=64, n_boot=20)
+    assert str(there.value) == str(here.value)
+    assert [t["key"].rsplit("-", 1)[0] for t in ts.data] == ["attnspec-prepare-0"]
+    logs = [m for v in client.get_worker_logs().values() for _, m in v]
+    assert not [m for m in logs if "Compute Failed" in m and "attnspec-prepare" in m]
+
+
+def test_repeated_texts_are_dropped_on_a_cluster_as_here(short_bert_dir, client):
+    """diagnose_on_cluster (what ``attnspec diagnose --workers`` calls) drops a text that repeats an earlier one as
+    attnspec.diagnose does (it diagnosed every copy, before): the same note, count and tables."""
+    model, tok = load_model(str(short_bert_dir))
+    texts = builtin_texts(8)
+    given = texts + texts[:3] + [texts[0]] * 2
+    opts = dict(max_length=24, n_boot=20, removal="none", gradient=False, min_tokens=0)
+    here = diagnose(model, tok, given, **opts)
+    there = diagnose_on_cluster(str(short_bert_dir), given, client, **opts)
+    assert here.summary["n_duplicate_texts"] == there.summary["n_duplicate_texts"] == 5
+    assert here.summary["n_texts"] == there.summary["n_texts"] == 8
+    note = [n for n in there.summary["notes"] if "repeat an earlier text" in n]
+    assert note == [n for n in here.summary["notes"] if "repeat an earlier text" in n] and "5 of the 13" in note[0]
+    _assert_same_tables(here, there)
+    with pytest.raises(TypeError, match=r"texts\[1\] is None"):            # checked before the cluster is touched
+        diagnose_on_cluster(str(short_bert_dir), ["a text", None], "tcp://127.0.0.1:1")

@@ -197,6 +197,43 @@ def test_repeated_texts_count_once(tok, tmp_path):
     assert one.summary["n_texts"] == 1 and one.summary["n_selective"] == 0 and one.summary["n_dependent_heads"] == 0
 
 
+def test_repeated_rows_of_token_ids_count_once():
+    """Pre-tokenized inputs (a dict or BatchEncoding of input_ids/attention_mask): a row repeating an earlier one
+    over the same mask is dropped as a repeated text is (7 texts counted before, with other tables)."""
+    from attnspec.models.tiny import tiny_causal_lm
+    ad, batch = tiny_causal_lm()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ref = diagnose(ad, {"input_ids": ids, "attention_mask": mask}, min_tokens=0, n_boot=20)
+    assert "n_duplicate_texts" not in ref.summary
+    dup = transformers.BatchEncoding({"input_ids": torch.cat([ids, ids[:1].repeat(3, 1), ids[1:].repeat(2, 1)]),
+                                      "attention_mask": torch.cat([mask, mask[:1].repeat(3, 1), mask[1:].repeat(2, 1)])})
+    d = diagnose(ad, dup, min_tokens=0, n_boot=20)
+    assert d.summary["n_texts"] == 2 and d.summary["n_duplicate_texts"] == 5
+    assert any(n.startswith("5 of the 7 texts given repeat an earlier text") for n in d.summary["notes"])
+    pd.testing.assert_frame_equal(d.heads, ref.heads)
+    with pytest.raises(ValueError, match="tokenizer_or_inputs=None"):      # a cluster takes no inputs: texts only
+        diagnose("minilm", dup, n_workers=2)
+
+
+def test_unique_inputs_compares_ids_over_their_mask():
+    from attnspec.diagnostics.checks import unique_inputs
+    ids = torch.tensor([[5, 6, 7], [5, 6, 0], [5, 6, 9], [5, 6, 0], [8, 8, 8]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 1, 1]])
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    special[:, 0] = True
+    out, n, dropped = unique_inputs({"input_ids": ids, "attention_mask": mask, "special_tokens_mask": special,
+                                     "note": "kept as is"})
+    assert (n, dropped) == (5, 1)                     # row 2 is row 1 with another padding id; row 3 another mask
+    assert out["input_ids"].tolist() == [[5, 6, 7], [5, 6, 0], [5, 6, 0], [8, 8, 8]]
+    assert out["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 1]]
+    assert out["special_tokens_mask"].shape == (4, 3) and out["note"] == "kept as is"
+    assert unique_inputs({"input_ids": np.array([[1, 2], [1, 2]])})[1:] == (2, 1)
+    same = {"input_ids": ids[:2]}
+    assert unique_inputs(same) == (same, 2, 0)
+    for other in (None, torch.zeros(2, 3, 4), {"args": (torch.zeros(2, 2, 2),)}, {"input_ids": [[1, 2], [3]]}):
+        assert unique_inputs(other)[0] is other and unique_inputs(other)[2] == 0
+
+
 def test_compare_margins_have_a_floor(tok):
     """A model whose heads are all pruned but one per layer (layer 0: all of them) against itself perturbed by
     1e-10: no head changed (the removal margin was 4.6e-18 and flagged the 1e-10 differences; the pruned layer

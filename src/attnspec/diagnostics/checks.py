@@ -4,7 +4,9 @@ whose message names the argument and what it allows, as the command line refuses
 
 * :func:`check_texts`: a sequence of non-blank strings (not ``None``, bytes or numbers; not one string);
 * :func:`unique_texts`: the texts without repeats (a text given twice is not two independent pieces of evidence:
-  the bootstrap would resample it as two), with the number dropped;
+  the bootstrap would resample it as two), with the number dropped; :func:`checked_texts` both, for an entry point;
+* :func:`unique_inputs`: the same for pre-tokenized inputs (rows of ``input_ids`` repeating an earlier row over the
+  same ``attention_mask``); :func:`note_duplicates` says in a summary how many were dropped;
 * :func:`check_finite_model`: no NaN or infinite weight in a model given in memory (the loader checks files);
 * :func:`max_positions` / :func:`check_positions`: texts no longer than the model's positions;
 * :func:`check_model_inputs`: the last two for a model, a tokenizer, texts and options (what the callback checks
@@ -26,8 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["check_texts", "unique_texts", "duplicates_note", "check_finite_model", "max_positions",
-           "check_positions", "check_model_inputs", "schedule_problem", "POSITION_KEYS"]
+__all__ = ["check_texts", "unique_texts", "checked_texts", "unique_inputs", "duplicates_note", "note_duplicates",
+           "check_finite_model", "max_positions", "check_positions", "check_model_inputs", "schedule_problem",
+           "POSITION_KEYS"]
 
 #: Configuration keys that bound a model's positions (the command line reads the same from config.json).
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length", "seq_length", "n_ctx")
@@ -97,6 +100,76 @@ def unique_texts(texts: list[str]) -> tuple[list[str], int]:
     return out, len(texts) - len(out)
 
 
+def checked_texts(texts: Any) -> tuple[Any, int, int]:
+    """``(texts, number given, number of repeats dropped)``: a list of texts checked (:func:`check_texts`) and
+    without repeats (:func:`unique_texts`); ``None``, ``'builtin'`` and other strings (refused with the text
+    policy's message) as given.
+
+    Examples
+    --------
+    >>> checked_texts(["a", "b", "a"]), checked_texts("builtin")
+    ((['a', 'b'], 3, 1), ('builtin', 0, 0))
+    """
+    if texts is None or isinstance(texts, str):
+        return texts, 0, 0
+    given = check_texts(texts)
+    unique, dropped = unique_texts(given)
+    return unique, len(given), dropped
+
+
+def unique_inputs(inputs: Any) -> tuple[Any, int, int]:
+    """``(inputs, number of rows given, number dropped)``: pre-tokenized inputs (a dict or ``BatchEncoding`` of
+    ``input_ids`` and optionally ``attention_mask``, one text a row) without the rows that repeat an earlier one
+    (the same ids over the same mask; padding ids do not count), first occurrences kept in order, every per-row
+    entry taken along, as :func:`unique_texts` does for texts. Anything else (a tokenizer, a generic model's
+    tensors or args, images, ids that are not one 2-D array) is returned as given, with ``0, 0``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> ids = torch.tensor([[5, 6, 7], [5, 6, 0], [5, 6, 9], [8, 8, 8]])
+    >>> mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 1, 1]])     # row 2 is row 1 with another pad id
+    >>> out, n, dropped = unique_inputs({"input_ids": ids, "attention_mask": mask})
+    >>> out["input_ids"].tolist(), n, dropped
+    ([[5, 6, 7], [5, 6, 0], [8, 8, 8]], 4, 1)
+    >>> unique_inputs({"input_ids": [[1, 2], [1, 2]]})[0]
+    {'input_ids': [[1, 2]]}
+    """
+    if not hasattr(inputs, "keys") or "input_ids" not in inputs or "args" in inputs or "pixel_values" in inputs:
+        return inputs, 0, 0
+    import numpy as np
+    try:
+        ids = np.asarray(_cpu(inputs["input_ids"]))
+        mask = inputs.get("attention_mask")
+        mask = np.ones_like(ids) if mask is None else np.asarray(_cpu(mask))
+    except (TypeError, ValueError, RuntimeError):
+        return inputs, 0, 0            # make_batches says what is wrong with them
+    if ids.ndim != 2 or mask.shape != ids.shape or not len(ids):
+        return inputs, 0, 0
+    real, seen, keep = mask != 0, set(), []
+    for r in range(len(ids)):
+        key = real[r].tobytes() + np.where(real[r], ids[r], 0).astype(np.int64).tobytes()
+        if key not in seen:
+            seen.add(key)
+            keep.append(r)
+    n = len(ids)
+    if len(keep) == n:
+        return inputs, n, 0
+
+    def rows(v):
+        if getattr(v, "ndim", 0) >= 1 and v.shape[0] == n:
+            return v[keep]
+        if isinstance(v, (list, tuple)) and len(v) == n:
+            return type(v)(v[i] for i in keep)
+        return v
+    return {k: rows(v) for k, v in inputs.items()}, n, n - len(keep)
+
+
+def _cpu(x: Any) -> Any:
+    """A tensor on the CPU, detached (for numpy); anything else as is."""
+    return x.detach().cpu() if hasattr(x, "detach") else x
+
+
 def duplicates_note(n_dropped: int, n_given: int) -> str:
     """The summary note of :func:`unique_texts`'s drop.
 
@@ -108,6 +181,21 @@ def duplicates_note(n_dropped: int, n_given: int) -> str:
     return (f"{n_dropped} of the {n_given} texts given repeat an earlier text and were dropped: a repeated text is not "
             f"independent evidence (the bootstrap would resample its copies as distinct texts); "
             f"{n_given - n_dropped} distinct texts diagnosed")
+
+
+def note_duplicates(summary: dict, n_dropped: int, n_given: int) -> None:
+    """Say in ``summary`` (a diagnosis') that ``n_dropped`` of the ``n_given`` texts repeated an earlier one and were
+    dropped (:func:`duplicates_note` in ``notes``, ``n_duplicate_texts``); nothing when none was.
+
+    Examples
+    --------
+    >>> s = {"notes": []}
+    >>> note_duplicates(s, 2, 5); s["n_duplicate_texts"], len(s["notes"])
+    (2, 1)
+    """
+    if n_dropped:
+        summary.setdefault("notes", []).append(duplicates_note(n_dropped, n_given))
+        summary["n_duplicate_texts"] = n_dropped
 
 
 def _module(model: Any):

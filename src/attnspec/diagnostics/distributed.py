@@ -6,7 +6,9 @@ a new LocalCluster), then the one step sequence of :mod:`.pipeline.run` through 
   (a built-in name or a local path, plus :func:`attnspec.models.load_model` keyword arguments such as
   ``dtype`` or ``device``) and keeps it for later tasks and later diagnoses of the same model;
 * the **texts** are resolved and length-bucketed once, on a worker (the client needs neither the
-  model nor its tokenizer), exactly as a single-process diagnosis buckets them; the batches are then
+  model nor its tokenizer), exactly as a single-process diagnosis buckets them, in the run's first task:
+  texts longer than the model's positions are refused there, with the message of a diagnosis in one
+  process, before any other task (then every worker loads the model); the batches are then
   dealt out to tasks in contiguous groups. Each batch is computed as in one process, so the tables
   equal a single-process run's up to the order of float64 sums (far below 1e-9);
 * the **client** merges each step's accumulators and computes the fits the next step needs:
@@ -41,6 +43,7 @@ import time
 import warnings
 from typing import Any, Sequence
 
+from .checks import checked_texts, note_duplicates
 from .options import DiagnoseOptions
 from .pipeline.dask_executor import DaskExecutor
 from .pipeline.dask_worker import ModelSpec, model_loads_in_this_process
@@ -82,7 +85,8 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
     model : str, path or ModelSpec
         A built-in name or a model directory / GGUF file every worker can read (not a model object).
     texts : list of str or 'builtin' or None
-        As :func:`attnspec.diagnose` (resolved on a worker with the model's tokenizer).
+        As :func:`attnspec.diagnose` (resolved on a worker with the model's tokenizer): checked here, a text that
+        repeats an earlier one dropped with a note (``summary['n_duplicate_texts']``).
     client, n_workers, cluster_kwargs : distributed.Client or str or None, int, dict
         A client (left open), a scheduler address (``'tcp://10.0.0.5:8786'``), or ``None``: a new LocalCluster
         of ``n_workers`` one-thread processes (default: CPU count) with ``cluster_kwargs``, closed at the end.
@@ -103,8 +107,9 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
     Raises
     ------
     TypeError, ValueError
-        A model object or an unknown option; an option outside its allowed values (before any cluster is
-        touched).
+        A model object or an unknown option; an option outside its allowed values; texts that are not strings or
+        blank (before any cluster is touched); texts longer than the model's positions (by the first task, before
+        any other).
 
     Examples
     --------
@@ -128,23 +133,27 @@ def diagnose_on_cluster(model: str | os.PathLike | ModelSpec, texts: Sequence[st
     for name, v in (("n_workers", n_workers), ("n_shards", n_shards), ("torch_threads", torch_threads)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
+    texts, n_given, n_dropped = checked_texts(texts)
     c, owned = _connect(client, n_workers, cluster_kwargs)
     try:
         c.wait_for_workers(1)
-        return _diagnose(DaskExecutor(c, spec, n_shards, torch_threads, opts.progress), texts, opts)
+        diag = _diagnose(DaskExecutor(c, spec, n_shards, torch_threads, opts.progress), texts, opts)
     finally:
         for obj in owned:
             obj.close()
+    note_duplicates(diag.summary, n_dropped, n_given)
+    return diag
 
 
 def _diagnose(ex: DaskExecutor, texts, opts: DiagnoseOptions) -> Diagnosis:
-    """Prepare on a worker while every worker loads the model, the step sequence, the tables on a worker."""
+    """Prepare on a worker (inputs it refuses are refused before any other task), every worker loads the model,
+    the step sequence, the tables on a worker."""
     from distributed import wait
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
-    warm = ex.warm_up()                  # every worker loads the model while one prepares the texts
     t0 = time.perf_counter()
-    prep = ex.prepare(texts, opts)
+    prep = ex.prepare(texts, opts)       # the first task: texts longer than the model's positions end here
+    warm = ex.warm_up()
     wait(warm)                           # every worker ready: the first tasks spread over all of them
     timings["prepare"] = time.perf_counter() - t0
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from .checks import check_finite_model, check_texts, duplicates_note, unique_texts
+from .checks import check_finite_model, checked_texts, note_duplicates, unique_inputs
 from .options import DiagnoseOptions
 from .pipeline.executor import LocalExecutor
 from .pipeline.resources import _one_blas_thread
@@ -70,7 +70,9 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     Notes
     -----
     A text given twice is diagnosed once: the bootstrap resamples texts as independent draws, and a repeated
-    text would count as several (``summary['n_duplicate_texts']`` and a note say how many were dropped).
+    text would count as several (``summary['n_duplicate_texts']`` and a note say how many were dropped). So is a
+    row of pre-tokenized ``input_ids`` that repeats an earlier row over the same ``attention_mask``
+    (:func:`.checks.unique_inputs`; on a cluster inputs are not taken: the workers tokenize the texts).
 
     Custom models: a model implementing :class:`attnspec.CustomAttention` (``attention_blocks()`` and
     ``functional_output(*args)``, :mod:`attnspec.models.custom`) takes its inputs ``X`` ``(B, ...)`` as
@@ -95,24 +97,14 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     True
     """
     opts = DiagnoseOptions.of(options, **kwargs)
-    texts, n_given, n_dropped = _checked_texts(texts)
+    texts, n_given, n_dropped = checked_texts(texts)
+    tokenizer_or_inputs, n_rows, n_rows_dropped = unique_inputs(tokenizer_or_inputs)
+    if n_rows:                          # pre-tokenized inputs are what is diagnosed: rows repeating an earlier one
+        n_given, n_dropped = n_rows, n_rows_dropped
     diag = _diagnose(model, tokenizer_or_inputs, texts, opts, client, n_workers, load_kwargs, n_shards, torch_threads,
                      cluster_kwargs)
-    if n_dropped:
-        diag.summary.setdefault("notes", []).append(duplicates_note(n_dropped, n_given))
-        diag.summary["n_duplicate_texts"] = n_dropped
+    note_duplicates(diag.summary, n_dropped, n_given)
     return diag
-
-
-def _checked_texts(texts) -> tuple:
-    """``(texts, number given, number of repeats dropped)``: a list of texts checked (:func:`.checks.check_texts`)
-    and without repeats; ``None``, ``'builtin'`` and other strings (refused with the text policy's message) as
-    given."""
-    if texts is None or isinstance(texts, str):
-        return texts, 0, 0
-    given = check_texts(texts)
-    unique, dropped = unique_texts(given)
-    return unique, len(given), dropped
 
 
 def _diagnose(model, tokenizer_or_inputs, texts, opts: DiagnoseOptions, client, n_workers, load_kwargs, n_shards,
