@@ -153,13 +153,13 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(max(1, torch.get_num_threads()))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    import transformer_lens
-    print(f"# head detector vs attnspec roles: commit {commit}, transformer-lens "
-          f"{getattr(transformer_lens, '__version__', '?')}, torch threads {torch.get_num_threads()}")
+    from importlib.metadata import version
+    print(f"# head detector vs attnspec roles: commit {commit}, transformer-lens {version('transformer-lens')}, "
+          f"torch threads {torch.get_num_threads()}")
     rows = []
     for name in a.models:
         rows += compare(name, a.texts, a.max_length, a.show)
-    print("\n" + pd.DataFrame(rows).to_markdown(index=False))
+    print("\n" + pd.DataFrame(rows).to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def main() -> None:
                          if c in ref.heads}
                 print(f"    processing {kit.get('processing')}; verdicts equal: "
                       + ", ".join(f"{c} {v:.3f}" for c, v in agree.items()))
-    print("\n" + pd.DataFrame(rows).to_markdown(index=False))
+    print("\n" + pd.DataFrame(rows).to_string(index=False))
 
 
 if __name__ == "__main__":

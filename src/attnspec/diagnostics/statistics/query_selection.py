@@ -464,7 +464,9 @@ class QuerySelectionSums:
         family = np.broadcast_to(self.count >= max(min_queries, 1), (H, R))
         if self.n_boot and intervals:
             lo, hi = simultaneous_interval(x, self.excess_replicates(), level, family)
-            hi = np.minimum(hi, 1.0)                                       # an excess fraction is at most 1
+            # an excess (a weight fraction beyond its null expectation) lies in [-1, 1]: the symmetric band of a rule
+            # whose few queries' weight swings (heads parking their weight on a sink) must not leave it
+            lo, hi = np.maximum(lo, -1.0), np.minimum(hi, 1.0)
         else:
             lo, hi = np.full((H, R), np.nan), np.full((H, R), np.nan)
         lab = np.array([[verdict(float(x[h, r]), float(lo[h, r]), float(hi[h, r]), margin, self.n_queries, min_tokens)
