@@ -262,6 +262,11 @@ COLUMNS: dict[str, dict[str, str]] = {
         "verdict": ("selective (excess_lo >= 0.1), not selective (excess_hi < 0.1) or undetermined (the interval "
                     "contains 0.1, the rule applies to fewer than 100 queries, fewer than min_tokens counted queries, "
                     "or no interval)."),
+        "real_weight": ("The head's mean weight on the real keys (not the first token, not special tokens) over the "
+                        "queries the rule applies to: what the excess is a share of. A head that parks nearly all its "
+                        "weight on the first token can follow a rule with what is left (SmolLM2 L18H8: induction "
+                        "excess 0.94 on a weight of a few thousandths); read such a role with its sink row. NaN for "
+                        "'sink'."),
     },
 }
 

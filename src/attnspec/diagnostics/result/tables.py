@@ -312,7 +312,7 @@ def roles_table(fit_sums: list[LayerFitSums], opt: TableOptions) -> pd.DataFrame
     >>> sums = [LayerFitSums().update(lb, s.w_out(), 0, 20) for lb, s in zip(collect(ad, batch), ad.sites)]
     >>> t = roles_table(sums, TableOptions(n_boot=20))
     >>> len(t), list(t.columns), t["rule"].iloc[-1]                # 2 layers x 2 heads x 20 rules
-    (80, ['layer', 'head', 'rule', 'excess', 'excess_lo', 'excess_hi', 'verdict'], 'sink')
+    (80, ['layer', 'head', 'rule', 'excess', 'excess_lo', 'excess_hi', 'verdict', 'real_weight'], 'sink')
     """
     parts = []
     for i, fs in enumerate(fit_sums):

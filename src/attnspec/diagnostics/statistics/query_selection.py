@@ -133,7 +133,7 @@ VERDICTS = ("selective", "not selective", "undetermined")
 COLUMNS = ("query_selection_score", "query_selection_score_lo", "query_selection_score_hi", "query_selection_kind",
            "query_selection_rule", "query_selection", "previous_token_excess", "induction_excess")
 #: The columns of :meth:`QuerySelectionSums.roles` (one row per head and rule), after ``layer`` and ``head``.
-ROLE_COLUMNS = ("rule", "excess", "excess_lo", "excess_hi", "verdict")
+ROLE_COLUMNS = ("rule", "excess", "excess_lo", "excess_hi", "verdict", "real_weight")
 #: The rules most asked after, reported whatever a head's best rule (column -> rule).
 NAMED_RULES = {"previous_token_excess": "offset -1", "induction_excess": "induction"}
 _LEVEL = 0.95
@@ -434,7 +434,9 @@ class QuerySelectionSums:
         """Every rule of every head (module docstring, *Roles*): ``rule`` (names, :attr:`rules`), ``excess``,
         ``excess_lo`` / ``excess_hi`` (the simultaneous band over a head's rules, :func:`.bootstrap.simultaneous_interval`, the
         rules applying to at least ``min_queries`` queries its family; NaN without replicates or with
-        ``intervals=False``) and ``verdict``, each of shape ``(H, R)``.
+        ``intervals=False``), ``verdict`` and ``real_weight`` (``N / count``: the head's mean weight ``m_i`` on the
+        real keys over the queries the rule applies to, what the excess is a share of; NaN for the sink), each of
+        shape ``(H, R)``.
 
         Examples
         --------
@@ -458,6 +460,8 @@ class QuerySelectionSums:
         []
         >>> round(float(r["excess"][0, qs.rules.index("sink")]), 3)      # half the weight, beyond 1 / (i + 1)
         0.472
+        >>> round(float(r["real_weight"][0, qs.rules.index("offset -1")]), 3)  # the other half: on the real keys
+        0.5
         """
         x = self.excess()
         H, R = x.shape
@@ -472,4 +476,7 @@ class QuerySelectionSums:
         lab = np.array([[verdict(float(x[h, r]), float(lo[h, r]), float(hi[h, r]), margin, self.n_queries, min_tokens)
                          if family[h, r] else "undetermined" for r in range(R)] for h in range(H)], dtype=object)
         rule = np.broadcast_to(np.array(self.rules, dtype=object), (H, R))
-        return {"rule": rule, "excess": x, "excess_lo": lo, "excess_hi": hi, "verdict": lab}
+        with np.errstate(invalid="ignore", divide="ignore"):
+            real = np.where(self.count > 0, self.capacity / self.count, np.nan)   # mean m_i over the rule's queries
+        real[:, self.rules.index(SINK_RULE)] = np.nan                            # the sink weighs every query fully
+        return {"rule": rule, "excess": x, "excess_lo": lo, "excess_hi": hi, "verdict": lab, "real_weight": real}
