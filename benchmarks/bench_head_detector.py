@@ -13,9 +13,9 @@ Both read the same token ids: each built-in text is cut to ``--max-length`` toke
 around the packaged model; attnspec diagnoses that same bridge (``pack=False``, ``removal='none'``).
 
 Per model and pattern it prints: Spearman's rho between the detector's score and the rule's excess over all heads,
-the top-decile overlap, the heads where they disagree most (rank gap), with attnspec's verdict, the head's ``sink``
-excess (attention parked on the first token) and its best rule, and how many heads attnspec calls selective for the
-rule. Prints figures only; asserts nothing.
+the top-decile overlap, the heads where they disagree most (rank gap), with attnspec's verdict, the head's weight on
+the real keys (``real_weight``), its ``sink`` excess (attention parked on the first token) and its best rule, and how
+many heads attnspec calls selective for the rule. Prints figures only; asserts nothing.
 
     python benchmarks/bench_head_detector.py [--models smollm2-135m qwen2.5-0.5b gemma3-270m] [--texts 32]
         [--max-length 128] [--show 5]
@@ -133,7 +133,8 @@ def compare(name: str, n_texts: int, max_length: int, show: int) -> list[dict]:
                 lh = heads.index[i]
                 print(f"    {label}: L{lh[0]}H{lh[1]} detector {score[i]:.3f} (rank {rank_tl[i]:.0f}) excess "
                       f"{excess[i]:+.3f} [{r['excess_lo'].iloc[i]:+.3f}, {r['excess_hi'].iloc[i]:+.3f}] (rank "
-                      f"{rank_as[i]:.0f}) {r['verdict'].iloc[i]}; sink excess {sink[i]:+.3f}; best rule "
+                      f"{rank_as[i]:.0f}) {r['verdict'].iloc[i]}, real weight {r['real_weight'].iloc[i]:.4f}; sink "
+                      f"excess {sink[i]:+.3f}; best rule "
                       f"{heads['query_selection_rule'].iloc[i]!r}")
     return rows
 
