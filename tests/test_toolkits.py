@@ -14,9 +14,9 @@ from attnspec.models import AdapterError, adapt, load_model
 from attnspec.models.toolkits import processing_of, unwrap
 
 #: Small but complete: every step, intervals, first-order removal and gradient importance (the backward pass).
-OPTIONS = dict(n_texts=8, max_length=16, n_boot=20, removal="first-order", progress=False)
+OPTIONS = dict(n_texts=8, max_length=12, n_boot=20, removal="first-order", progress=False)
 #: Exact removal of every head (a forward pass per head and text): fewer, shorter texts.
-EXACT = dict(n_texts=2, max_length=12, n_boot=0, removal="exact", progress=False)
+EXACT = dict(n_texts=2, max_length=8, n_boot=0, removal="exact", progress=False)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -87,7 +87,8 @@ def test_bridge_in_compatibility_mode_records_its_processing(reference):
     kit = d.summary["toolkit"]
     assert kit["compatibility_mode"] is True and kit["weights_processed"] is True
     # SmolLM2 has RMS norms: HookedTransformer's processing folds them and centres the unembedding only
-    assert kit["processing"] == {"fold_ln": True, "center_writing_weights": False, "center_unembed": True}
+    assert kit["processing"] == {"fold_ln": True, "center_writing_weights": False, "center_unembed": True,
+                                 "fold_value_biases": False}          # SmolLM2's projections have no bias
     assert any("compatibility mode" in n for n in d.summary["notes"])
     assert d.heads.shape == ref.heads.shape and d.heads["selection"].notna().all()
     # folding and a constant shift of the logits keep the function: the removal effects (log-softmax losses) stay
@@ -121,7 +122,8 @@ def test_processing_read_from_the_weights():
         for m in gpt2.modules():                  # as a trained model's: norms that are not 1
             if isinstance(m, torch.nn.LayerNorm):
                 m.weight.uniform_(0.5, 1.5)
-    assert processing_of(holder) == {"fold_ln": False, "center_writing_weights": False, "center_unembed": False}
+    assert processing_of(holder) == {"fold_ln": False, "center_writing_weights": False, "center_unembed": False,
+                                     "fold_value_biases": False}
     with torch.no_grad():
         for m in gpt2.modules():
             if isinstance(m, torch.nn.LayerNorm):
@@ -168,3 +170,11 @@ def test_track_and_the_callback_take_a_bridge(tmp_path):
     assert scalars and cb.table["step"].unique().tolist() == [1]
     np.testing.assert_allclose(cb.table[num].to_numpy(float), plain.table[plain.table["step"] == 1][num].to_numpy(float),
                                rtol=1e-6, atol=1e-9)
+
+
+def test_nnsight_does_not_shadow_the_zoo_functions():
+    """nnsight gives every object a ``save`` method, ModuleType included: attnspec.zoo binds its functions itself."""
+    import attnspec.zoo
+    from attnspec.zoo import checkpoint
+    assert hasattr(type(attnspec.zoo), "save")                        # nnsight's patch, imported above
+    assert attnspec.zoo.save is checkpoint.save and attnspec.zoo.load is checkpoint.load

@@ -93,14 +93,15 @@ def processing_of(bridge: Any) -> dict:
     ``fold_ln``: every normalization weight of the blocks and the final norm is 1 (folded into what reads it);
     ``center_writing_weights``: every attention output projection has zero mean over the model dimension
     (``mean_d W_O[d, :] = 0``); ``center_unembed``: the unembedding has zero mean over the vocabulary. Each
-    within a relative ``1e-5`` of the weight's mean absolute value. TransformerLens does not keep the flags it was
+    within a relative ``1e-5`` of the weight's mean absolute value; ``fold_value_biases``: the value projections have
+    biases and every one is 0 (moved into the output bias). TransformerLens does not keep the flags it was
     called with, so this is what the weights look like: an untrained model's norms are 1 too (read as folded).
 
     Examples
     --------
     >>> from attnspec.models.tiny import tiny_causal_lm
     >>> processing_of(type("Bridge", (), {"original_model": tiny_causal_lm()[0].model})())   # untrained GPT-2
-    {'fold_ln': True, 'center_writing_weights': False, 'center_unembed': False}
+    {'fold_ln': True, 'center_writing_weights': False, 'center_unembed': False, 'fold_value_biases': False}
     """
     model = bridge.original_model
     norms = [m for n, m in model.named_modules() if "norm" in type(m).__name__.lower() or n.split(".")[-1].startswith("ln")]
@@ -114,7 +115,11 @@ def processing_of(bridge: Any) -> dict:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     w_u = getattr(head, "weight", None)
     unembed = isinstance(w_u, torch.Tensor) and _mean_abs(w_u.mean(0)) <= _PROCESSED_TOL * max(_mean_abs(w_u), 1e-30)
-    return {"fold_ln": fold, "center_writing_weights": centred, "center_unembed": bool(unembed)}
+    v_biases = [m.bias for n, m in model.named_modules() if isinstance(m, nn.Linear) and m.bias is not None
+                and n.split(".")[-1] in ("v_proj", "value")]
+    folded_v = bool(v_biases) and all(bool(torch.all(b.detach() == 0)) for b in v_biases)
+    return {"fold_ln": fold, "center_writing_weights": centred, "center_unembed": bool(unembed),
+            "fold_value_biases": folded_v}
 
 
 def _bridge(model: Any) -> Unwrapped:

@@ -51,7 +51,7 @@ def render_comparison(comparison) -> str:
     Examples
     --------
     >>> import numpy as np, pandas as pd
-    >>> from attnspec.compare import Comparison
+    >>> from attnspec.comparing import Comparison
     >>> h = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "score_scale_a": [1.0, 1.0], "score_scale_b": [1.0, 2.0],
     ...                   "score_scale_diff": [0.0, 1.0], "score_scale_diff_lo": [0.0, 0.9],
     ...                   "score_scale_diff_hi": [0.0, 1.1], "changed": [False, True],
@@ -179,7 +179,7 @@ def write_comparison_report(comparison, path) -> "object":
     Examples
     --------
     >>> import tempfile, pandas as pd
-    >>> from attnspec.compare import Comparison
+    >>> from attnspec.comparing import Comparison
     >>> c = Comparison(pd.DataFrame({"layer": [0], "head": [0], "changed": [False]}), {"n_changed": 0})
     >>> write_comparison_report(c, tempfile.mkdtemp() + "/c.html").name
     'c.html'

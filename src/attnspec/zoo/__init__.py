@@ -19,13 +19,8 @@ Modules (each states its architecture or format in its docstring):
 """
 from __future__ import annotations
 
+# bound here, not through a module __getattr__: a library that gives every object a ``save`` method (nnsight does)
+# would shadow a lazily resolved ``zoo.save``; the checkpoint module imports no torch at import time
+from .checkpoint import checkpoint_inputs, is_checkpoint, load, save
+
 __all__ = ["load", "save", "is_checkpoint", "checkpoint_inputs"]
-
-
-def __getattr__(name: str):
-    """The checkpoint functions (:mod:`.checkpoint`), imported on first use (importing the zoo loads no
-    torch model code)."""
-    if name in __all__:
-        from . import checkpoint
-        return getattr(checkpoint, name)
-    raise AttributeError(f"module 'attnspec.zoo' has no attribute {name!r}")

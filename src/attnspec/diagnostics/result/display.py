@@ -3,7 +3,7 @@ the pieces :mod:`attnspec.report.notebook` builds a comparison's and a tracking'
 
 Each display is one self-contained ``<div class="attnspec">`` (styles scoped to it, no script, no image): a summary
 line, the verdict counts, the top heads with their 95 % intervals, and a layer x head heat map (an HTML table whose
-cells are coloured by value, the value in the cell's tooltip). Nothing here draws with matplotlib: figures are
+cells are coloured by value, the value in the cell's tooltip). Nothing here draws: figures are
 :func:`attnspec.figures.plot_diagnosis` and its siblings; the full page is :func:`attnspec.report.write_report`.
 """
 from __future__ import annotations
