@@ -38,7 +38,7 @@ def test_cli_writes_tables_and_report(model_dir, tmp_path, capsys):
     assert len(heads) == 8 and not heads.drop(columns="roles").select_dtypes("number").isna().any().any()
     roles = pd.read_csv(out / "roles.csv")               # 8 heads x (17 offsets, same token, induction, sink)
     assert len(roles) == 8 * 20 and list(roles.columns) == ["layer", "head", "rule", "excess", "excess_lo", "excess_hi",
-                                                            "verdict"]
+                                                            "verdict", "real_weight"]
     from attnspec.diagnostics import Diagnosis
     back = Diagnosis.load(out)
     assert back.roles.shape == roles.shape and back.roles["rule"].tolist() == roles["rule"].tolist()

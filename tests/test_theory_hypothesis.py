@@ -107,7 +107,7 @@ def _unresolved_near_atom(cfg) -> bool:
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs(max_gaussian_heads=4))
 def test_law_mass_random_configurations_wide(cfg):
     assume(not _unresolved_near_atom(cfg))
