@@ -172,8 +172,9 @@ def _diagnose_here(model: Any, tokenizer_or_inputs: Any, texts, opts: DiagnoseOp
             res = run_steps(LocalExecutor(adapter, opts.progress), prep, opts, timings)
         diag = build_diagnosis(adapter, res, opts, prep.source, prep.model_name, timings)
     if own_tokenizer:
+        bos = " (it prepends a BOS token to each text)" if adapter.toolkit.get("name") == "transformer_lens" else ""
         diag.summary["notes"].append(f"no tokenizer given: the texts were tokenized by the {adapter.toolkit['wrapper']}'s "
-                                     "own tokenizer (TransformerLens's prepends a BOS token to each text)")
+                                     f"own tokenizer{bos}")
     timings["total"] = time.perf_counter() - t_start
     diag.summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
     return diag
