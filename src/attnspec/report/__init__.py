@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..diagnostics.result.columns import COLUMNS, HEATMAPS
+from ..diagnostics.result.display import layer_head_grid
 from ..figures import png_data_uri
 from ..figures.diagnosis import interval_figure, layer_spectra_figure
 
@@ -50,12 +51,7 @@ def _heatmap(h, col: str, cmap_name: str, title: str, nL: int, nH: int) -> str:
     for diverging maps), exact value in the cell's tooltip, a colour bar with the range below."""
     from matplotlib import colormaps
     cmap = colormaps[cmap_name]
-    M = np.full((nL, nH), np.nan)
-    M[h["layer"].to_numpy(), h["head"].to_numpy()] = h[col].to_numpy(dtype=float)
-    finite = M[np.isfinite(M)]
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    if cmap_name == "RdBu_r":
-        lo, hi = -max(abs(lo), abs(hi), 1e-12), max(abs(lo), abs(hi), 1e-12)
+    M, lo, hi = layer_head_grid(h, col, symmetric=cmap_name == "RdBu_r", shape=(nL, nH))
     span = hi - lo if hi > lo else 1.0
     marks = {}
     if col == "selection_score" and "selection" in h:

@@ -13,7 +13,7 @@ import html
 import numpy as np
 import pandas as pd
 
-__all__ = ["diagnosis_html", "block", "heat_map", "table", "key_values", "with_interval", "fmt"]
+__all__ = ["diagnosis_html", "block", "heat_map", "layer_head_grid", "table", "key_values", "with_interval", "fmt"]
 
 #: Notebook styles, scoped to the ``attnspec`` block so that they never restyle the notebook itself.
 STYLE = """<style>
@@ -88,6 +88,30 @@ def key_values(pairs: dict) -> str:
                                         for k, v in pairs.items() if v is not None) + "</div>"
 
 
+def layer_head_grid(heads: pd.DataFrame, col: str, symmetric: bool = False, shape: tuple[int, int] | None = None
+                    ) -> tuple[np.ndarray, float, float]:
+    """``(M, lo, hi)``: ``heads[col]`` as a ``(layers, heads)`` array (``shape``, default from the table; NaN where a
+    head is missing) and its colour range: the finite values' minimum and maximum (0 and 1 when none), or
+    ``[-m, m]`` with ``m`` the largest magnitude when ``symmetric`` (diverging maps). The one grid of every layer x
+    head map: the notebook's (:func:`heat_map`) and the HTML report's.
+
+    Examples
+    --------
+    >>> M, lo, hi = layer_head_grid(pd.DataFrame({"layer": [0, 1], "head": [1, 0], "x": [-2.0, 1.0]}), "x", True)
+    >>> M.tolist(), lo, hi
+    ([[nan, -2.0], [1.0, nan]], -2.0, 2.0)
+    """
+    nL, nH = shape if shape is not None else (int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1)
+    M = np.full((nL, nH), np.nan)
+    M[heads["layer"].to_numpy(int), heads["head"].to_numpy(int)] = heads[col].to_numpy(dtype=float)
+    finite = M[np.isfinite(M)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if symmetric:
+        hi = max(abs(lo), abs(hi), 1e-12)
+        lo = -hi
+    return M, lo, hi
+
+
 #: Colour anchors: viridis (sequential) and a blue-white-red map (diverging, symmetric about 0).
 _SEQUENTIAL = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
 _DIVERGING = ((33, 102, 172), (247, 247, 247), (178, 24, 43))
@@ -114,20 +138,11 @@ def heat_map(heads: pd.DataFrame, col: str, title: str, diverging: bool = False)
     >>> page.count("<td"), 'title="L0H1: 1"' in page, 'class="na"' in page
     (4, True, True)
     """
-    if col not in heads or not len(heads):
+    if col not in heads or not len(heads) or not np.isfinite(heads[col].to_numpy(dtype=float)).any():
         return ""
-    v = heads[col].to_numpy(dtype=float)
-    finite = v[np.isfinite(v)]
-    if not finite.size:
-        return ""
-    nL, nH = int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1
-    M = np.full((nL, nH), np.nan)
-    M[heads["layer"].to_numpy(int), heads["head"].to_numpy(int)] = v
-    if diverging:
-        hi = max(float(np.abs(finite).max()), 1e-12)
-        lo, anchors = -hi, _DIVERGING
-    else:
-        lo, hi, anchors = float(finite.min()), float(finite.max()), _SEQUENTIAL
+    M, lo, hi = layer_head_grid(heads, col, symmetric=diverging)
+    nL, nH = M.shape
+    anchors = _DIVERGING if diverging else _SEQUENTIAL
     span = hi - lo if hi > lo else 1.0
     rows = []
     for layer in range(nL):
