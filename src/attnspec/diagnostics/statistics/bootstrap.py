@@ -39,6 +39,10 @@ MIN_TEXTS_FOR_INTERVALS = 8
 #: Fewest finite replicates behind a percentile interval (:func:`interval`; fewer: NaN). A diagnosis asked for
 #: fewer replicates (``n_boot`` 1 to 9) reports no interval, as with ``n_boot = 0``.
 MIN_REPLICATES = 10
+#: Budget (bytes) of the block of replicates :func:`weighted_w1` gathers and sums at once: a block of pooled values
+#: by a few replicates stays in the cache and its cumulative sum over the values adds rows of replicates (vectorized):
+#: 2,000 replicates of 3,000 values take 15-20 ms instead of 60 ms, 200 replicates 3 ms instead of 8-14 (one thread).
+W1_BLOCK_BYTES = 2 ** 20
 #: Two-sided level of the reported intervals (``_lo``/``_hi`` columns).
 LEVEL = 0.95
 
@@ -278,9 +282,9 @@ def weighted_w1(x: np.ndarray, ix: np.ndarray, y: np.ndarray, iy: np.ndarray, w:
 
     Replicate ``b`` gives value ``x_k`` the weight
     ``w[b, ix_k]``; ``W1 = int |F_x(z) - F_y(z)| dz`` with ``F`` the weighted CDFs. One sort of the
-    pooled values, then one gather, cumulative sum and dot product per replicate (vectorized over
-    replicates; each replicate's row contiguous, so that the cumulative sums run along memory: 1.4-2.4x faster than
-    along the pooled axis). With unit weights it equals :func:`attnspec.spectra.wasserstein1` of the two samples.
+    pooled values, then, over blocks of 8 to 64 replicates (:data:`W1_BLOCK_BYTES`), one gather ``(n + m, block)``,
+    cumulative sum down the pooled values (each step adds a row of replicates: vectorized, and the block stays in the
+    cache) and dot product. With unit weights it equals :func:`attnspec.spectra.wasserstein1` of the two samples.
 
     Parameters
     ----------
@@ -322,10 +326,16 @@ def weighted_w1(x: np.ndarray, ix: np.ndarray, y: np.ndarray, iy: np.ndarray, w:
             signed, scale = np.concatenate([wb, -wb], axis=1), sx
         else:
             signed, scale = np.concatenate([w * (1.0 / sx)[:, None], w * (-1.0 / sy)[:, None]], axis=1), np.ones_like(sx)
-        G = np.take(signed, t + n_texts * of_y, axis=1)   # (n_boot, n + m): each value's signed weight, pooled order
-        np.cumsum(G, axis=1, out=G)                 # the replicates' CDF differences
-        np.abs(G, out=G)
-        return (G[:, :-1].astype(np.float64, copy=False) @ dz) / scale
+        cols = t + n_texts * of_y                   # each value's signed weight, pooled order
+        signed = np.ascontiguousarray(signed.T)     # (2 n_texts, n_boot): a value's weights in one row
+        out = np.empty(w.shape[0])
+        step = int(np.clip(W1_BLOCK_BYTES // max(1, cols.size * signed.itemsize), 8, 64))
+        for b in range(0, w.shape[0], step):        # replicates are independent: a block at a time
+            G = signed[cols, b:b + step]            # (n + m, block)
+            np.cumsum(G, axis=0, out=G)             # the replicates' CDF differences
+            np.abs(G, out=G)
+            out[b:b + step] = dz @ G[:-1].astype(np.float64, copy=False)
+        return out / scale
 
 
 def weighted_relative_w1(x: np.ndarray, y: np.ndarray, ix: np.ndarray, w: np.ndarray) -> np.ndarray:
