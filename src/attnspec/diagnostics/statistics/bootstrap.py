@@ -332,7 +332,7 @@ def weighted_w1(x: np.ndarray, ix: np.ndarray, y: np.ndarray, iy: np.ndarray, w:
         step = int(np.clip(W1_BLOCK_BYTES // max(1, cols.size * signed.itemsize), 8, 64))
         for b in range(0, w.shape[0], step):        # replicates are independent: a block at a time
             G = signed[cols, b:b + step]            # (n + m, block)
-            np.cumsum(G, axis=0, out=G)             # the replicates' CDF differences
+            np.add.accumulate(G, axis=0, dtype=G.dtype, out=G)       # the CDF differences (no int64 upcast)
             np.abs(G, out=G)
             out[b:b + step] = dz @ G[:-1].astype(np.float64, copy=False)
         return out / scale
