@@ -30,8 +30,10 @@ per ``--coverage-betas`` value (:func:`coverage`), the planted beta calibrated o
 texts (default 512, so that it is the population value to about 0.4 %, not a 64-text sample value with 1.1 %);
 the summary splits the error into the error of ``score_scale`` (the planted definition) and
 ``beta_corrected - score_scale`` (the head's departure from its key null).
-``--diagnosis-seed-offset K`` diagnoses the same planted models with other draws (seed ``k + K``): two runs that
-differ only in it give the AUCs' seed-to-seed spread, the yardstick for a change of the diagnosis' random draws.
+``--diagnosis-seed-offset K`` diagnoses the same planted models with other bootstrap draws (seed ``k + K``), and
+``--reference-seed-offset K`` with other reference draws (null heads, equivalents' noise: ``reference_seed = k + K``):
+runs that differ only in them give the AUCs' seed-to-seed spread, the yardstick for a change of the diagnosis'
+random draws.
 Usage: ``python benchmarks/bench_validity.py [--quick] [--architectures bert gpt2] [--strengths 0 0.5 1]
 [--texts 8 64] [--seeds 3] [--diagnosis-seed-offset 100] [--out DIR]``;
 ``python benchmarks/bench_validity.py --coverage 100``.
@@ -89,9 +91,11 @@ def _per_head(arrays: dict) -> pd.DataFrame:
 
 
 def run_model(architecture: str, strength: float, seed: int, sizes: list[int],
-              induction: bool = True, diagnosis_seed_offset: int = 0) -> tuple[list, list, float]:
+              induction: bool = True, diagnosis_seed_offset: int = 0,
+              reference_seed_offset: int | None = None) -> tuple[list, list, float]:
     """Build one planted model (seed ``seed``), diagnose it at each corpus size (diagnosis seed
-    ``seed + diagnosis_seed_offset``); merged head and pair tables."""
+    ``seed + diagnosis_seed_offset``, reference seed ``seed + reference_seed_offset``, default the diagnosis'
+    default 0); merged head and pair tables."""
     heads, pairs = [], []
     t0 = time.perf_counter()
     causal = ARCHITECTURES[architecture].causal
@@ -102,7 +106,8 @@ def run_model(architecture: str, strength: float, seed: int, sizes: list[int],
         probes = _per_head({"induction_probe": induction_scores(model, tok, n_sequences=8, length=50, seed=seed)})
         for n in sizes:
             texts = builtin_texts(n)
-            dg = attnspec.diagnose(model, tok, texts, seed=seed + diagnosis_seed_offset)
+            ref = {} if reference_seed_offset is None else {"reference_seed": seed + reference_seed_offset}
+            dg = attnspec.diagnose(model, tok, texts, seed=seed + diagnosis_seed_offset, **ref)
             tag = {"architecture": architecture, "strength": strength, "seed": seed, "n_texts": n,
                    "n_tokens": dg.summary["n_tokens"]}
             h = dg.heads.merge(pm.heads, on=["layer", "head"]).merge(probes, on=["layer", "head"])
@@ -263,6 +268,9 @@ def main(argv=None) -> None:
     ap.add_argument("--diagnosis-seed-offset", type=int, default=0, metavar="K",
                     help="diagnose planted model k with seed k + K (the same models, other draws: the AUCs' "
                          "seed-to-seed spread, against which a change of the draws is judged)")
+    ap.add_argument("--reference-seed-offset", type=int, default=None, metavar="K",
+                    help="diagnose planted model k with reference seed k + K (default: the diagnosis' reference seed 0): "
+                         "other reference draws (null heads, equivalents' noise), the spread a single draw carries")
     ap.add_argument("--quick", action="store_true", help="reduced budget: strengths 0 1, texts 16 64, 2 seeds")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-induction", action="store_true", help="plant no induction heads in GPT-2")
@@ -288,7 +296,8 @@ def main(argv=None) -> None:
         for s in args.strengths:
             for seed in range(args.seeds):
                 h, p, dt = run_model(arch, s, seed, args.texts, induction=not args.no_induction,
-                                     diagnosis_seed_offset=args.diagnosis_seed_offset)
+                                     diagnosis_seed_offset=args.diagnosis_seed_offset,
+                                     reference_seed_offset=args.reference_seed_offset)
                 heads += h
                 pairs += p
                 print(f"{arch} strength {s:g} seed {seed}: {dt:.1f} s", flush=True)
@@ -301,7 +310,8 @@ def main(argv=None) -> None:
     tokens = heads.groupby("n_texts")["n_tokens"].first().to_dict()
     meta = (f"architectures {args.architectures}, strengths {args.strengths}, corpus sizes {args.texts} texts "
             f"({tokens} real tokens), "
-            f"{args.seeds} seeds (diagnosis seeds offset by {args.diagnosis_seed_offset}), torch threads "
+            f"{args.seeds} seeds (diagnosis seeds offset by {args.diagnosis_seed_offset}, reference seeds "
+            f"{'0' if args.reference_seed_offset is None else f'offset by {args.reference_seed_offset}'}), torch threads "
             f"{args.threads}, {time.perf_counter() - t0:.0f} s")
     print(write_markdown(args.out, res, beta, meta))
 
