@@ -10,9 +10,11 @@ Three parts (``--parts``, default all):
   ``offset 1``, ``same token``, ``induction``) ranks the probe's top decile of heads above the rest, the same for
   the plain ``query_selection_score`` (for comparison), and how many of the top decile hold the role;
 * ``planted``: tiny BERT and GPT-2 with planted heads (:mod:`attnspec.validation.planted`, strength 1, 64 texts,
-  seeds 0..S-1): per planted pattern, the AUC of its rule's ``excess`` (offset ``d``: ``offset d``; identity:
-  ``offset 0``; class: ``sink``; induction: ``induction``; two-role heads ``offset+sink``: both rules), and the
-  share of planted heads holding the role;
+  seeds 0..S-1): per planted pattern and rule (offset ``d``: ``offset d``; identity: ``offset 0``; class: ``sink``;
+  induction: ``induction``; two-role heads ``offset+sink``: both rules), the AUC with which the rule's ``excess``
+  ranks the pattern's heads above the heads planted without that rule (heads of another pattern or offset planted
+  with the same rule are left out of the negatives: every ``offset+sink`` head has a sink), and the share of the
+  pattern's heads holding the role;
 * ``random``: randomly initialized BERT, RoBERTa, GPT-2 and Llama (2 layers x 4 heads, seeds 0-2, 4/16/64 texts, as
   tests/test_calibration_random.py): heads with any role, and the rules they hold.
 
@@ -37,12 +39,15 @@ PLANTED_RULES = {"offset": lambda o: [f"offset {o}"], "identity": lambda o: ["of
                  "induction": lambda o: ["induction"], "offset+sink": lambda o: [f"offset {o}", "sink"]}
 
 
-def _rule_auc(roles: pd.DataFrame, rule: str, positive: pd.Series) -> float:
-    """AUC of ``rule``'s excess (NaN as 0) ranking the heads flagged in ``positive`` (indexed by layer, head)."""
+def _rule_auc(roles: pd.DataFrame, rule: str, positive: pd.Series, negative: pd.Series | None = None) -> float:
+    """AUC of ``rule``'s excess (NaN as 0) ranking the heads flagged in ``positive`` above those in ``negative``
+    (default: every other head), both indexed by layer, head."""
     from attnspec.validation.scoring import roc_auc
     r = roles[roles["rule"] == rule].set_index(["layer", "head"])
     pos = positive.reindex(r.index).fillna(False).to_numpy(bool)
-    return roc_auc(r["excess"].fillna(0.0).to_numpy(float), pos)
+    neg = ~pos if negative is None else negative.reindex(r.index).fillna(False).to_numpy(bool)
+    keep = pos | neg
+    return roc_auc(r["excess"].fillna(0.0).to_numpy(float)[keep], pos[keep])
 
 
 def real(name: str) -> list[dict]:
@@ -97,14 +102,18 @@ def planted(architecture: str, seeds: int) -> list[dict]:
                 d = attnspec.diagnose(model, tok, builtin_texts(64), removal=False, gradient=False, progress=False)
             truth = pm.heads.set_index(["layer", "head"])
             held = d.heads.set_index(["layer", "head"])["roles"].fillna("").str.split("; ")
+            planted_rules = pd.Series([set(PLANTED_RULES[p](o)) if p else set()
+                                       for p, o in zip(truth["pattern"], truth["offset"])], index=truth.index)
             for pattern in sorted(set(truth["pattern"]) - {""}):
-                for o in sorted(set(truth.loc[truth["pattern"] == pattern, "offset"])):
-                    mine = (truth["pattern"] == pattern) & (truth["offset"] == o)
-                    for rule in PLANTED_RULES[pattern](o):
-                        key = (pattern, rule)
-                        per.setdefault(key, []).append({"auc": _rule_auc(d.roles, rule, mine),
-                                                        "found": int(held[mine].apply(lambda rs, r=rule: r in rs).sum()),
-                                                        "n": int(mine.sum())})
+                for rule in sorted(set().union(*planted_rules[truth["pattern"] == pattern])):
+                    # positives: this pattern's heads planted with the rule; negatives: the heads planted without it
+                    # (a head of another pattern planted with the same rule, e.g. a two-role head of another offset
+                    # for the sink, is neither)
+                    has = planted_rules.apply(lambda rs, r=rule: r in rs)
+                    mine = (truth["pattern"] == pattern) & has
+                    per.setdefault((pattern, rule), []).append({
+                        "auc": _rule_auc(d.roles, rule, mine, ~has),
+                        "found": int(held[mine].apply(lambda rs, r=rule: r in rs).sum()), "n": int(mine.sum())})
             background = truth["role"] != "selective"
             per.setdefault(("none", "any"), []).append({"auc": np.nan, "found": int((held[background].str.join("")
                                                                                    != "").sum()),

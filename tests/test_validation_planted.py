@@ -260,3 +260,31 @@ def test_a_head_with_two_planted_roles_gets_both(tmp_path):
         rows = roles[roles["rule"] == f"offset {off}"]
         assert roc_auc(rows["excess"], (rows["pattern"] == "offset+sink") & (rows["offset"] == off)) == 1.0
 
+
+
+def test_each_role_of_a_two_role_head_is_planted_at_the_gain(tmp_path):
+    """Both parts of an 'offset+sink' head hold the gain ``max_gain`` on their own, measured from the saved model's
+    eager attention on its calibration texts (row-centred log weights are the row-centred logits). GPT-2, seed 1:
+    scaling the two parts together to one gain over the union of their targets left L1H0's sink part at 3.9 and its
+    offset part at 11.3, and the fixed point alone left the sink at 5.5."""
+    torch.set_num_threads(1)
+    spec = PlantSpec(strength=1.0, patterns=("offset+sink",), n_layers=2, n_heads=12, head_dim=16, n_selective=3,
+                     n_pairs=2, n_important=2, max_gain=7.0, architecture="gpt2")
+    pm = build_planted_model(spec, 1, tmp_path / "m")
+    model, tok = load_model(pm.path, attn_implementation="eager")
+    att, enc = _attention(model, tok, calibration_texts())
+    allowed = allowed_pairs(enc["attention_mask"].bool(), causal=True)
+    sink_ids = torch.tensor(tok.convert_tokens_to_ids(["[CLS]", "[SEP]"]))
+    n = allowed.sum(-1, keepdim=True).clamp_min(1)
+    two = pm.heads[pm.heads["pattern"] == "offset+sink"]
+    assert len(two) == 6
+    for r in two.itertuples():
+        logw = torch.where(allowed, att[r.layer][:, r.head].clamp_min(1e-300).log(), 0.0)
+        S = (logw - logw.sum(-1, keepdim=True) / n) * allowed
+        parts = {"offset": target_mask("offset", r.offset, enc["input_ids"], sink_ids),
+                 "sink": torch.isin(enc["input_ids"], sink_ids)[:, None, :].expand_as(allowed)}
+        other = allowed & ~(parts["offset"] | parts["sink"])
+        for part, m in parts.items():
+            g = float(S[allowed & m].mean() - S[other].mean())
+            assert g == pytest.approx(7.0, abs=0.1), (r.layer, r.head, part, g)
+        assert r.gain == pytest.approx(7.0, abs=0.05)

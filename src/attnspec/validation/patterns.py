@@ -30,7 +30,7 @@ import math
 import torch
 
 __all__ = ["PATTERNS", "DEFAULT_PATTERNS", "CLASS_TOKENS", "SINK_TOKENS", "position_code", "structured_weights",
-           "target_mask", "allowed_pairs", "score_scale", "target_gain"]
+           "pattern_parts", "target_mask", "allowed_pairs", "score_scale", "target_gain"]
 
 #: Structured attention patterns of selective heads (``'offset+sink'``: two roles in one head, a fixed relative
 #: position and the special tokens ``[CLS]``/``[SEP]``, on disjoint rows of the head's query and key weights).
@@ -100,7 +100,8 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
     ``identity_basis^T``, key ``prev_basis^T``; ``'offset+sink'``: the offset pattern on the first ``head_dim - 2``
     rows (the position code's first ``head_dim / 2 - 1`` frequencies) and, on the last row, a query reading the constant
     direction and a key reading ``sink_basis`` (a direction only the special tokens carry), so that ``q_i . k_j`` is
-    the sum of the two patterns' scores with no cross term.
+    the sum of the two patterns' scores with no cross term (the planted-model builder scales each part to its own
+    gain, :func:`pattern_parts`).
 
     Parameters
     ----------
@@ -156,17 +157,37 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
     raise ValueError(f"unknown pattern {pattern!r}; expected one of {PATTERNS}")
 
 
+def pattern_parts(pattern: str, head_dim: int) -> list[tuple[str, slice]]:
+    """The parts of a pattern, each with the rows of the head's query and key weights it lives on.
+
+    A pattern with two roles plants each on its own rows (:func:`structured_weights`), so that each part's gain can be
+    calibrated on its own: ``'offset+sink'`` is an ``'offset'`` part on rows ``0..head_dim - 3`` and a ``'sink'`` part
+    (the special tokens, :data:`SINK_TOKENS`) on the last row; every other pattern is one part on all rows.
+
+    Examples
+    --------
+    >>> pattern_parts("offset+sink", 16)
+    [('offset', slice(0, 14, None)), ('sink', slice(15, 16, None))]
+    >>> pattern_parts("identity", 16)
+    [('identity', slice(0, 16, None))]
+    """
+    if pattern == "offset+sink":
+        return [("offset", slice(0, head_dim - 2)), ("sink", slice(head_dim - 1, head_dim))]
+    return [(pattern, slice(0, head_dim))]
+
+
 def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: torch.Tensor,
                 sink_ids: torch.Tensor | None = None) -> torch.Tensor:
     """``(B, L, L)`` bool: the keys ``j`` a head of this pattern should attend to from query ``i``.
 
     ``'offset'``: ``j = i + offset``; ``'class'``: ``input_ids[j]`` in ``class_ids``; ``'identity'``:
     ``input_ids[j] == input_ids[i]`` (``j = i`` included); ``'induction'``: ``input_ids[j - 1] ==
-    input_ids[i]`` with ``j - 1 != i``; ``'offset+sink'``: ``'offset'``'s key or a special token (``sink_ids``).
+    input_ids[i]`` with ``j - 1 != i``; ``'offset+sink'``: ``'offset'``'s key or a special token (``sink_ids``);
+    ``'sink'`` (a part of ``'offset+sink'``, :func:`pattern_parts`): a special token.
 
     Parameters
     ----------
-    pattern : {'offset', 'class', 'identity', 'induction', 'offset+sink'}
+    pattern : {'offset', 'class', 'identity', 'induction', 'offset+sink', 'sink'}
     offset : int
     input_ids : Tensor
         ``(B, L)`` token ids.
@@ -190,7 +211,9 @@ def target_mask(pattern: str, offset: int, input_ids: torch.Tensor, class_ids: t
     """
     B, L = input_ids.shape
     if pattern == "offset+sink":
-        return target_mask("offset", offset, input_ids, class_ids) | target_mask("class", 0, input_ids, sink_ids)
+        return target_mask("offset", offset, input_ids, class_ids) | target_mask("sink", 0, input_ids, class_ids, sink_ids)
+    if pattern == "sink":
+        return torch.isin(input_ids, sink_ids)[:, None, :].expand(B, L, L)
     if pattern == "offset":
         i = torch.arange(L)
         return ((i[None, :] - i[:, None]) == offset).expand(B, L, L)
@@ -273,9 +296,10 @@ def score_scale(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: to
 
 
 def target_gain(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor,
-                targets: list[torch.Tensor]) -> torch.Tensor:
+                targets: list[torch.Tensor], exclude: list[torch.Tensor] | None = None) -> torch.Tensor:
     """Per head ``(H,)``: mean logit at its target keys minus mean logit at its other allowed keys
-    (``targets``: one ``(B, L, L)`` mask per head). 0 for a head whose targets never occur.
+    (``targets``: one ``(B, L, L)`` mask per head; ``exclude``, optional: one mask per head of keys that count as
+    neither, e.g. the targets of a two-role head's other part). 0 for a head whose targets never occur.
 
     Logits as in :func:`score_scale` (row-centered, ``1 / sqrt(d)``), pooled over all allowed pairs of
     all texts. A gain ``g`` puts ``e^g`` times more attention on a target key than on an average other key.
@@ -300,6 +324,8 @@ def target_gain(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: to
         return torch.zeros(0, dtype=S.dtype)
     tgt = torch.stack(targets, 1)                                   # (B, H, L, L)
     on, off = allowed[:, None] & tgt, allowed[:, None] & ~tgt
+    if exclude is not None:
+        off = off & ~torch.stack(exclude, 1)
     n_on, n_off = on.sum(dim=(0, 2, 3)), off.sum(dim=(0, 2, 3))
     gap = (S * on).sum(dim=(0, 2, 3)) / n_on.clamp_min(1) - (S * off).sum(dim=(0, 2, 3)) / n_off.clamp_min(1)
     return torch.where((n_on > 0) & (n_off > 0), gap, torch.zeros_like(gap))

@@ -11,7 +11,7 @@ roles, drawn per seed:
   to the head's random
   logits with a calibrated *gain* ``strength * max_gain``: the mean logit at the pattern's target keys
   minus the mean logit at the other keys (a gain of 5 puts ``e^5 = 148`` times more weight on a target
-  key than on an average other key);
+  key than on an average other key); each role of a two-role pattern (``'offset+sink'``) gets that gain on its own;
 * **dependent pairs** (``n_pairs`` per layer): head ``b``'s query, key and value weights are
   ``rho W_a + sqrt(1 - rho^2) F`` with ``rho = strength`` and ``F`` fresh (``rho = 1``: a copy);
 * **important** (``n_important`` per layer): the output-projection slices of all *other* heads of the
@@ -46,8 +46,8 @@ import pandas as pd
 import torch
 
 from .architectures import ARCHITECTURES
-from .patterns import CLASS_TOKENS, DEFAULT_PATTERNS, PATTERNS, SINK_TOKENS, allowed_pairs, position_code, score_scale, \
-    structured_weights, target_gain, target_mask
+from .patterns import CLASS_TOKENS, DEFAULT_PATTERNS, PATTERNS, SINK_TOKENS, allowed_pairs, pattern_parts, position_code, \
+    score_scale, structured_weights, target_gain, target_mask
 
 __all__ = ["PlantSpec", "PlantedModel", "build_planted_model", "calibration_texts", "minilm_tokenizer_dir",
            "ROLES", "OFFSETS"]
@@ -60,6 +60,8 @@ OFFSETS = (-2, -1, 1, 2)
 CAUSAL_OFFSETS = (-2, -1)
 #: Fixed-point steps that bring a selective head's gain (random part included) to its goal.
 _GAIN_ITERATIONS = 4
+#: Relative distance from the goal beyond which a part's gain is solved for exactly after the fixed point.
+_GAIN_TOLERANCE = 0.005
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 
 
@@ -166,8 +168,8 @@ class PlantedModel:
     heads : DataFrame
         One row per (layer, head): ``role``; bools ``selective``, ``dependent``, ``important``;
         ``planted_beta``; ``pattern`` and ``offset`` (selective heads; else '' and 0); ``gain`` (the
-        calibrated gain of the final head, selective heads; else 0); ``partner`` (dependent heads; else
-        -1); ``out_scale``.
+        calibrated gain of the final head, the smaller of a two-role head's two; selective heads; else 0);
+        ``partner`` (dependent heads; else -1); ``out_scale``.
     pairs : DataFrame
         One row per unordered head pair of a layer: ``layer``, ``head_a < head_b``, ``dependent``.
     spec : PlantSpec
@@ -261,26 +263,86 @@ def _fresh_qkv(spec: PlantSpec, gen: torch.Generator, complement: torch.Tensor) 
 
 
 def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, allowed, enc, Wq, Wk) -> np.ndarray:
-    """Add each selective head's pattern at the calibrated gain (in place); return the final gains."""
+    """Add each selective head's pattern at the calibrated gain (in place); return the final gains.
+
+    Each part of a pattern (:func:`.patterns.pattern_parts`: one for most patterns, two for ``'offset+sink'``) is
+    scaled on its own rows to the gain ``strength * max_gain`` at its own targets against the keys that are no target
+    of the head; a head's gain is the smallest of its parts'. (Scaling the two parts of ``'offset+sink'`` together to
+    one gain over the union of their targets let the random part's systematic logit at the one sink key of a causal
+    text decide the split: sink gains of 3.9 to 8.6, offset gains of 5.8 to 11.3 in the planted GPT-2s of seeds
+    0-2.)
+    """
     gain = np.zeros(spec.n_heads)
     sel = sorted(roles["pattern"])
     if not sel or spec.strength == 0:
         return gain
-    pats = [(roles["pattern"][h], roles["offset"][h]) for h in sel]
-    unit = [structured_weights(p, o, spec.head_dim, geometry["basis"], geometry["identity"], geometry.get("prev"),
-                               geometry.get("sink")) for p, o in pats]
-    Sq, Sk = torch.stack([u[0] for u in unit]), torch.stack([u[1] for u in unit])
-    targets = [target_mask(p, o, enc["input_ids"], geometry["class_ids"], geometry.get("sink_ids")) for p, o in pats]
+    heads, Sq, Sk, targets, union = [], [], [], [], []
+    for h in sel:
+        p, o = roles["pattern"][h], roles["offset"][h]
+        uq, uk = structured_weights(p, o, spec.head_dim, geometry["basis"], geometry["identity"], geometry.get("prev"),
+                                    geometry.get("sink"))
+        all_targets = target_mask(p, o, enc["input_ids"], geometry["class_ids"], geometry.get("sink_ids"))
+        for part, rows in pattern_parts(p, spec.head_dim):
+            zq, zk = torch.zeros_like(uq), torch.zeros_like(uk)
+            zq[rows], zk[rows] = uq[rows], uk[rows]
+            heads.append(h)
+            Sq.append(zq)
+            Sk.append(zk)
+            targets.append(target_mask(part, o, enc["input_ids"], geometry["class_ids"], geometry.get("sink_ids")))
+            union.append(all_targets)
+    idx = torch.tensor(heads)
+    Sq, Sk = torch.stack(Sq), torch.stack(Sk)
     goal = spec.strength * spec.max_gain
-    c2 = (goal / target_gain(X, allowed, Sq, Sk, targets)).clamp_min(0)
-    base_q, base_k = Wq[sel].clone(), Wk[sel].clone()
+    c2 = (goal / target_gain(X, allowed, Sq, Sk, targets, union)).clamp_min(0)
+    base_q, base_k = Wq.clone(), Wk.clone()
+
+    def planted(c2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = c2.sqrt()[:, None, None]
+        return base_q.index_add(0, idx, c * Sq), base_k.index_add(0, idx, c * Sk)
+
     for _ in range(_GAIN_ITERATIONS):      # the random part's cross terms shift the gain: fixed point on c^2
-        Wq[sel], Wk[sel] = base_q + c2.sqrt()[:, None, None] * Sq, base_k + c2.sqrt()[:, None, None] * Sk
-        measured = target_gain(X, allowed, Wq[sel], Wk[sel], targets)
+        q, k = planted(c2)
+        measured = target_gain(X, allowed, q[idx], k[idx], targets, union)
         c2 = c2 * (goal / measured.clamp_min(1e-3 * goal))
-    Wq[sel], Wk[sel] = base_q + c2.sqrt()[:, None, None] * Sq, base_k + c2.sqrt()[:, None, None] * Sk
-    gain[sel] = target_gain(X, allowed, Wq[sel], Wk[sel], targets).numpy()
+    c2 = _solve_gains(c2, goal, lambda c2: target_gain(X, allowed, *(w[idx] for w in planted(c2)), targets, union))
+    q, k = planted(c2)
+    Wq[sel], Wk[sel] = q[sel], k[sel]
+    part_gain = target_gain(X, allowed, q[idx], k[idx], targets, union).numpy()
+    for h in sel:
+        gain[h] = part_gain[np.asarray(heads) == h].min()
     return gain
+
+
+def _solve_gains(c2: torch.Tensor, goal: float, gains, rounds: int = 3) -> torch.Tensor:
+    """Bring the parts whose gain the fixed point left more than :data:`_GAIN_TOLERANCE` off the goal onto it.
+
+    A part's gain is a quadratic ``a c^2 + b c + e`` in its own scale ``c = sqrt(c2)`` (the logits are bilinear in
+    query and key weights: the part with itself, with the random part, the random part alone); three evaluations give
+    ``a, b, e`` and the larger root of ``a c^2 + b c + e = goal`` the scale, one part after the other (the parts of
+    one head touch each other's gains only through keys both score), a few rounds. The multiplicative fixed point
+    oscillates where ``e`` is large: the random part's systematic logit at the one sink key of a causal text
+    (gain 1.2, 25.9, 3.6, 10.9, 5.5 in four steps for a planted GPT-2's sink part). Parts within the tolerance are
+    left as they are.
+    """
+    c2 = c2.clone()
+    for _ in range(rounds):
+        off = ((gains(c2) - goal).abs() > _GAIN_TOLERANCE * goal).nonzero().flatten().tolist()
+        if not off:
+            break
+        for p in off:
+            c = float(c2[p].sqrt())
+            if c <= 0:
+                continue
+            at = []
+            for x in (0.0, c, 2 * c):
+                trial = c2.clone()
+                trial[p] = x * x
+                at.append(float(gains(trial)[p]))
+            e, b, a = at[0], (4 * at[1] - 3 * at[0] - at[2]) / (2 * c), (at[2] - 2 * at[1] + at[0]) / (2 * c * c)
+            disc = b * b - 4 * a * (e - goal)
+            if a > 0 and disc >= 0:
+                c2[p] = ((-b + math.sqrt(disc)) / (2 * a)) ** 2
+    return c2
 
 
 def _plant_layer(model, layer: int, spec: PlantSpec, roles: dict, enc: dict, geometry: dict,
