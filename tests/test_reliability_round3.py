@@ -215,6 +215,20 @@ def test_repeated_rows_of_token_ids_count_once():
         diagnose("minilm", dup, n_workers=2)
 
 
+
+def test_texts_beside_inputs_are_refused():
+    """Texts given beside pre-tokenized inputs were silently ignored (the inputs were diagnosed): refused now, naming
+    both, before any work; the inputs alone and a tokenizer with texts still run."""
+    from attnspec.models.tiny import tiny_causal_lm
+    ad, batch = tiny_causal_lm()
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    for given in (inputs, transformers.BatchEncoding(inputs), batch["input_ids"], batch["input_ids"].numpy()):
+        with pytest.raises(ValueError, match=r"texts \(list\) would not be read: tokenizer_or_inputs holds inputs"):
+            diagnose(ad, given, ["a text the inputs do not hold"], min_tokens=0, n_boot=20)
+    with pytest.raises(ValueError, match=r"texts \(str\) would not be read"):
+        diagnose(ad, inputs, "builtin", min_tokens=0, n_boot=20)
+    assert diagnose(ad, inputs, min_tokens=0, n_boot=0).summary["n_texts"] == 2
+
 def test_unique_inputs_compares_ids_over_their_mask():
     from attnspec.diagnostics.checks import unique_inputs
     ids = torch.tensor([[5, 6, 7], [5, 6, 0], [5, 6, 9], [5, 6, 0], [8, 8, 8]])

@@ -65,7 +65,8 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     TypeError
         An unknown option; texts that are not strings (``None``, bytes, numbers), or one string for a list.
     ValueError
-        Blank texts, non-finite weights, texts longer than the model's positions (:mod:`.checks`), before any work.
+        Blank texts, non-finite weights, texts longer than the model's positions (:mod:`.checks`), texts given beside
+        pre-tokenized inputs (they would not be read), before any work.
 
     Notes
     -----
@@ -97,6 +98,10 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     True
     """
     opts = DiagnoseOptions.of(options, **kwargs)
+    if texts is not None and _holds_inputs(tokenizer_or_inputs):
+        raise ValueError(f"texts ({type(texts).__name__}) would not be read: tokenizer_or_inputs holds inputs "
+                         f"({type(tokenizer_or_inputs).__name__}), which are what is diagnosed; pass a tokenizer with the "
+                         "texts, or the inputs alone")
     texts, n_given, n_dropped = checked_texts(texts)
     tokenizer_or_inputs, n_rows, n_rows_dropped = unique_inputs(tokenizer_or_inputs)
     if n_rows:                          # pre-tokenized inputs are what is diagnosed: rows repeating an earlier one
@@ -105,6 +110,13 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
                      cluster_kwargs)
     note_duplicates(diag.summary, n_dropped, n_given)
     return diag
+
+
+def _holds_inputs(x: Any) -> bool:
+    """Whether ``tokenizer_or_inputs`` is inputs (a dict or ``BatchEncoding``, a tensor or array), not a tokenizer."""
+    import numpy as np
+    import torch
+    return hasattr(x, "keys") or isinstance(x, (torch.Tensor, np.ndarray))
 
 
 def _diagnose(model, tokenizer_or_inputs, texts, opts: DiagnoseOptions, client, n_workers, load_kwargs, n_shards,
