@@ -6,7 +6,8 @@ Three parts (``--parts``, default all):
   128 tokens for causal LMs; removal off, which changes no role), and the probes of
   :mod:`attnspec.validation.probes` from the model's own eager attention on other inputs: previous token (and next
   token for encoders) on built-in texts 1024-1055, duplicate token and induction on seeded random tokens repeated
-  twice. Per model and probe: the AUC with which the probe's own rule's ``excess`` in roles.csv (``offset -1``,
+  twice, averaged over sequences of 30, 40, 50, 60 and 70 tokens (:data:`REPEAT_LENGTHS`; also printed at 50 alone,
+  the usual single length). Per model and probe: the AUC with which the probe's own rule's ``excess`` in roles.csv (``offset -1``,
   ``offset 1``, ``same token``, ``induction``) ranks the probe's top decile of heads above the rest, the same for
   the plain ``query_selection_score`` (for comparison), and how many of the top decile hold the role;
 * ``planted``: tiny BERT and GPT-2 with planted heads (:mod:`attnspec.validation.planted`, strength 1, 64 texts,
@@ -34,6 +35,11 @@ import pandas as pd
 import torch
 
 PROBE_TEXTS = range(1024, 1056)     # built-in texts the diagnosis (at most its first 64 or packed 16) never reads
+#: Lengths of the repeated random sequences of the duplicate-token and induction probes, each probe the mean of its
+#: scores over them: at one length ``n`` every target sits at offset ``-n`` (the earlier occurrence) or ``-n + 1``
+#: (the token after it), where a positional head scores too (Qwen2.5-0.5B's layer-0 head 7, whose weight peaks near
+#: offset -49, read 0.178 as an induction head at n = 50 and 0.014 or 0 at 30, 40, 60, 70).
+REPEAT_LENGTHS = (30, 40, 50, 60, 70)
 #: Planted pattern -> the rule(s) of roles.csv that should find it.
 PLANTED_RULES = {"offset": lambda o: [f"offset {o}"], "identity": lambda o: ["offset 0"], "class": lambda o: ["sink"],
                  "induction": lambda o: ["induction"], "offset+sink": lambda o: [f"offset {o}", "sink"]}
@@ -64,9 +70,13 @@ def real(name: str) -> list[dict]:
     h = d.heads.set_index(["layer", "head"])
     texts = builtin_texts(max(PROBE_TEXTS) + 1)
     held_out = [texts[i] for i in PROBE_TEXTS]
+    repeated = {L: (pr.duplicate_token_scores(model, tok, n_sequences=8, length=L, seed=0),
+                    pr.induction_scores(model, tok, n_sequences=8, length=L, seed=0)) for L in REPEAT_LENGTHS}
     probes = {"previous token": (pr.offset_scores(model, tok, held_out, -1), "offset -1"),
-              "duplicate token": (pr.duplicate_token_scores(model, tok, n_sequences=8, length=50, seed=0), "same token"),
-              "induction": (pr.induction_scores(model, tok, n_sequences=8, length=50, seed=0), "induction")}
+              "duplicate token": (np.mean([dup for dup, _ in repeated.values()], 0), "same token"),
+              "induction": (np.mean([ind for _, ind in repeated.values()], 0), "induction"),
+              "duplicate token, length 50 only": (repeated[50][0], "same token"),
+              "induction, length 50 only": (repeated[50][1], "induction")}
     if d.summary.get("kind") != "causal-lm":
         probes["next token"] = (pr.offset_scores(model, tok, held_out, 1), "offset 1")
     rows = []
