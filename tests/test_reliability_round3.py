@@ -244,8 +244,37 @@ def test_unique_inputs_compares_ids_over_their_mask():
     assert unique_inputs({"input_ids": np.array([[1, 2], [1, 2]])})[1:] == (2, 1)
     same = {"input_ids": ids[:2]}
     assert unique_inputs(same) == (same, 2, 0)
-    for other in (None, torch.zeros(2, 3, 4), {"args": (torch.zeros(2, 2, 2),)}, {"input_ids": [[1, 2], [3]]}):
+    for other in (None, torch.zeros(1, 3, 4), {"args": (torch.arange(8.).view(2, 2, 2),)}, {"input_ids": [[1, 2], [3]]}):
         assert unique_inputs(other)[0] is other and unique_inputs(other)[2] == 0
+
+
+def test_repeated_images_and_tensor_rows_count_once():
+    """Repeated images and repeated rows of a generic model's inputs were counted as independent: dropped now as a
+    repeated text is, every per-row entry taken along, the note naming input rows; the diagnosis equals that of the
+    distinct rows."""
+    from attnspec.diagnostics.checks import unique_inputs
+    X = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    dup = torch.cat([X, X[:1], X[2:], X[:1]])
+    out, n, dropped = unique_inputs(dup)
+    assert (n, dropped) == (6, 3) and torch.equal(out, X)
+    out, n, dropped = unique_inputs(dup.numpy())
+    assert (n, dropped) == (6, 3) and np.array_equal(out, X.numpy())
+    mask = torch.ones(6, 5, dtype=torch.long)
+    mask[3, 4] = 0                                     # row 3 repeats row 0's values over another mask: kept
+    out, n, dropped = unique_inputs({"args": (dup,), "kwargs": {}, "attention_mask": mask})
+    assert (n, dropped) == (6, 2) and out["args"][0].shape[0] == 4 and out["attention_mask"][:, 4].tolist() == [1, 1, 1, 0]
+    pix = {"pixel_values": torch.cat([X[:2], X[:2]])[:, None], "labels": torch.tensor([0, 1, 0, 1])}
+    out, n, dropped = unique_inputs(pix)
+    assert (n, dropped) == (4, 2) and out["labels"].tolist() == [0, 1] and out["pixel_values"].shape[0] == 2
+    from attnspec.zoo.diffuse import DiffuseCorrectionNet
+    torch.manual_seed(0)
+    net = DiffuseCorrectionNet(n_channels=4, n_times=64, n_classes=2).eval()       # an EEG model of the zoo
+    trials = torch.randn(8, 4, 64, generator=torch.Generator().manual_seed(1))
+    ref = diagnose(net, trials, n_boot=20, min_tokens=0)
+    d = diagnose(net, torch.cat([trials, trials[:3]]), n_boot=20, min_tokens=0)
+    assert d.summary["n_duplicate_texts"] == 3
+    assert any(n.startswith("3 of the 11 input rows given repeat an earlier input row") for n in d.summary["notes"])
+    pd.testing.assert_frame_equal(d.heads, ref.heads)
 
 
 def test_compare_margins_have_a_floor(tok):

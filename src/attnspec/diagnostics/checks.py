@@ -5,8 +5,9 @@ whose message names the argument and what it allows, as the command line refuses
 * :func:`check_texts`: a sequence of non-blank strings (not ``None``, bytes or numbers; not one string);
 * :func:`unique_texts`: the texts without repeats (a text given twice is not two independent pieces of evidence:
   the bootstrap would resample it as two), with the number dropped; :func:`checked_texts` both, for an entry point;
-* :func:`unique_inputs`: the same for pre-tokenized inputs (rows of ``input_ids`` repeating an earlier row over the
-  same ``attention_mask``); :func:`note_duplicates` says in a summary how many were dropped;
+* :func:`unique_inputs`: the same for inputs given as arrays (rows of ``input_ids`` repeating an earlier row over the
+  same ``attention_mask``; repeated images, repeated rows of a generic model's input tensors);
+  :func:`note_duplicates` says in a summary how many were dropped;
 * :func:`check_finite_model`: no NaN or infinite weight in a model given in memory (the loader checks files);
 * :func:`max_positions` / :func:`check_positions`: texts no longer than the model's positions;
 * :func:`check_model_inputs`: the last two for a model, a tokenizer, texts and options (what the callback checks
@@ -118,11 +119,17 @@ def checked_texts(texts: Any) -> tuple[Any, int, int]:
 
 
 def unique_inputs(inputs: Any) -> tuple[Any, int, int]:
-    """``(inputs, number of rows given, number dropped)``: pre-tokenized inputs (a dict or ``BatchEncoding`` of
-    ``input_ids`` and optionally ``attention_mask``, one text a row) without the rows that repeat an earlier one
-    (the same ids over the same mask; padding ids do not count), first occurrences kept in order, every per-row
-    entry taken along, as :func:`unique_texts` does for texts. Anything else (a tokenizer, a generic model's
-    tensors or args, images, ids that are not one 2-D array) is returned as given, with ``0, 0``.
+    """``(inputs, number of rows given, number dropped)``: inputs given as arrays, one text, image or trial a row,
+    without the rows that repeat an earlier one (first occurrences kept in order, every per-row entry taken along),
+    as :func:`unique_texts` does for texts:
+
+    * pre-tokenized ids (a dict or ``BatchEncoding`` of ``input_ids`` and optionally ``attention_mask``): the same ids
+      over the same mask (padding ids do not count);
+    * images (a dict with ``pixel_values``): the same pixels;
+    * a generic model's inputs (a ``(B, ...)`` tensor or array, or ``{"args": (X, ...), "attention_mask": ...}``):
+      the same row of every argument and of the mask.
+
+    Anything else (a tokenizer, ids that are not one 2-D array, a single row) is returned as given, with ``0, 0``.
 
     Examples
     --------
@@ -134,35 +141,73 @@ def unique_inputs(inputs: Any) -> tuple[Any, int, int]:
     ([[5, 6, 7], [5, 6, 0], [8, 8, 8]], 4, 1)
     >>> unique_inputs({"input_ids": [[1, 2], [1, 2]]})[0]
     {'input_ids': [[1, 2]]}
+    >>> X = torch.tensor([[[1., 2.]], [[3., 4.]], [[1., 2.]]])          # a generic model's (B, L, d) input
+    >>> out, n, dropped = unique_inputs(X); out.tolist(), n, dropped
+    ([[[1.0, 2.0]], [[3.0, 4.0]]], 3, 1)
     """
-    if not hasattr(inputs, "keys") or "input_ids" not in inputs or "args" in inputs or "pixel_values" in inputs:
-        return inputs, 0, 0
     import numpy as np
     try:
-        ids = np.asarray(_cpu(inputs["input_ids"]))
-        mask = inputs.get("attention_mask")
-        mask = np.ones_like(ids) if mask is None else np.asarray(_cpu(mask))
+        keys, n = _row_keys(inputs)
     except (TypeError, ValueError, RuntimeError):
         return inputs, 0, 0            # make_batches says what is wrong with them
-    if ids.ndim != 2 or mask.shape != ids.shape or not len(ids):
+    if keys is None:
         return inputs, 0, 0
-    real, seen, keep = mask != 0, set(), []
-    for r in range(len(ids)):
-        key = real[r].tobytes() + np.where(real[r], ids[r], 0).astype(np.int64).tobytes()
+    seen, keep = set(), []
+    for r, key in enumerate(keys):
         if key not in seen:
             seen.add(key)
             keep.append(r)
-    n = len(ids)
     if len(keep) == n:
         return inputs, n, 0
 
     def rows(v):
+        if isinstance(v, Mapping):
+            return {k: rows(x) for k, x in v.items()}
         if getattr(v, "ndim", 0) >= 1 and v.shape[0] == n:
-            return v[keep]
+            return v[np.asarray(keep)] if isinstance(v, np.ndarray) else v[keep]
         if isinstance(v, (list, tuple)) and len(v) == n:
             return type(v)(v[i] for i in keep)
         return v
-    return {k: rows(v) for k, v in inputs.items()}, n, n - len(keep)
+    if not hasattr(inputs, "keys"):
+        return rows(inputs), n, n - len(keep)
+    return {k: (tuple(rows(a) for a in v) if k == "args" else rows(v)) for k, v in inputs.items()}, n, n - len(keep)
+
+
+def _row_keys(inputs: Any) -> tuple[list[bytes] | None, int]:
+    """One key per row of :func:`unique_inputs`' inputs, equal for equal rows, and the number of rows; ``None`` for
+    inputs it does not de-duplicate."""
+    import numpy as np
+    import torch
+
+    def array(x):
+        return np.ascontiguousarray(np.asarray(_cpu(x)))
+
+    if isinstance(inputs, (torch.Tensor, np.ndarray)):
+        parts = [array(inputs)]
+    elif not hasattr(inputs, "keys"):
+        return None, 0
+    elif "input_ids" in inputs and "args" not in inputs and "pixel_values" not in inputs:
+        ids = array(inputs["input_ids"])
+        mask = inputs.get("attention_mask")
+        mask = np.ones_like(ids) if mask is None else array(mask)
+        if ids.ndim != 2 or mask.shape != ids.shape:
+            return None, 0
+        real = mask != 0
+        parts = [real, np.where(real, ids, 0).astype(np.int64)]
+    elif "pixel_values" in inputs:
+        parts = [array(inputs["pixel_values"])]
+    elif "args" in inputs and isinstance(inputs["args"], (list, tuple)) and inputs["args"]:
+        parts = [array(a) for a in inputs["args"] if isinstance(a, (torch.Tensor, np.ndarray))]
+        if inputs.get("attention_mask") is not None:
+            parts.append(array(inputs["attention_mask"]))
+    else:
+        return None, 0
+    if not parts or parts[0].ndim < 2 or any(p.ndim < 1 or p.shape[0] != parts[0].shape[0] for p in parts):
+        return None, 0
+    n = parts[0].shape[0]
+    if n < 2:
+        return None, 0
+    return [b"".join(p[r].tobytes() + str(p[r].shape).encode() for p in parts) for r in range(n)], n
 
 
 def _cpu(x: Any) -> Any:
@@ -170,20 +215,22 @@ def _cpu(x: Any) -> Any:
     return x.detach().cpu() if hasattr(x, "detach") else x
 
 
-def duplicates_note(n_dropped: int, n_given: int) -> str:
-    """The summary note of :func:`unique_texts`'s drop.
+def duplicates_note(n_dropped: int, n_given: int, unit: str = "text") -> str:
+    """The summary note of :func:`unique_texts`'s (``unit='text'``) or :func:`unique_inputs`' (``'input row'``) drop.
 
     Examples
     --------
     >>> duplicates_note(63, 64)
     '63 of the 64 texts given repeat an earlier text and were dropped: ...; 1 distinct texts diagnosed'
+    >>> duplicates_note(1, 3, "input row")[:60]
+    '1 of the 3 input rows given repeat an earlier input row and '
     """
-    return (f"{n_dropped} of the {n_given} texts given repeat an earlier text and were dropped: a repeated text is not "
-            f"independent evidence (the bootstrap would resample its copies as distinct texts); "
-            f"{n_given - n_dropped} distinct texts diagnosed")
+    return (f"{n_dropped} of the {n_given} {unit}s given repeat an earlier {unit} and were dropped: a repeated {unit} "
+            f"is not independent evidence (the bootstrap would resample its copies as distinct {unit}s); "
+            f"{n_given - n_dropped} distinct {unit}s diagnosed")
 
 
-def note_duplicates(summary: dict, n_dropped: int, n_given: int) -> None:
+def note_duplicates(summary: dict, n_dropped: int, n_given: int, unit: str = "text") -> None:
     """Say in ``summary`` (a diagnosis') that ``n_dropped`` of the ``n_given`` texts repeated an earlier one and were
     dropped (:func:`duplicates_note` in ``notes``, ``n_duplicate_texts``); nothing when none was.
 
@@ -194,7 +241,7 @@ def note_duplicates(summary: dict, n_dropped: int, n_given: int) -> None:
     (2, 1)
     """
     if n_dropped:
-        summary.setdefault("notes", []).append(duplicates_note(n_dropped, n_given))
+        summary.setdefault("notes", []).append(duplicates_note(n_dropped, n_given, unit))
         summary["n_duplicate_texts"] = n_dropped
 
 

@@ -72,8 +72,9 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
     -----
     A text given twice is diagnosed once: the bootstrap resamples texts as independent draws, and a repeated
     text would count as several (``summary['n_duplicate_texts']`` and a note say how many were dropped). So is a
-    row of pre-tokenized ``input_ids`` that repeats an earlier row over the same ``attention_mask``
-    (:func:`.checks.unique_inputs`; on a cluster inputs are not taken: the workers tokenize the texts).
+    row of pre-tokenized ``input_ids`` that repeats an earlier row over the same ``attention_mask``, a repeated
+    image and a repeated row of a generic model's inputs (:func:`.checks.unique_inputs`; on a cluster inputs are not
+    taken: the workers tokenize the texts).
 
     Custom models: a model implementing :class:`attnspec.CustomAttention` (``attention_blocks()`` and
     ``functional_output(*args)``, :mod:`attnspec.models.custom`) takes its inputs ``X`` ``(B, ...)`` as
@@ -104,11 +105,13 @@ def diagnose(model: Any, tokenizer_or_inputs: Any = None, texts: Sequence[str] |
                          "texts, or the inputs alone")
     texts, n_given, n_dropped = checked_texts(texts)
     tokenizer_or_inputs, n_rows, n_rows_dropped = unique_inputs(tokenizer_or_inputs)
-    if n_rows:                          # pre-tokenized inputs are what is diagnosed: rows repeating an earlier one
+    unit = "text"
+    if n_rows:                          # inputs given as arrays are what is diagnosed: rows repeating an earlier one
         n_given, n_dropped = n_rows, n_rows_dropped
+        unit = "text" if hasattr(tokenizer_or_inputs, "keys") and "input_ids" in tokenizer_or_inputs else "input row"
     diag = _diagnose(model, tokenizer_or_inputs, texts, opts, client, n_workers, load_kwargs, n_shards, torch_threads,
                      cluster_kwargs)
-    note_duplicates(diag.summary, n_dropped, n_given)
+    note_duplicates(diag.summary, n_dropped, n_given, unit)
     return diag
 
 
