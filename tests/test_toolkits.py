@@ -1,5 +1,5 @@
 """Models held by interpretability toolkits (attnspec.models.toolkits): a TransformerLens 4.x TransformerBridge and an
-nnsight LanguageModel wrapping the packaged SmolLM2-135M give the Hugging Face model's tables (eager attention), removal
+nnsight LanguageModel or TransformersModel wrapping the packaged SmolLM2-135M give the Hugging Face model's tables (eager attention), removal
 effects included; a bridge in compatibility mode gives a complete table and records its processing."""
 import numpy as np
 import pandas as pd
@@ -97,13 +97,14 @@ def test_bridge_in_compatibility_mode_records_its_processing(reference):
 
 
 @pytest.mark.slow
-def test_nnsight_language_model_tables_equal_the_hugging_face_model(reference):
+@pytest.mark.parametrize("envoy", ["LanguageModel", "TransformersModel"])   # the latter replaces the former in 0.8
+def test_nnsight_model_tables_equal_the_hugging_face_model(reference, envoy):
     tok, ref = reference
     model, _ = load_model("smollm2-135m", attn_implementation="eager")
-    lm = nnsight.LanguageModel(model, tokenizer=tok)
-    d = attnspec.diagnose(lm, None, None, **OPTIONS)                # the LanguageModel's own tokenizer
+    lm = getattr(nnsight, envoy)(model, tokenizer=tok)
+    d = attnspec.diagnose(lm, None, None, **OPTIONS)                # the envoy's own tokenizer
     assert_tables_equal(ref, d, rtol=0.0)
-    assert d.summary["toolkit"]["name"] == "nnsight"
+    assert d.summary["toolkit"]["name"] == "nnsight" and d.summary["toolkit"]["wrapper"] == envoy
 
 
 def test_unwrap_plain_and_refusals():
