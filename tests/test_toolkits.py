@@ -1,6 +1,7 @@
-"""Models held by interpretability toolkits (attnspec.models.toolkits): a TransformerLens 4.x TransformerBridge and an
-nnsight LanguageModel or TransformersModel wrapping the packaged SmolLM2-135M give the Hugging Face model's tables (eager attention), removal
-effects included; a bridge in compatibility mode gives a complete table and records its processing."""
+"""Models held by interpretability toolkits (attnspec.models.toolkits): a TransformerLens 4.x TransformerBridge and
+an nnsight LanguageModel or TransformersModel wrapping the packaged SmolLM2-135M give the Hugging Face model's
+tables (eager attention), removal effects included; a bridge in compatibility mode gives a complete table and
+records its processing."""
 import numpy as np
 import pandas as pd
 import pytest

@@ -14,8 +14,9 @@
   the unembedding centred (``center_writing_weights``, ``center_unembed``), value biases folded into the output
   bias. :func:`processing_of` reads from the weights which of these hold; the diagnosis records it in
   ``summary.json`` (``toolkit``); docs/architectures.md says which columns move and why.
-* **nnsight** (``nnsight.LanguageModel``, ``nnsight.TransformersModel`` that replaces it in 0.8, and the other envoys): the envoy's wrapped module
-  (``model._module``) is the transformers model itself, unchanged; it is adapted as it is.
+* **nnsight** (``nnsight.LanguageModel``, ``nnsight.TransformersModel`` that replaces it in 0.8, and the other
+  envoys): the envoy's wrapped module (``model._module``) is the transformers model itself, unchanged; it is
+  adapted as it is.
 * A TransformerLens 3.x ``HookedTransformer`` (removed in TransformerLens 4.0) is refused with what to do
   instead: boot a ``TransformerBridge``.
 
