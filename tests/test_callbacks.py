@@ -107,6 +107,27 @@ def test_scalars_reach_tensorboard(tmp_path):
             assert [e.value for e in events] == pytest.approx([cb.scalars[3][tag[6:]], cb.scalars[6][tag[6:]]])
 
 
+
+def test_scalars_reach_weights_and_biases_offline(tmp_path, monkeypatch):
+    """With report_to=["wandb"] (offline: nothing leaves the machine), the attached callback's scalars reach the W&B
+    run under train/attnspec/*: its summary holds the values of the last evaluation (step 6)."""
+    wandb = pytest.importorskip("wandb")
+    for k, v in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+                 "WANDB_PROJECT": "attnspec-test"}.items():
+        monkeypatch.setenv(k, v)
+    tok = load_model("minilm")[1]
+    cb = AttnspecCallback(tok, builtin_texts(8), every=3, n_boot=20)
+    try:
+        _fine_tune(tmp_path, tok, [cb], report_to=["wandb"], save=6)
+        assert wandb.run is not None
+        summary = {k: v for k, v in dict(wandb.run.summary).items() if k.startswith("train/attnspec/")}
+    finally:
+        wandb.finish()
+    assert sorted(summary) == sorted(f"train/{k}" for k in cb.scalars[6]) and len(summary) >= 5
+    for k, v in summary.items():
+        assert v == pytest.approx(cb.scalars[6][k[len("train/"):]]), k
+    assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+
 def test_a_callback_that_would_never_run_is_refused(tmp_path):
     tok = load_model("minilm")[1]
     with pytest.raises(ValueError, match="never evaluates"):
