@@ -145,7 +145,6 @@ def unique_inputs(inputs: Any) -> tuple[Any, int, int]:
     >>> out, n, dropped = unique_inputs(X); out.tolist(), n, dropped
     ([[[1.0, 2.0]], [[3.0, 4.0]]], 3, 1)
     """
-    import numpy as np
     try:
         keys, n = _row_keys(inputs)
     except (TypeError, ValueError, RuntimeError):
@@ -164,7 +163,7 @@ def unique_inputs(inputs: Any) -> tuple[Any, int, int]:
         if isinstance(v, Mapping):
             return {k: rows(x) for k, x in v.items()}
         if getattr(v, "ndim", 0) >= 1 and v.shape[0] == n:
-            return v[np.asarray(keep)] if isinstance(v, np.ndarray) else v[keep]
+            return v[keep]
         if isinstance(v, (list, tuple)) and len(v) == n:
             return type(v)(v[i] for i in keep)
         return v
