@@ -2,7 +2,8 @@
 
 For each packaged model (eager attention): the Hugging Face model, a TransformerLens 4.x ``TransformerBridge`` booted
 offline around it, the bridge in compatibility mode (``enable_compatibility_mode()``: HookedTransformer's weight
-processing) and an nnsight ``LanguageModel`` wrapping it, each diagnosed with the same tokenizer, texts and options
+processing) and an nnsight ``TransformersModel`` wrapping it (``LanguageModel``, deprecated in nnsight 0.8, reads the
+same hooks), each diagnosed with the same tokenizer, texts and options
 (exact removal of every head). Per wrapper and table it prints the largest difference of a numeric column relative to
 the column's largest magnitude, the column it occurs in, the number of columns that differ at all, and for
 compatibility mode the columns that moved beyond 1e-6 and the verdict agreement. Prints figures only.
@@ -40,13 +41,14 @@ def differences(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, float]:
 
 
 def wrappers(name: str, tok):
-    """``(label, model)`` in turn: an nnsight LanguageModel, a TransformerBridge, then the same bridge in
+    """``(label, model)`` in turn: an nnsight TransformersModel, a TransformerBridge, then the same bridge in
     compatibility mode (enabled only once the bridge itself was diagnosed: a generator)."""
     import nnsight
     from transformer_lens.model_bridge import TransformerBridge
 
     from attnspec.models import load_model
-    yield "nnsight LanguageModel", nnsight.LanguageModel(load_model(name, attn_implementation="eager")[0], tokenizer=tok)
+    yield "nnsight TransformersModel", nnsight.TransformersModel(load_model(name, attn_implementation="eager")[0],
+                                                                 tokenizer=tok)
     bridge = TransformerBridge.boot_transformers(name, hf_model=load_model(name, attn_implementation="eager")[0],
                                                  tokenizer=tok)
     yield "TransformerBridge", bridge

@@ -562,3 +562,24 @@ def test_compare_of_two_models_writes_their_diagnoses_last(files, tmp_path, caps
 def test_diagnose_arguments_named(bert, tok, call, error, words):
     with pytest.raises(error, match=words):              # AttributeError, or another argument blamed, before
         call(bert, tok)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_finite_weights_check_reads_every_entry(dtype):
+    """The check sums a tensor first: a sum that overflows on finite weights must not refuse them, and
+    infinities of both signs (a NaN sum), a lone NaN, or one infinity among large weights must be refused."""
+    from attnspec.diagnostics.checks import check_finite_model
+    big = torch.finfo(dtype).max
+    m = torch.nn.Linear(4, 4, bias=False).to(dtype)
+    with torch.no_grad():
+        m.weight.fill_(big)                              # the sum overflows, every entry is finite
+    check_finite_model(m)
+    inf, nan = float("inf"), float("nan")
+    cases = [([(0, inf), (1, -inf)], "0 NaN, 2 inf"), ([(3, nan)], "1 NaN, 0 inf"), ([(2, inf)], "0 NaN, 1 inf")]
+    for bad, words in cases:
+        with torch.no_grad():
+            m.weight.fill_(big / 4)
+            for k, v in bad:
+                m.weight.view(-1)[k] = v
+        with pytest.raises(ValueError, match=f"weight \\({words}\\)"):
+            check_finite_model(m)
