@@ -30,7 +30,7 @@ import math
 import torch
 
 __all__ = ["PATTERNS", "DEFAULT_PATTERNS", "CLASS_TOKENS", "SINK_TOKENS", "position_code", "structured_weights",
-           "pattern_parts", "target_mask", "allowed_pairs", "score_scale", "target_gain"]
+           "pattern_parts", "target_mask", "allowed_pairs", "score_scale", "target_gain", "role_excess"]
 
 #: Structured attention patterns of selective heads (``'offset+sink'``: two roles in one head, a fixed relative
 #: position and the special tokens ``[CLS]``/``[SEP]``, on disjoint rows of the head's query and key weights).
@@ -100,8 +100,8 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
     ``identity_basis^T``, key ``prev_basis^T``; ``'offset+sink'``: the offset pattern on the first ``head_dim - 2``
     rows (the position code's first ``head_dim / 2 - 1`` frequencies) and, on the last row, a query reading the constant
     direction and a key reading ``sink_basis`` (a direction only the special tokens carry), so that ``q_i . k_j`` is
-    the sum of the two patterns' scores with no cross term (the planted-model builder scales each part to its own
-    gain, :func:`pattern_parts`).
+    the sum of the two patterns' scores with no cross term (the planted-model builder scales each part on its own,
+    :func:`pattern_parts`).
 
     Parameters
     ----------
@@ -160,7 +160,7 @@ def structured_weights(pattern: str, offset: int, head_dim: int, basis: torch.Te
 def pattern_parts(pattern: str, head_dim: int) -> list[tuple[str, slice]]:
     """The parts of a pattern, each with the rows of the head's query and key weights it lives on.
 
-    A pattern with two roles plants each on its own rows (:func:`structured_weights`), so that each part's gain can be
+    A pattern with two roles plants each on its own rows (:func:`structured_weights`), so that each part can be
     calibrated on its own: ``'offset+sink'`` is an ``'offset'`` part on rows ``0..head_dim - 3`` and a ``'sink'`` part
     (the special tokens, :data:`SINK_TOKENS`) on the last row; every other pattern is one part on all rows.
 
@@ -302,7 +302,10 @@ def target_gain(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: to
     neither, e.g. the targets of a two-role head's other part). 0 for a head whose targets never occur.
 
     Logits as in :func:`score_scale` (row-centered, ``1 / sqrt(d)``), pooled over all allowed pairs of
-    all texts. A gain ``g`` puts ``e^g`` times more attention on a target key than on an average other key.
+    all texts. A gain ``g`` puts ``e^g`` times more attention on a target key than on a key at the other keys' mean
+    logit (the geometric mean of their weights); the arithmetic mean of the weights is larger by ``E[e^Z] / e^{E Z}``
+    of the other keys' logits ``Z``, ``e^{beta^2 / 2}`` for Gaussian logits of scale ``beta`` (``e^{4.5} = 90`` at
+    beta 3): a gain is a weight only at a low temperature (:func:`role_excess` measures weight).
 
     Examples
     --------
@@ -329,3 +332,74 @@ def target_gain(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: to
     n_on, n_off = on.sum(dim=(0, 2, 3)), off.sum(dim=(0, 2, 3))
     gap = (S * on).sum(dim=(0, 2, 3)) / n_on.clamp_min(1) - (S * off).sum(dim=(0, 2, 3)) / n_off.clamp_min(1)
     return torch.where((n_on > 0) & (n_off > 0), gap, torch.zeros_like(gap))
+
+
+def role_excess(X: torch.Tensor, allowed: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor, sinks: torch.Tensor,
+                targets: torch.Tensor | None = None) -> torch.Tensor:
+    """Per head ``(H,)``: the excess fraction of one of attnspec's role rules for the heads' softmax attention.
+
+    ``a_ij = softmax_j(q_i . k_j / sqrt(d))`` over the allowed keys ``A_i``; the sink keys ``X_i = A_i & sinks`` are
+    excluded from the real keys ``R_i = A_i - X_i`` (``n_i = |R_i|``, weight ``m_i = sum_{j in R_i} a_ij``); counted
+    queries are not sinks themselves and have ``n_i >= 2``. Over the counted queries where the rule's key set is
+    nonempty, the excess fraction ``x = (O - E) / (N - E)``, ``E`` the exact expectation of ``O`` under exchangeable
+    weights (any beta), ``N`` the most ``O`` can be (docs/theory.md, *Per-query selection*):
+
+    * the sink rule (``targets`` None): ``O = sum_i sum_{j in X_i} a_ij``, ``E = sum_i |X_i| / |A_i|``,
+      ``N = sum_i 1``;
+    * a per-query rule with key sets ``S_i = targets_i & R_i`` (an offset: :func:`target_mask`):
+      ``O = sum_i sum_{j in S_i} a_ij``, ``E = sum_i m_i |S_i| / n_i``, ``N = sum_i m_i``.
+
+    A role needs ``x >= 0.1`` (its interval's lower bound). With ``sinks`` the special tokens these are the
+    diagnosis' statistics (its excluded keys, special tokens and each text's first token, are the same keys when every
+    text starts with ``[CLS]``). NaN for a head with no counted query.
+
+    Parameters
+    ----------
+    X : Tensor
+        ``(B, L, D)`` float64, what the projections read.
+    allowed : Tensor
+        ``(B, L, L)`` bool (:func:`allowed_pairs`).
+    Wq, Wk : Tensor
+        ``(H, d, D)`` float64, one block of projection rows per head.
+    sinks : Tensor
+        ``(B, L)`` bool: the sink keys (the special tokens, :data:`SINK_TOKENS`).
+    targets : Tensor, optional
+        ``(B, L, L)`` bool: the key sets of a per-query rule (default: the sink rule).
+
+    Examples
+    --------
+    Zero weights attend uniformly, the null exactly (``x = 0``); a logit of 10 on the first of 6 keys of a causal
+    text makes it a sink (``x`` near 1), and among the other keys the previous token wins nowhere (``x`` near 0):
+
+    >>> import torch
+    >>> X = torch.eye(6, dtype=torch.float64)[None]
+    >>> allowed = allowed_pairs(torch.ones(1, 6, dtype=torch.bool), causal=True)
+    >>> sinks = torch.tensor([[True, False, False, False, False, False]])
+    >>> Wq = torch.zeros(2, 1, 6, dtype=torch.float64); Wk = torch.zeros_like(Wq)
+    >>> Wq[1, 0] = 10.0; Wk[1, 0, 0] = 1.0          # every query reads 10, only the sink's key reads 1
+    >>> [round(float(x), 4) for x in role_excess(X, allowed, Wq, Wk, sinks)]
+    [0.0, 0.9998]
+    >>> prev = target_mask("offset", -1, torch.zeros(1, 6, dtype=torch.long), torch.tensor([1]))
+    >>> [round(float(x), 4) for x in role_excess(X, allowed, Wq, Wk, sinks, prev)]
+    [0.0, 0.0]
+    """
+    q = torch.einsum("bld,hkd->bhlk", X, Wq)
+    k = torch.einsum("bld,hkd->bhlk", X, Wk)
+    S = (q @ k.transpose(-1, -2) / math.sqrt(Wq.shape[1])).masked_fill(~allowed[:, None], float("-inf"))
+    A = torch.softmax(S, -1).nan_to_num(0.0)                                        # rows without a key: 0
+    real = allowed & ~sinks[:, None, :]
+    n = real.sum(-1)
+    counted = ~sinks & (n >= 2)                                                     # (B, L)
+    if targets is None:
+        keys = allowed & sinks[:, None, :] & counted[:, :, None]
+        applies = keys.any(-1)
+        E = (keys.sum(-1) / allowed.sum(-1).clamp_min(1)).sum().to(A.dtype)
+        N = applies.sum().to(A.dtype)
+    else:
+        keys = targets & real & counted[:, :, None]
+        applies = keys.any(-1)
+        m = torch.einsum("bhlk,blk->bhl", A, (real & applies[:, :, None]).to(A.dtype))
+        E = torch.einsum("bhl,bl->h", m, (keys.sum(-1) / n.clamp_min(1)).to(A.dtype))
+        N = m.sum(dim=(0, 2))
+    O = torch.einsum("bhlk,blk->h", A, keys.to(A.dtype))
+    return torch.where(applies.any(), (O - E) / (N - E), torch.full_like(O, float("nan")))

@@ -11,7 +11,8 @@ roles, drawn per seed:
   to the head's random
   logits with a calibrated *gain* ``strength * max_gain``: the mean logit at the pattern's target keys
   minus the mean logit at the other keys (a gain of 5 puts ``e^5 = 148`` times more weight on a target
-  key than on an average other key); each role of a two-role pattern (``'offset+sink'``) gets that gain on its own;
+  key than on a key at the other keys' mean logit); each role of a two-role pattern (``'offset+sink'``) is planted
+  instead at its own rule's *excess* ``strength * ROLE_EXCESS`` (see below);
 * **dependent pairs** (``n_pairs`` per layer): head ``b``'s query, key and value weights are
   ``rho W_a + sqrt(1 - rho^2) F`` with ``rho = strength`` and ``F`` fresh (``rho = 1``: a copy);
 * **important** (``n_important`` per layer): the output-projection slices of all *other* heads of the
@@ -30,6 +31,19 @@ heads' outputs are projected off it); the first selective head of every later la
 head (its query reads the word subspace, its key the previous-token subspace), the others draw from the
 remaining patterns. In ``heads`` the writer is an ``'offset'`` head with offset -1.
 
+**Two roles** (``'offset+sink'``): a gain is a weight ratio only at a low temperature. The random part's logits
+``Z`` (scale ``beta``) weigh ``E[e^Z] = e^{beta^2 / 2} e^{E Z}`` on average, so a gain over their mean logit is worth
+``beta^2 / 2`` nats less in attention weight (4.5 at beta 3), and a causal text shows each query one sink key
+(``[CLS]``; a BERT text two). With each part at gain 7 the planted GPT-2s' beta-3 sink parts held 0.04-0.12 of the
+sink rule's excess on the calibration texts, at or below the role's own margin 0.1; and a sink strong enough to be one
+takes weight from the queries where the offset wins (the offset rule weighs queries by their weight on the real
+keys): with the sinks alone raised, the beta-3 offset parts fell to 0.15-0.23 at gain 7. Each part is therefore
+planted in its rule's own terms: the two scales solve :func:`.patterns.role_excess` ``= strength * ROLE_EXCESS``
+(0.3, three times the margin) for the rule ``offset d`` and for the sink rule, with the head's full logits (the random
+part and the other part included) on the calibration texts, at every beta. ``max_gain`` only seeds the solve; column
+``gain`` of ``heads`` is then the smaller of the two parts' measured gains (GPT-2 seeds 0-2: 2.2 at beta 0.5 to 15.3
+at beta 3).
+
 ``strength = 0`` plants nothing but the temperatures: the roles are then labels without content, a
 check that a benchmark's AUC is not an artifact.
 """
@@ -44,13 +58,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from scipy.optimize import brentq, root
 
 from .architectures import ARCHITECTURES
 from .patterns import CLASS_TOKENS, DEFAULT_PATTERNS, PATTERNS, SINK_TOKENS, allowed_pairs, pattern_parts, position_code, \
-    score_scale, structured_weights, target_gain, target_mask
+    role_excess, score_scale, structured_weights, target_gain, target_mask
 
 __all__ = ["PlantSpec", "PlantedModel", "build_planted_model", "calibration_texts", "minilm_tokenizer_dir",
-           "ROLES", "OFFSETS"]
+           "ROLES", "OFFSETS", "ROLE_EXCESS"]
 
 #: Roles of a head (column ``role`` of :attr:`PlantedModel.heads`).
 ROLES = ("selective", "dependent", "important", "background")
@@ -62,6 +77,9 @@ CAUSAL_OFFSETS = (-2, -1)
 _GAIN_ITERATIONS = 4
 #: Relative distance from the goal beyond which a part's gain is solved for exactly after the fixed point.
 _GAIN_TOLERANCE = 0.005
+#: The excess fraction of each rule of an ``'offset+sink'`` head at ``strength = 1`` (:func:`.patterns.role_excess`,
+#: measured with the head's full logits on the calibration texts): three times the role margin 0.1.
+ROLE_EXCESS = 0.3
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 
 
@@ -168,7 +186,8 @@ class PlantedModel:
     heads : DataFrame
         One row per (layer, head): ``role``; bools ``selective``, ``dependent``, ``important``;
         ``planted_beta``; ``pattern`` and ``offset`` (selective heads; else '' and 0); ``gain`` (the
-        calibrated gain of the final head, the smaller of a two-role head's two; selective heads; else 0);
+        gain of the final head: the calibrated one; of a two-role head, whose parts are calibrated to an excess, the
+        smaller of its parts' measured gains; selective heads; else 0);
         ``partner`` (dependent heads; else -1); ``out_scale``.
     pairs : DataFrame
         One row per unordered head pair of a layer: ``layer``, ``head_a < head_b``, ``dependent``.
@@ -263,20 +282,21 @@ def _fresh_qkv(spec: PlantSpec, gen: torch.Generator, complement: torch.Tensor) 
 
 
 def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, allowed, enc, Wq, Wk) -> np.ndarray:
-    """Add each selective head's pattern at the calibrated gain (in place); return the final gains.
+    """Add each selective head's pattern at the calibrated strength (in place); return the final gains.
 
     Each part of a pattern (:func:`.patterns.pattern_parts`: one for most patterns, two for ``'offset+sink'``) is
     scaled on its own rows to the gain ``strength * max_gain`` at its own targets against the keys that are no target
-    of the head; a head's gain is the smallest of its parts'. (Scaling the two parts of ``'offset+sink'`` together to
-    one gain over the union of their targets let the random part's systematic logit at the one sink key of a causal
-    text decide the split: sink gains of 3.9 to 8.6, offset gains of 5.8 to 11.3 in the planted GPT-2s of seeds
-    0-2.)
+    of the head; then the parts of ``'offset+sink'`` to their rules' excess ``strength * ROLE_EXCESS``
+    (:func:`_solve_excess`, the module docstring). A head's gain is the smallest of its parts'. (Scaling the two parts
+    of ``'offset+sink'`` together to one gain over the union of their targets let the random part's systematic logit
+    at the one sink key of a causal text decide the split: sink gains of 3.9 to 8.6, offset gains of 5.8 to 11.3 in
+    the planted GPT-2s of seeds 0-2.)
     """
     gain = np.zeros(spec.n_heads)
     sel = sorted(roles["pattern"])
     if not sel or spec.strength == 0:
         return gain
-    heads, Sq, Sk, targets, union = [], [], [], [], []
+    heads, names, Sq, Sk, targets, union = [], [], [], [], [], []
     for h in sel:
         p, o = roles["pattern"][h], roles["offset"][h]
         uq, uk = structured_weights(p, o, spec.head_dim, geometry["basis"], geometry["identity"], geometry.get("prev"),
@@ -286,6 +306,7 @@ def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, allowed, enc,
             zq, zk = torch.zeros_like(uq), torch.zeros_like(uk)
             zq[rows], zk[rows] = uq[rows], uk[rows]
             heads.append(h)
+            names.append(part)
             Sq.append(zq)
             Sk.append(zk)
             targets.append(target_mask(part, o, enc["input_ids"], geometry["class_ids"], geometry.get("sink_ids")))
@@ -305,6 +326,16 @@ def _add_patterns(spec: PlantSpec, roles: dict, geometry: dict, X, allowed, enc,
         measured = target_gain(X, allowed, q[idx], k[idx], targets, union)
         c2 = c2 * (goal / measured.clamp_min(1e-3 * goal))
     c2 = _solve_gains(c2, goal, lambda c2: target_gain(X, allowed, *(w[idx] for w in planted(c2)), targets, union))
+    two = [[p for p, g in enumerate(heads) if g == h] for h in sel if roles["pattern"][h] == "offset+sink"]
+    if two:
+        special = torch.isin(enc["input_ids"], geometry["sink_ids"]) & enc["attention_mask"].bool()
+
+        def excess(c2: torch.Tensor, p: int) -> float:
+            q, k = planted(c2)
+            rule = None if names[p] == "sink" else targets[p]
+            return float(role_excess(X, allowed, q[heads[p]][None], k[heads[p]][None], special, rule)[0])
+
+        c2 = _solve_excess(c2, two, spec.strength * ROLE_EXCESS, excess)
     q, k = planted(c2)
     Wq[sel], Wk[sel] = q[sel], k[sel]
     part_gain = target_gain(X, allowed, q[idx], k[idx], targets, union).numpy()
@@ -342,6 +373,52 @@ def _solve_gains(c2: torch.Tensor, goal: float, gains, rounds: int = 3) -> torch
             disc = b * b - 4 * a * (e - goal)
             if a > 0 and disc >= 0:
                 c2[p] = ((-b + math.sqrt(disc)) / (2 * a)) ** 2
+    return c2
+
+
+def _solve_excess(c2: torch.Tensor, groups: list[list[int]], target: float, excess) -> torch.Tensor:
+    """Scale the parts of each group (the two parts of one head) so that each part's rule has the excess ``target``.
+
+    ``excess(c2, p)`` (:func:`.patterns.role_excess` of part ``p``'s rule for its head) increases with the part's
+    scale ``c = sqrt(c2[p])``: its logits peak at the rule's keys. A part's scale also moves the other part's excess
+    (the sink takes weight from the real keys, the offset from the sink), at beta 3 strongly enough that alternating
+    the two one-dimensional solves converges slowly; so each part is first solved with the other fixed (its root
+    bracketed by doubling from the current scale, ``c = 0`` where the rest of the head alone reaches the target, and
+    found by Brent's method), then both together (Powell's hybrid method, :func:`scipy.optimize.root`). Raises where
+    a part ends more than :data:`_GAIN_TOLERANCE` (relative) off the target.
+    """
+    c2 = c2.clone()
+
+    def one(p: int) -> None:
+        def f(c: float, base: torch.Tensor = c2) -> float:
+            trial = base.clone()
+            trial[p] = c * c
+            return excess(trial, p) - target
+        if f(0.0) >= 0:
+            c2[p] = 0.0
+            return
+        hi = max(float(c2[p].sqrt()), 1e-3)
+        for _ in range(40):
+            if f(hi) >= 0:
+                break
+            hi *= 2
+        else:
+            raise RuntimeError(f"no scale of part {p} reaches the excess {target}")
+        c2[p] = brentq(f, 0.0, hi, xtol=1e-9 * hi, rtol=1e-12) ** 2
+
+    def joint(c: np.ndarray, group: list[int]) -> list[float]:
+        trial = c2.clone()
+        trial[group] = torch.from_numpy(c * c)
+        return [excess(trial, p) - target for p in group]
+
+    for group in groups:
+        for p in group:
+            one(p)
+        sol = root(joint, c2[group].sqrt().numpy(), args=(group,), method="hybr", options={"xtol": 1e-10})
+        c2[group] = torch.from_numpy(sol.x * sol.x)
+        miss = np.abs(joint(sol.x, group)).max()
+        if not miss <= _GAIN_TOLERANCE * target:
+            raise RuntimeError(f"parts {group} end {miss:.4f} off the excess {target}")
     return c2
 
 
