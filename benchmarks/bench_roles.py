@@ -15,7 +15,7 @@ Three parts (``--parts``, default all):
   induction: ``induction``; two-role heads ``offset+sink``: both rules), the AUC with which the rule's ``excess``
   ranks the pattern's heads above the heads planted without that rule (heads of another pattern or offset planted
   with the same rule are left out of the negatives: every ``offset+sink`` head has a sink), and the share of the
-  pattern's heads holding the role;
+  pattern's heads holding the role (rule ``all``, for a pattern with several rules: the heads holding every one);
 * ``random``: randomly initialized BERT, RoBERTa, GPT-2 and Llama (2 layers x 4 heads, seeds 0-2, 4/16/64 texts, as
   tests/test_calibration_random.py): heads with any role, and the rules they hold.
 
@@ -124,13 +124,17 @@ def planted(architecture: str, seeds: int) -> list[dict]:
                     per.setdefault((pattern, rule), []).append({
                         "auc": _rule_auc(d.roles, rule, mine, ~has),
                         "found": int(held[mine].apply(lambda rs, r=rule: r in rs).sum()), "n": int(mine.sum())})
+                if len(PLANTED_RULES[pattern](0)) > 1:          # heads holding every rule of their pattern
+                    mine = truth["pattern"] == pattern
+                    per.setdefault((pattern, "all"), []).append({"auc": np.nan, "n": int(mine.sum()), "found": int(sum(
+                        planted_rules[k] <= set(held[k]) for k in truth.index[mine]))})
             background = truth["role"] != "selective"
             per.setdefault(("none", "any"), []).append({"auc": np.nan, "found": int((held[background].str.join("")
                                                                                    != "").sum()),
                                                          "n": int(background.sum())})
         for (pattern, rule), v in per.items():
             rows.append({"architecture": architecture, "models": label, "pattern": pattern, "rule": rule,
-                         "min AUC": float(np.nanmin([x["auc"] for x in v])) if pattern != "none" else np.nan,
+                         "min AUC": float(np.nanmin([x["auc"] for x in v])) if rule not in ("any", "all") else np.nan,
                          "heads with the role": f"{sum(x['found'] for x in v)} / {sum(x['n'] for x in v)}"})
     return rows
 
